@@ -1,0 +1,45 @@
+# lockstream — the two commands of the README are `make demo` and `make test`; every
+# other target is a step of theirs or a developer's convenience.
+
+GO          ?= go
+BIN         := bin/lockstream
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# Go from its tarball and Debian's daemons (clickhouse-server) live outside some PATHs.
+export PATH := $(PATH):/usr/local/go/bin:/usr/sbin:/sbin
+
+.PHONY: services build migrate test lint demo bench clean
+
+## services: install (apt-get) and start PostgreSQL, Redis, ClickHouse and kcat on 127.0.0.1
+services:
+	bash deploy/local/services.sh
+
+## build: compile bin/lockstream
+build:
+	$(GO) build -o $(BIN) ./cmd/lockstream
+
+## migrate: apply the embedded migrations to the configured stores
+migrate: services build
+	./$(BIN) migrate
+
+## test: start the services, then run every test with the race detector
+test: services
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 14m ./...
+
+## lint: gofmt, go vet and staticcheck
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+## demo: start the services and run the whole pipeline locally, showing what happens
+demo: services build
+	bash deploy/local/demo.sh
+
+## bench: the Go benchmarks of bench/ (figures go to bench/RESULTS.md by hand)
+bench: services
+	$(GO) test -run '^$$' -bench . -benchtime 5000x ./bench/
+
+clean:
+	rm -rf bin data

@@ -1,0 +1,119 @@
+package bench
+
+import (
+	"context"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockstream/lockstream/notifier"
+	"github.com/lockstream/lockstream/notifier/swrve"
+	"github.com/lockstream/lockstream/notifier/swrve/swrvetest"
+	"github.com/lockstream/lockstream/storage"
+)
+
+// swrveRampUp is how long after the first request the benchmark starts
+// counting completions: past Swrve's slowest measured answer (7.7 s), so the
+// answers arrive at the rate the requests start.
+const swrveRampUp = 8 * time.Second
+
+// BenchmarkSwrveThroughput sends b.N pushes through a Sender with the default
+// limits (300 a second, a pool of 600) to the fake Swrve with the measured
+// latency distribution unscaled (p50 983 ms, max 7.7 s) and Swrve's limit of
+// 300 starts a second. 700 dispatcher workers call Send, more than the pool,
+// so sends wait for slots as they would in the retrier; a push answered 429
+// is sent again at once (the limiter paces it), as a retrier would later.
+//
+// It reports sends/s, the sustained rate: pushes answered 200 from 8 s after
+// the first request reached the fake until the last one reached it, divided
+// by that time, leaving out the ramp-up and the drain of the slowest answers.
+// Also: starts/s at the fake over the whole run, the overall rate (b.N over
+// the whole run, ramp-up and drain included), the fake's 429s, the most
+// requests it saw at once and the most it saw start within one second.
+// It needs a run of well over 8 s: -bench SwrveThroughput -benchtime 6000x.
+func BenchmarkSwrveThroughput(b *testing.B) {
+	const workers = 700
+	var mu sync.Mutex
+	var arrivals, answered []time.Time
+	fake := swrvetest.NewServer(swrvetest.Config{Scale: 1, MaxPerSecond: 300, Seed: 42,
+		Observe: func(swrvetest.Request) {
+			now := time.Now()
+			mu.Lock()
+			arrivals = append(arrivals, now)
+			mu.Unlock()
+		},
+	})
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	sender, err := swrve.New(swrve.Config{
+		URL:      srv.URL,
+		PushKeys: swrve.PushKeys{"Hello": {storage.PlatformIOS: "campaign"}},
+	}, nil, prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sender.Close()
+	push := swrve.Push{Platform: storage.PlatformIOS, MessagePrototypeKey: "Hello", PushKey: "device", Message: "hi"}
+
+	ctx := context.Background()
+	var next, failed atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for range workers {
+		wg.Go(func() {
+			for next.Add(1) <= int64(b.N) {
+				for {
+					res := sender.Send(ctx, push)
+					if res.Outcome == notifier.Sent {
+						break
+					}
+					if res.HTTPStatus != 429 {
+						if failed.Add(1) <= 3 {
+							b.Logf("not sent: %+v", res)
+						}
+						break
+					}
+				}
+				now := time.Now()
+				mu.Lock()
+				answered = append(answered, now)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d of %d pushes not sent", n, b.N)
+	}
+	st := fake.Stats()
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "overall_sends/s")
+	b.ReportMetric(float64(st.TooMany), "429s")
+	b.ReportMetric(float64(st.MaxConcurrent), "max_in_flight")
+	b.ReportMetric(float64(st.MaxPerSecond), "max_starts_in_1s")
+	slices.SortFunc(arrivals, time.Time.Compare)
+	first, last := arrivals[0], arrivals[len(arrivals)-1]
+	if last.Sub(first) > 0 {
+		b.ReportMetric(float64(len(arrivals)-1)/last.Sub(first).Seconds(), "starts/s")
+	}
+	from := first.Add(swrveRampUp)
+	if last.Sub(from) < 2*time.Second {
+		b.Logf("run too short for sends/s (%s of starts); use -benchtime 6000x", last.Sub(first))
+		return
+	}
+	n := 0
+	for _, t := range answered {
+		if !t.Before(from) && !t.After(last) {
+			n++
+		}
+	}
+	b.ReportMetric(float64(n)/last.Sub(from).Seconds(), "sends/s")
+}

@@ -1,0 +1,391 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/lockstream/lockstream/consumer"
+	"github.com/lockstream/lockstream/heartbeat"
+	"github.com/lockstream/lockstream/migrations"
+	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/stream"
+	"github.com/lockstream/lockstream/webapi"
+)
+
+// command is one subcommand: the settings it reads and how it runs.
+type command struct {
+	name     string
+	summary  string
+	settings []string
+	// flags registers the command's own flags, beyond its settings; may be nil.
+	flags func(fs *flag.FlagSet)
+	run   func(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logger) error
+}
+
+// commands is the table of subcommands; `all` runs every daemon of the table in one
+// process.
+func commands() []command {
+	storeSettings := []string{"pg-url", "redis-url", "redis-prefix", "clickhouse-url", "metrics-addr"}
+	kafkaSettings := []string{"kafka-brokers", "kafka-partitions", "kafka-topic-prefix"}
+	apiSettings := []string{"http-addr", "admin-token", "ingest-token", "push-token"}
+	heartbeatSettings := []string{"heartbeat-timeout", "heartbeat-sweep-interval"}
+	return []command{
+		{
+			name:     "migrate",
+			summary:  "apply the embedded Postgres and ClickHouse migrations, then exit",
+			settings: []string{"pg-url", "clickhouse-url"},
+			run: func(ctx context.Context, v *values, _ io.Writer, logger *slog.Logger) error {
+				return migrations.Migrate(ctx, v.str("pg-url"), v.str("clickhouse-url"), logger)
+			},
+		},
+		{
+			name:     "api",
+			summary:  "serve the HTTP API (admin, history, ingest, health, metrics)",
+			settings: concat(apiSettings, heartbeatSettings, storeSettings, kafkaSettings),
+			run:      runDaemonsCommand(usesAll, apiDaemon),
+		},
+		{
+			name:     "consume",
+			summary:  "the state consumer: readings → sensor state, change events, DLQ, heartbeat sightings",
+			settings: concat(heartbeatSettings, storeSettings, kafkaSettings),
+			run:      runDaemonsCommand(usesPostgres|usesRedis, consumerDaemon, metricsDaemon),
+		},
+		{
+			name:     "history",
+			summary:  "the history writer: readings and events → ClickHouse",
+			settings: concat(storeSettings, kafkaSettings),
+			run:      runDaemonsCommand(usesClickHouse, historyDaemon, metricsDaemon),
+		},
+		{
+			name:     "heartbeat",
+			summary:  "the heartbeat daemon: silent sensors → connection_lost",
+			settings: concat(heartbeatSettings, storeSettings, kafkaSettings),
+			run:      runDaemonsCommand(usesAll, heartbeatDaemon, metricsDaemon),
+		},
+		{
+			name:     "fanout",
+			summary:  "the fan-out: events → one notification and delivery per linked client and channel (the outbox)",
+			settings: concat(storeSettings, kafkaSettings),
+			run:      runDaemonsCommand(usesPostgres, fanoutDaemon, metricsDaemon),
+		},
+		{
+			name:    "retrier",
+			summary: "the retrier: due deliveries → webhooks and email, with logarithmic back-off",
+			settings: concat([]string{"retry-max-attempts", "retry-backoff-base", "retry-lease", "webhook-allow-private", "smtp-url",
+				"swrve-url", "swrve-rate", "swrve-push-keys"},
+				storeSettings, kafkaSettings),
+			run: runDaemonsCommand(usesPostgres|usesClickHouse, retrierDaemon, metricsDaemon),
+		},
+		simulateCommand(kafkaSettings),
+		benchCommand(kafkaSettings),
+		{
+			name:     "fake-swrve",
+			summary:  "a stand-in for Swrve's push API: measured latencies, 429 above 300 starts/s (tests, demo)",
+			settings: []string{"fake-swrve-addr", "fake-swrve-scale"},
+			run:      runFakeSwrve,
+		},
+		{
+			name:     "webhook-sink",
+			summary:  "receive webhooks, verify their signatures and print them (the demo's client system)",
+			settings: []string{"sink-addr", "sink-secret"},
+			run:      runSink,
+		},
+		{
+			name:     "all",
+			summary:  "migrate, then run every daemon in one process (single node, demo)",
+			settings: daemonSettingNames(),
+			run:      runAll,
+		},
+	}
+}
+
+func concat(groups ...[]string) []string {
+	var out []string
+	for _, g := range groups {
+		out = append(out, g...)
+	}
+	return out
+}
+
+// node is what the daemons of one process share: stores, the Kafka config, one
+// metrics registry.
+type node struct {
+	v      *values
+	logger *slog.Logger
+	reg    *prometheus.Registry
+	stream stream.Config
+
+	pg    *storage.Postgres
+	redis *storage.Redis
+	ch    *storage.ClickHouse
+
+	// tracker is shared by the consumer and the API; see heartbeatTracker.
+	tracker *heartbeat.Tracker
+}
+
+// storeSet says which stores a command's daemons use.
+type storeSet uint8
+
+// The stores a node may open.
+const (
+	usesPostgres storeSet = 1 << iota
+	usesRedis
+	usesClickHouse
+	usesAll = usesPostgres | usesRedis | usesClickHouse
+)
+
+// openNode connects to the stores in need, and only to those, so that one store's
+// outage does not keep a daemon that never touches it from starting (the state
+// consumer must run while ClickHouse is down). Kafka is connected to by each daemon.
+func openNode(ctx context.Context, v *values, logger *slog.Logger, need storeSet) (*node, error) {
+	partitions, err := v.int("kafka-partitions")
+	if err != nil {
+		return nil, err
+	}
+	n := &node{v: v, logger: logger, reg: newRegistry(),
+		stream: stream.Config{Brokers: v.list("kafka-brokers"), Partitions: partitions, TopicPrefix: v.str("kafka-topic-prefix")}}
+	if need&usesPostgres != 0 {
+		if n.pg, err = storage.OpenPostgres(ctx, v.str("pg-url")); err != nil {
+			return nil, err
+		}
+	}
+	if need&usesRedis != 0 {
+		if n.redis, err = storage.OpenRedis(ctx, v.str("redis-url"), v.str("redis-prefix")); err != nil {
+			n.close()
+			return nil, err
+		}
+	}
+	if need&usesClickHouse != 0 {
+		if n.ch, err = storage.OpenClickHouse(ctx, v.str("clickhouse-url")); err != nil {
+			n.close()
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+// close releases the stores in reverse order of opening.
+func (n *node) close() {
+	if n.ch != nil {
+		_ = n.ch.Close()
+	}
+	if n.redis != nil {
+		_ = n.redis.Close()
+	}
+	if n.pg != nil {
+		n.pg.Close()
+	}
+}
+
+// requireBrokers explains what to do when a daemon that needs Kafka has none.
+func (n *node) requireBrokers() error {
+	if len(n.stream.Brokers) == 0 {
+		return errors.New("LOCKSTREAM_KAFKA_BROKERS / --kafka-brokers is required here (only `lockstream all` embeds a broker)")
+	}
+	return nil
+}
+
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// daemon is one long-running part of a process.
+type daemon struct {
+	name string
+	run  func(ctx context.Context) error
+	// close releases what the daemon holds once every daemon of the process stopped.
+	close func()
+}
+
+// daemonFactory builds a daemon on a node.
+type daemonFactory func(ctx context.Context, n *node) (daemon, error)
+
+// runDaemonsCommand returns a command that opens the stores in need and runs the
+// daemons the factories build.
+func runDaemonsCommand(need storeSet, factories ...daemonFactory) func(context.Context, *values, io.Writer, *slog.Logger) error {
+	return func(ctx context.Context, v *values, _ io.Writer, logger *slog.Logger) error {
+		n, err := openNode(ctx, v, logger, need)
+		if err != nil {
+			return err
+		}
+		defer n.close()
+		return n.run(ctx, factories...)
+	}
+}
+
+// run builds every daemon, then runs them until ctx ends or one fails; the first
+// failure stops the others and is reported with the daemon's name.
+func (n *node) run(ctx context.Context, factories ...daemonFactory) error {
+	if len(n.stream.Brokers) > 0 {
+		if err := n.ensureTopics(ctx); err != nil {
+			return err
+		}
+	}
+	var daemons []daemon
+	defer func() {
+		for i := len(daemons) - 1; i >= 0; i-- {
+			if daemons[i].close != nil {
+				daemons[i].close()
+			}
+		}
+	}()
+	for _, f := range factories {
+		d, err := f(ctx, n)
+		if err != nil {
+			return err
+		}
+		daemons = append(daemons, d)
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	for _, d := range daemons {
+		g.Go(func() error {
+			n.logger.Info("daemon starting", "daemon", d.name)
+			if err := d.run(ctx); err != nil {
+				return fmt.Errorf("%s: %w", d.name, err)
+			}
+			n.logger.Info("daemon stopped", "daemon", d.name)
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// ensureTopics creates lockstream's topics where they are missing, so a fresh
+// cluster works without manual set-up.
+func (n *node) ensureTopics(ctx context.Context) error {
+	client, err := kgo.NewClient(append(stream.ClientOpts(n.stream), stream.WithLogger(n.logger))...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer client.Close()
+	return stream.EnsureTopics(ctx, client, n.stream)
+}
+
+// apiDaemon serves the HTTP API, with ingest when Kafka is configured.
+func apiDaemon(_ context.Context, n *node) (daemon, error) {
+	token := n.v.str("admin-token")
+	if token == "" {
+		return daemon{}, errors.New("LOCKSTREAM_ADMIN_TOKEN / --admin-token is required: the admin API has no other protection")
+	}
+	checks := map[string]webapi.Pinger{"postgres": n.pg, "redis": n.redis, "clickhouse": n.ch}
+	tracker, err := n.heartbeatTracker()
+	if err != nil {
+		return daemon{}, err
+	}
+	hooks := heartbeatHooks{tracker: tracker, pg: n.pg}
+	opts := []webapi.Option{webapi.WithHistory(n.ch), webapi.WithDeliveries(n.pg, n.ch), webapi.WithPushes(n.pg, n.ch),
+		webapi.WithSensorStatus(tracker),
+		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks)}
+	d := daemon{name: "api"}
+	if len(n.stream.Brokers) > 0 {
+		client, err := kgo.NewClient(append(stream.ClientOpts(n.stream), stream.WithLogger(n.logger))...)
+		if err != nil {
+			return daemon{}, fmt.Errorf("api: kafka client: %w", err)
+		}
+		d.close = client.Close
+		opts = append(opts, webapi.WithReadingPublisher(stream.NewReadingPublisher(client, n.stream)))
+	}
+	srv, err := webapi.New(webapi.Config{Addr: n.v.str("http-addr"), AdminToken: token, IngestToken: n.v.str("ingest-token"),
+		PushToken: n.v.str("push-token")},
+		n.pg, checks, n.reg, n.reg, n.logger, opts...)
+	if err != nil {
+		if d.close != nil {
+			d.close()
+		}
+		return daemon{}, err
+	}
+	d.run = srv.Run
+	return d, nil
+}
+
+func consumerDaemon(_ context.Context, n *node) (daemon, error) {
+	if err := n.requireBrokers(); err != nil {
+		return daemon{}, err
+	}
+	tracker, err := n.heartbeatTracker()
+	if err != nil {
+		return daemon{}, err
+	}
+	c, err := consumer.New(consumer.Config{Stream: n.stream}, n.pg, tracker, n.reg, n.logger.With("daemon", "consumer"))
+	if err != nil {
+		return daemon{}, err
+	}
+	return daemon{name: "consumer", run: c.Run}, nil
+}
+
+func historyDaemon(_ context.Context, n *node) (daemon, error) {
+	if err := n.requireBrokers(); err != nil {
+		return daemon{}, err
+	}
+	h, err := consumer.NewHistory(consumer.HistoryConfig{Stream: n.stream}, n.ch, n.reg, n.logger.With("daemon", "history"))
+	if err != nil {
+		return daemon{}, err
+	}
+	return daemon{name: "history", run: h.Run}, nil
+}
+
+// metricsDaemon serves /metrics and /healthz on LOCKSTREAM_METRICS_ADDR for processes
+// without the API; with no address it does nothing.
+func metricsDaemon(_ context.Context, n *node) (daemon, error) {
+	addr := n.v.str("metrics-addr")
+	if addr == "" {
+		return daemon{name: "metrics", run: func(ctx context.Context) error { <-ctx.Done(); return nil }}, nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}`))
+	})
+	return daemon{name: "metrics", run: func(ctx context.Context) error {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		n.logger.Info("serving metrics", "addr", ln.Addr().String())
+		return serveUntilDone(ctx, &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln)
+	}}, nil
+}
+
+func runAll(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logger) error {
+	if err := migrations.Migrate(ctx, v.str("pg-url"), v.str("clickhouse-url"), logger); err != nil {
+		return err
+	}
+	n, err := openNode(ctx, v, logger, usesAll)
+	if err != nil {
+		return err
+	}
+	defer n.close()
+	if len(n.stream.Brokers) == 0 {
+		dir := filepath.Join(v.str("data-dir"), "kafka")
+		broker, err := stream.StartEmbedded(ctx, dir, embeddedBrokerAddr, n.stream.Partitions)
+		if err != nil {
+			return err
+		}
+		defer broker.Close()
+		n.stream.Brokers = broker.Addrs()
+		logger.Info("embedded Kafka broker started", "addr", embeddedBrokerAddr, "dir", dir)
+	}
+	return n.run(ctx, apiDaemon, consumerDaemon, historyDaemon, heartbeatDaemon, fanoutDaemon, retrierDaemon,
+		statsDaemon(stdout))
+}
+
+// embeddedBrokerAddr is where `all` serves its embedded broker, so kcat and
+// `lockstream simulate` find it without configuration.
+const embeddedBrokerAddr = "127.0.0.1:9092"

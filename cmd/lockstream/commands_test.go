@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockstream/lockstream/storage/storagetest"
+	"github.com/lockstream/lockstream/stream/streamtest"
+)
+
+// Every daemon command starts on its own settings alone (a command that reads a
+// setting it did not declare panics) and stops cleanly when its context ends.
+func TestEveryDaemonCommandStartsAndStops(t *testing.T) {
+	stores := storagetest.New(t)
+	kafka := streamtest.Config(t, 1)
+	for k, v := range map[string]string{
+		"LOCKSTREAM_PG_URL":             stores.PostgresURL,
+		"LOCKSTREAM_CLICKHOUSE_URL":     stores.ClickHouseURL,
+		"LOCKSTREAM_REDIS_URL":          stores.RedisURL,
+		"LOCKSTREAM_REDIS_PREFIX":       stores.RedisPrefix,
+		"LOCKSTREAM_KAFKA_BROKERS":      strings.Join(kafka.Brokers, ","),
+		"LOCKSTREAM_KAFKA_TOPIC_PREFIX": kafka.TopicPrefix,
+		"LOCKSTREAM_KAFKA_PARTITIONS":   "1",
+		"LOCKSTREAM_ADMIN_TOKEN":        "admin-token",
+		"LOCKSTREAM_INGEST_TOKEN":       "ingest-token",
+		"LOCKSTREAM_DATA_DIR":           t.TempDir(),
+	} {
+		t.Setenv(k, v)
+	}
+	for _, c := range commands() {
+		switch c.name {
+		case "migrate", "simulate", "bench", "webhook-sink", "fake-swrve":
+			continue // tools, not daemons; migrate is covered by the migrations tests
+		}
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("LOCKSTREAM_HTTP_ADDR", freeAddr(t))
+			t.Setenv("LOCKSTREAM_METRICS_ADDR", freeAddr(t))
+			ctx, cancel := context.WithCancel(context.Background())
+			var logs syncBuffer
+			exited := make(chan int, 1)
+			go func() { exited <- run(ctx, []string{c.name}, io.Discard, &logs) }()
+			// Let every daemon get going, then stop them all.
+			waitUntil(t, c.name+" logs that its daemons started", func() bool {
+				select {
+				case code := <-exited:
+					t.Fatalf("%s exited %d before it was stopped; log:\n%s", c.name, code, logs.String())
+				default:
+				}
+				return strings.Count(logs.String(), "daemon starting") >= 1
+			})
+			cancel()
+			select {
+			case code := <-exited:
+				if code != 0 {
+					t.Fatalf("%s exited %d on stop; log:\n%s", c.name, code, logs.String())
+				}
+			case <-time.After(waitLimit):
+				t.Fatalf("%s did not stop within %v", c.name, waitLimit)
+			}
+		})
+	}
+}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/lockstream/lockstream/heartbeat"
+	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/stream"
+)
+
+// heartbeatConfig is the heartbeat configuration of a node.
+func (n *node) heartbeatConfig() (heartbeat.Config, error) {
+	timeout, err := n.v.duration("heartbeat-timeout")
+	if err != nil {
+		return heartbeat.Config{}, err
+	}
+	sweep, err := n.v.duration("heartbeat-sweep-interval")
+	if err != nil {
+		return heartbeat.Config{}, err
+	}
+	return heartbeat.Config{Timeout: timeout, SweepInterval: sweep}, nil
+}
+
+// heartbeatTracker returns the node's one tracker, creating it on first use: the
+// consumer records sightings through it and the API reads connections from it.
+func (n *node) heartbeatTracker() (*heartbeat.Tracker, error) {
+	if n.tracker != nil {
+		return n.tracker, nil
+	}
+	cfg, err := n.heartbeatConfig()
+	if err != nil {
+		return nil, err
+	}
+	t, err := heartbeat.NewTracker(cfg, n.redis, n.pg, n.reg, n.logger.With("daemon", "heartbeat"))
+	if err != nil {
+		return nil, err
+	}
+	n.tracker = t
+	return t, nil
+}
+
+// heartbeatDaemon sweeps for silent sensors and publishes connection_lost.
+func heartbeatDaemon(_ context.Context, n *node) (daemon, error) {
+	if err := n.requireBrokers(); err != nil {
+		return daemon{}, err
+	}
+	cfg, err := n.heartbeatConfig()
+	if err != nil {
+		return daemon{}, err
+	}
+	client, err := kgo.NewClient(append(stream.ClientOpts(n.stream), stream.WithLogger(n.logger))...)
+	if err != nil {
+		return daemon{}, fmt.Errorf("heartbeat: kafka client: %w", err)
+	}
+	d, err := heartbeat.New(cfg, heartbeat.Deps{
+		Store: n.redis, Registry: n.pg, History: n.ch,
+		Publisher: stream.NewEventPublisher(client, n.stream),
+	}, n.reg, n.logger.With("daemon", "heartbeat"))
+	if err != nil {
+		client.Close()
+		return daemon{}, err
+	}
+	return daemon{name: "heartbeat", run: d.Run, close: client.Close}, nil
+}
+
+// heartbeatHooks keeps the tracker in step with the registry as the admin API
+// changes it, and lists lost sensors for it.
+type heartbeatHooks struct {
+	tracker *heartbeat.Tracker
+	pg      *storage.Postgres
+}
+
+// SensorCreated starts the sensor's deadline at registration, so one that never
+// reports is still declared lost.
+func (h heartbeatHooks) SensorCreated(ctx context.Context, sensorID string, createdAt time.Time) error {
+	return h.tracker.Register(ctx, sensorID, createdAt)
+}
+
+// SensorUpdated applies a changed heartbeat timeout at once.
+func (h heartbeatHooks) SensorUpdated(ctx context.Context, sensorID string) error {
+	s, err := h.pg.GetSensor(ctx, sensorID)
+	if err != nil {
+		return err
+	}
+	return h.tracker.SetTimeout(ctx, sensorID, s.HeartbeatTimeout)
+}
+
+// SensorDeleted stops tracking the sensor.
+func (h heartbeatHooks) SensorDeleted(ctx context.Context, sensorID string) error {
+	return h.tracker.Forget(ctx, sensorID)
+}
+
+// LostSensorIDs lists the sensors whose connection is lost.
+func (h heartbeatHooks) LostSensorIDs(ctx context.Context, page storage.Page) ([]string, error) {
+	lost, err := h.tracker.Lost(ctx, page)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(lost))
+	for i, l := range lost {
+		ids[i] = l.SensorID
+	}
+	return ids, nil
+}

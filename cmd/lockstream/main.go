@@ -1,0 +1,95 @@
+// Command lockstream is the one binary of lockstream: every daemon is a subcommand, and
+// `lockstream all` runs them all in one process (the single-node and demo mode).
+//
+// main parses, validates and dispatches; the wiring of each daemon lives in
+// commands.go, and the daemons themselves in their packages.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	// SIGINT and SIGTERM cancel the context: every daemon drains and stops.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is main without the signals and the exit, for tests: it runs until ctx ends and
+// returns the process's exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cmds := commands()
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout, cmds)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	var cmd *command
+	for i := range cmds {
+		if cmds[i].name == args[0] {
+			cmd = &cmds[i]
+		}
+	}
+	if cmd == nil {
+		fmt.Fprintf(stderr, "lockstream: unknown command %q\n\n", args[0])
+		usage(stderr, cmds)
+		return 2
+	}
+
+	v := newFlagSet(cmd.name, append([]string{"log-level"}, cmd.settings...))
+	v.fs.SetOutput(stderr)
+	if cmd.flags != nil {
+		cmd.flags(v.fs)
+	}
+	v.fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: lockstream %s [flags]\n\n%s\n\nFlags (each also an environment variable):\n", cmd.name, cmd.summary)
+		v.fs.PrintDefaults()
+	}
+	if err := v.fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	logger, err := newLogger(stderr, v.str("log-level"))
+	if err != nil {
+		fmt.Fprintf(stderr, "lockstream %s: %v\n", cmd.name, err)
+		return 2
+	}
+
+	if err := cmd.run(ctx, v, stdout, logger); err != nil {
+		logger.Error("stopped with an error", "command", cmd.name, "err", err)
+		return 1
+	}
+	return 0
+}
+
+func usage(w io.Writer, cmds []command) {
+	fmt.Fprintln(w, "lockstream watches door-lock sensors and tells their owners what changed.")
+	fmt.Fprintln(w, "\nusage: lockstream <command> [flags]    (lockstream <command> --help lists its flags)")
+	fmt.Fprintln(w, "\ncommands:")
+	for _, c := range cmds {
+		fmt.Fprintf(w, "  %-13s %s\n", c.name, c.summary)
+	}
+}
+
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
+		return nil, fmt.Errorf("LOCKSTREAM_LOG_LEVEL / --log-level: %w", err)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/lockstream/lockstream/notifier/swrve/swrvetest"
+	"github.com/lockstream/lockstream/notifier/webhook"
+)
+
+// runSink serves a webhook receiver that verifies each delivery's signature and prints
+// it: the demo's stand-in for a client system.
+func runSink(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logger) error {
+	secret := v.str("sink-secret")
+	if secret == "" {
+		return errors.New("LOCKSTREAM_SINK_SECRET / --sink-secret is required: the client's webhook secret, to verify signatures")
+	}
+	ln, err := net.Listen("tcp", v.str("sink-addr"))
+	if err != nil {
+		return fmt.Errorf("webhook sink: %w", err)
+	}
+	srv := &http.Server{Handler: sinkHandler(secret, stdout), ReadHeaderTimeout: 5 * time.Second}
+	logger.Info("webhook sink listening", "addr", ln.Addr().String())
+	return serveUntilDone(ctx, srv, ln)
+}
+
+// sinkHandler answers 204 to a correctly signed webhook and 401 to anything else,
+// printing one line per request.
+func sinkHandler(secret string, out io.Writer) http.Handler {
+	var mu sync.Mutex // keeps lines whole when deliveries arrive concurrently
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err != nil {
+			http.Error(w, "reading body", http.StatusBadRequest)
+			return
+		}
+		verifyErr := webhook.Verify(secret, r.Header, body, 0)
+		var msg webhook.Body
+		_ = json.Unmarshal(body, &msg) // printed as far as it decodes; the signature is what matters
+		mu.Lock()
+		defer mu.Unlock()
+		if verifyErr != nil {
+			fmt.Fprintf(out, "webhook REJECTED %s: %v\n", r.Header.Get(webhook.HeaderID), verifyErr)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		fmt.Fprintf(out, "webhook ok  %-19s sensor %-16s %s  attempt %d  signature verified\n",
+			msg.Type, msg.Sensor.ID, describeState(msg.Type, msg.Data), msg.Attempt)
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+func describeState(eventType string, data *int) string {
+	switch {
+	case eventType == "connection_lost":
+		return "went silent"
+	case eventType == "connection_restored":
+		return "is back"
+	case data == nil:
+		return "state unknown"
+	case *data == 1:
+		return "locked"
+	default:
+		return "unlocked"
+	}
+}
+
+// serveUntilDone serves on ln until ctx ends, then shuts down, letting requests in
+// progress finish for up to 5 s.
+func serveUntilDone(ctx context.Context, srv *http.Server, ln net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutting down: %w", err)
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// runFakeSwrve serves the fake Swrve of notifier/swrve/swrvetest, for the demo and
+// for trying lockstream's push path without Swrve.
+func runFakeSwrve(ctx context.Context, v *values, _ io.Writer, logger *slog.Logger) error {
+	scale, err := v.float("fake-swrve-scale")
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", v.str("fake-swrve-addr"))
+	if err != nil {
+		return fmt.Errorf("fake-swrve: %w", err)
+	}
+	logger.Info("fake Swrve listening", "addr", ln.Addr().String(), "latency_scale", scale)
+	srv := &http.Server{Handler: swrvetest.NewServer(swrvetest.Config{Scale: scale}), ReadHeaderTimeout: 5 * time.Second}
+	return serveUntilDone(ctx, srv, ln)
+}

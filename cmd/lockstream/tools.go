@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/lockstream/lockstream/bench"
+	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/stream"
+)
+
+// toolStream is the Kafka config of the tools (simulate, bench): with no brokers
+// configured they talk to the embedded broker of a running `lockstream all`.
+func toolStream(v *values) (stream.Config, error) {
+	partitions, err := v.int("kafka-partitions")
+	if err != nil {
+		return stream.Config{}, err
+	}
+	brokers := v.list("kafka-brokers")
+	if len(brokers) == 0 {
+		brokers = []string{embeddedBrokerAddr}
+	}
+	return stream.Config{Brokers: brokers, Partitions: partitions, TopicPrefix: v.str("kafka-topic-prefix")}, nil
+}
+
+func simulateCommand(kafkaSettings []string) command {
+	var sim stream.SimulateConfig
+	return command{
+		name:     "simulate",
+		summary:  "publish readings of a simulated fleet to Kafka (default: a running `all`'s embedded broker)",
+		settings: kafkaSettings,
+		flags: func(fs *flag.FlagSet) {
+			fs.IntVar(&sim.Sensors, "sensors", stream.DefaultSimSensors, "fleet size")
+			fs.Float64Var(&sim.Rate, "rate", stream.DefaultSimRate, "readings per second of the whole fleet")
+			fs.Float64Var(&sim.Flip, "flip", stream.DefaultSimFlip, "probability that a reading changes its sensor's state")
+			fs.Float64Var(&sim.SilentFraction, "silent", stream.DefaultSimSilentFraction, "share of sensors that fall silent")
+			fs.DurationVar(&sim.SilentAfter, "silent-after", stream.DefaultSimSilentAfter, "when the silent sensors stop")
+			fs.DurationVar(&sim.Duration, "duration", 0, "stop after this long (0 = until interrupted)")
+		},
+		run: func(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logger) error {
+			cfg, err := toolStream(v)
+			if err != nil {
+				return err
+			}
+			client, err := kgo.NewClient(append(stream.ClientOpts(cfg), stream.WithLogger(logger))...)
+			if err != nil {
+				return fmt.Errorf("simulate: kafka client: %w", err)
+			}
+			defer client.Close()
+			if err := stream.EnsureTopics(ctx, client, cfg); err != nil {
+				return fmt.Errorf("simulate: %w", err)
+			}
+			sim.Topic = cfg.ReadingsTopic()
+			err = stream.Simulate(ctx, client, sim, stdout)
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		},
+	}
+}
+
+func benchCommand(kafkaSettings []string) command {
+	var ingest bench.IngestConfig
+	return command{
+		name:     "bench",
+		summary:  "benchmarks; `lockstream bench ingest`: bare consume vs the full consumer, as JSON",
+		settings: append([]string{"pg-url", "clickhouse-url"}, kafkaSettings...),
+		flags: func(fs *flag.FlagSet) {
+			fs.IntVar(&ingest.Readings, "readings", bench.DefaultIngestReadings, "ingest: readings to produce and consume")
+			fs.IntVar(&ingest.Sensors, "sensors", bench.DefaultIngestSensors, "ingest: sensors they come from")
+			fs.Float64Var(&ingest.ChangeRate, "change-rate", bench.DefaultIngestChangeRate, "ingest: probability a reading is a change")
+			fs.BoolVar(&ingest.ColdStart, "cold-start", false, "ingest: measure from unknown state (every sensor's first reading a change) instead of seeding it")
+		},
+		run: func(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logger) error {
+			if args := v.fs.Args(); len(args) != 1 || args[0] != "ingest" {
+				return fmt.Errorf("bench: want one benchmark name, `ingest`; got %q", strings.Join(args, " "))
+			}
+			cfg, err := toolStream(v)
+			if err != nil {
+				return err
+			}
+			ingest.Stream = cfg
+			pg, err := storage.OpenPostgres(ctx, v.str("pg-url"))
+			if err != nil {
+				return err
+			}
+			defer pg.Close()
+			ch, err := storage.OpenClickHouse(ctx, v.str("clickhouse-url"))
+			if err != nil {
+				return err
+			}
+			defer ch.Close()
+			ingest.History = ch
+			_, err = bench.Ingest(ctx, ingest, pg, logger, stdout)
+			return err
+		},
+	}
+}
+
+// statsDaemon prints, every LOCKSTREAM_STATS_INTERVAL, how fast readings, changes,
+// rejections and notifications go through this process: the demo's view of the
+// pipeline.
+func statsDaemon(out io.Writer) daemonFactory {
+	return func(_ context.Context, n *node) (daemon, error) {
+		interval, err := n.v.duration("stats-interval")
+		if err != nil {
+			return daemon{}, err
+		}
+		return daemon{name: "stats", run: func(ctx context.Context) error {
+			if interval <= 0 {
+				<-ctx.Done()
+				return nil
+			}
+			return printStats(ctx, n.reg, interval, out)
+		}}, nil
+	}
+}
+
+// statColumn is a counter printStats shows: per second when its label ends in /s,
+// else as the increase since the last line.
+type statColumn struct{ label, metric string }
+
+// statColumns are the counters printStats shows.
+func statColumns() []statColumn {
+	return []statColumn{
+		{"readings/s", "lockstream_readings_consumed_total"},
+		{"changes/s", "lockstream_readings_changed_total"},
+		{"dlq/s", "lockstream_readings_rejected_total"},
+		{"history rows/s", "lockstream_history_rows_written_total"},
+		{"lost", "lockstream_heartbeat_lost_total"},
+		{"restored", "lockstream_heartbeat_restored_total"},
+		{"notifications", "lockstream_notifications_created_total"},
+		{"delivered", `lockstream_deliveries_total{outcome="sent"}`},
+	}
+}
+
+func printStats(ctx context.Context, g prometheus.Gatherer, interval time.Duration, out io.Writer) error {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	last, err := counterTotals(g)
+	if err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+		now, err := counterTotals(g)
+		if err != nil {
+			return err
+		}
+		var b strings.Builder
+		b.WriteString(time.Now().Format("15:04:05"))
+		for _, c := range statColumns() {
+			delta := now[c.metric] - last[c.metric]
+			if strings.HasSuffix(c.label, "/s") {
+				fmt.Fprintf(&b, "  %s %.0f", c.label, delta/interval.Seconds())
+			} else {
+				fmt.Fprintf(&b, "  %s +%.0f", c.label, delta)
+			}
+		}
+		fmt.Fprintln(out, b.String())
+		last = now
+	}
+}
+
+// counterTotals sums every counter of the registry by metric name, over its labels,
+// and by name and one label pair (`name{label="value"}`).
+func counterTotals(g prometheus.Gatherer) (map[string]float64, error) {
+	families, err := g.Gather()
+	if err != nil {
+		return nil, fmt.Errorf("gathering metrics: %w", err)
+	}
+	totals := make(map[string]float64, len(families))
+	for _, f := range families {
+		if f.GetType() != dto.MetricType_COUNTER {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			value := m.GetCounter().GetValue()
+			totals[f.GetName()] += value
+			for _, l := range m.GetLabel() {
+				totals[fmt.Sprintf("%s{%s=%q}", f.GetName(), l.GetName(), l.GetValue())] += value
+			}
+		}
+	}
+	return totals, nil
+}

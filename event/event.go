@@ -1,0 +1,117 @@
+// Package event defines what lockstream says about a sensor: a state change, a lost
+// connection or a restored one. Events travel as JSON on lockstream.events, keyed by
+// sensor id, and every step downstream is idempotent on their ids.
+package event
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Type names what happened to a sensor.
+type Type string
+
+// The event types of DESIGN.md.
+const (
+	StateChanged       Type = "state_changed"
+	ConnectionLost     Type = "connection_lost"
+	ConnectionRestored Type = "connection_restored"
+)
+
+// Valid reports whether t is one of the known types.
+func (t Type) Valid() bool {
+	switch t {
+	case StateChanged, ConnectionLost, ConnectionRestored:
+		return true
+	}
+	return false
+}
+
+// Event is one thing that happened to a sensor.
+type Event struct {
+	// ID is deterministic (see the ID functions below), so a replay produces the same
+	// id and downstream steps drop the duplicate.
+	ID       string `json:"id"`
+	Type     Type   `json:"type"`
+	SensorID string `json:"sensor_id"`
+	// Data is the new state for state_changed, and the last known state (if any) for
+	// the connection events.
+	Data *int `json:"data"`
+	// Previous is the state before a state_changed; nil for a sensor's first reading.
+	Previous *int `json:"previous"`
+	// At is when it happened, on server receive time.
+	At time.Time `json:"at"`
+	// SilentFor is how long a restored sensor was silent, in whole seconds.
+	SilentFor int64 `json:"silent_seconds,omitempty"`
+}
+
+// Encode returns the event's wire form.
+func (e Event) Encode() ([]byte, error) {
+	if !e.Type.Valid() {
+		return nil, fmt.Errorf("encoding event %s: unknown type %q", e.ID, e.Type)
+	}
+	e.At = e.At.UTC()
+	return json.Marshal(e)
+}
+
+// Decode parses an event's wire form and checks its required fields.
+func Decode(b []byte) (Event, error) {
+	var e Event
+	if err := json.Unmarshal(b, &e); err != nil {
+		return Event{}, fmt.Errorf("decoding event: %w", err)
+	}
+	switch {
+	case e.ID == "":
+		return Event{}, fmt.Errorf("decoding event: no id")
+	case !e.Type.Valid():
+		return Event{}, fmt.Errorf("decoding event %s: unknown type %q", e.ID, e.Type)
+	case e.SensorID == "":
+		return Event{}, fmt.Errorf("decoding event %s: no sensor_id", e.ID)
+	case e.At.IsZero():
+		return Event{}, fmt.Errorf("decoding event %s: no time", e.ID)
+	}
+	return e, nil
+}
+
+// StateChangedID derives a state_changed event's id from the reading that caused it:
+// the sensor and the reading's position in the readings topic.
+func StateChangedID(sensorID string, partition int32, offset int64) string {
+	var pos [12]byte
+	binary.BigEndian.PutUint32(pos[:4], uint32(partition))
+	binary.BigEndian.PutUint64(pos[4:], uint64(offset))
+	return derive(StateChanged, sensorID, pos[:])
+}
+
+// ConnectionLostID derives a connection_lost event's id from the sensor and the
+// deadline it missed, so several heartbeat daemons (or a replay) agree on it.
+func ConnectionLostID(sensorID string, deadline time.Time) string {
+	return derive(ConnectionLost, sensorID, unixMillis(deadline))
+}
+
+// ConnectionRestoredID derives a connection_restored event's id from the loss it
+// ends: one loss, one restore.
+func ConnectionRestoredID(sensorID string, deadline time.Time) string {
+	return derive(ConnectionRestored, sensorID, unixMillis(deadline))
+}
+
+func unixMillis(t time.Time) []byte {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(t.UnixMilli()))
+	return b[:]
+}
+
+// derive hashes the type, sensor and position into a 32-hex-digit id (128 bits of
+// SHA-256: collisions are not a practical concern).
+func derive(t Type, sensorID string, position []byte) string {
+	h := sha256.New()
+	h.Write([]byte(t))
+	h.Write([]byte{0})
+	h.Write([]byte(sensorID))
+	h.Write([]byte{0})
+	h.Write(position)
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}

@@ -1,0 +1,60 @@
+package event
+
+import (
+	"testing"
+	"time"
+)
+
+func TestIDsAreDeterministicAndDistinct(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	ids := map[string]string{
+		"changed":       StateChangedID("s1", 3, 42),
+		"changed again": StateChangedID("s1", 3, 43),
+		"other sensor":  StateChangedID("s2", 3, 42),
+		"other part":    StateChangedID("s1", 4, 42),
+		"lost":          ConnectionLostID("s1", at),
+		"restored":      ConnectionRestoredID("s1", at),
+		"lost later":    ConnectionLostID("s1", at.Add(time.Millisecond)),
+	}
+	seen := map[string]string{}
+	for name, id := range ids {
+		if len(id) != 32 {
+			t.Errorf("%s: id %q is not 32 hex digits", name, id)
+		}
+		if other, ok := seen[id]; ok {
+			t.Errorf("%s and %s share id %s", name, other, id)
+		}
+		seen[id] = name
+	}
+	if StateChangedID("s1", 3, 42) != ids["changed"] || ConnectionLostID("s1", at) != ids["lost"] {
+		t.Error("ids are not deterministic")
+	}
+}
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	t.Parallel()
+	one := 1
+	in := Event{ID: "abc", Type: StateChanged, SensorID: "s1", Data: &one,
+		At: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	b, err := in.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"id":"abc","type":"state_changed","sensor_id":"s1","data":1,"previous":null,"at":"2026-11-22T10:00:00Z"}`
+	if string(b) != want {
+		t.Fatalf("encoded %s, want %s", b, want)
+	}
+	out, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.ID != in.ID || out.Type != in.Type || *out.Data != 1 || out.Previous != nil || !out.At.Equal(in.At) {
+		t.Fatalf("round trip: got %+v", out)
+	}
+	for _, bad := range []string{`{`, `{"id":"x","type":"nope","sensor_id":"s","at":"2026-11-22T10:00:00Z"}`, `{"type":"state_changed"}`} {
+		if _, err := Decode([]byte(bad)); err == nil {
+			t.Errorf("Decode(%s) succeeded", bad)
+		}
+	}
+}

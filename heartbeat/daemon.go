@@ -1,0 +1,420 @@
+package heartbeat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/storage"
+)
+
+// DaemonStore is the Redis side of the Daemon (storage.Redis).
+type DaemonStore interface {
+	ClaimHeartbeatExpired(ctx context.Context, now time.Time, limit int, lease time.Time) ([]storage.HeartbeatDeadline, error)
+	ReclaimHeartbeatPending(ctx context.Context, now time.Time, limit int, lease time.Time) ([]storage.HeartbeatDeadline, error)
+	AckHeartbeatLosses(ctx context.Context, losses []storage.HeartbeatDeadline) error
+	ReleaseHeartbeatLosses(ctx context.Context, losses []storage.HeartbeatDeadline) error
+	CountHeartbeats(ctx context.Context) (tracked, lost int64, err error)
+	HeartbeatMarker(ctx context.Context) (bool, error)
+	SetHeartbeatMarker(ctx context.Context, at time.Time) error
+	LockHeartbeatRebuild(ctx context.Context, ttl time.Duration) (token string, ok bool, err error)
+	UnlockHeartbeatRebuild(ctx context.Context, token string) error
+	LoadHeartbeatDeadlines(ctx context.Context, deadlines []storage.HeartbeatDeadline) (int, error)
+	LoadHeartbeatLosses(ctx context.Context, losses []storage.HeartbeatDeadline) ([]storage.HeartbeatDeadline, error)
+	ExpireHeartbeatRestores(ctx context.Context, cutoff time.Time, limit int) (int, error)
+}
+
+// Registry lists the registered sensors for a rebuild (storage.Postgres).
+type Registry interface {
+	EachHeartbeatSensor(ctx context.Context, fn func(storage.HeartbeatSensor) error) error
+}
+
+// History gives what the history knows about sensors for a rebuild
+// (storage.ClickHouse).
+type History interface {
+	EachLastReading(ctx context.Context, fn func(sensorID string, receivedAt time.Time) error) error
+	EachOpenLoss(ctx context.Context, fn func(sensorID string, lostAt time.Time) error) error
+}
+
+// Publisher delivers events to lockstream.events. Publish returns once every event is
+// durably accepted; an error means any of them may be missing.
+type Publisher interface {
+	Publish(ctx context.Context, events []event.Event) error
+}
+
+// Deps are the Daemon's stores and its way out.
+type Deps struct {
+	// Store holds the heartbeat sets (storage.Redis).
+	Store DaemonStore
+	// Registry lists registered sensors for a rebuild (storage.Postgres).
+	Registry Registry
+	// History gives last readings and open losses for a rebuild
+	// (storage.ClickHouse).
+	History History
+	// Publisher delivers connection_lost (and rebuild-found connection_restored)
+	// events to lockstream.events.
+	Publisher Publisher
+}
+
+// ErrRebuildBusy is returned by Rebuild while another daemon rebuilds; Sweep then
+// skips its sweep.
+var ErrRebuildBusy = errors.New("another daemon is rebuilding the heartbeat sets")
+
+// unlockTimeout bounds releasing the rebuild lock and losses after a failure.
+const unlockTimeout = 10 * time.Second
+
+// rebuildChunk is how many rebuilt deadlines go to Redis in one pipeline.
+const rebuildChunk = 50_000
+
+// Daemon declares silent sensors lost. Every SweepInterval it claims sensors past
+// their deadline, a chunk at a time, atomically, so several daemons can sweep the
+// same Redis and each loss is claimed once; it publishes one connection_lost per
+// claimed sensor. A claimed loss stays pending until its publication is confirmed,
+// so a failed publication is retried by the next sweep. Before sweeping a Redis that
+// lost its data, it rebuilds the sets from Postgres and ClickHouse.
+type Daemon struct {
+	cfg    Config
+	tm     timing
+	deps   Deps
+	logger *slog.Logger
+
+	tracked       prometheus.Gauge
+	lost          prometheus.Gauge
+	lostTotal     prometheus.Counter
+	restored      prometheus.Counter
+	rebuilds      prometheus.Counter
+	sweepErrors   prometheus.Counter
+	sweepDuration prometheus.Histogram
+}
+
+// New returns a Daemon; Run starts it.
+func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) (*Daemon, error) {
+	cfg = cfg.WithDefaults()
+	var errs []error
+	if err := cfg.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if deps.Store == nil {
+		errs = append(errs, errors.New("heartbeat: Deps.Store is nil"))
+	}
+	if deps.Registry == nil {
+		errs = append(errs, errors.New("heartbeat: Deps.Registry is nil"))
+	}
+	if deps.History == nil {
+		errs = append(errs, errors.New("heartbeat: Deps.History is nil"))
+	}
+	if deps.Publisher == nil {
+		errs = append(errs, errors.New("heartbeat: Deps.Publisher is nil"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	d := &Daemon{cfg: cfg, tm: newTiming(cfg), deps: deps, logger: logger}
+	var err error
+	if d.tracked, err = newGauge(reg, "tracked_sensors",
+		"Sensors with a heartbeat deadline, as of the last sweep."); err != nil {
+		return nil, err
+	}
+	if d.lost, err = newGauge(reg, "lost_sensors",
+		"Sensors lost now, as of the last sweep."); err != nil {
+		return nil, err
+	}
+	if d.lostTotal, err = newCounter(reg, "lost_total",
+		"connection_lost events published."); err != nil {
+		return nil, err
+	}
+	if d.restored, err = newCounter(reg, "restored_total",
+		"connection_restored events emitted."); err != nil {
+		return nil, err
+	}
+	if d.rebuilds, err = newCounter(reg, "rebuilds_total",
+		"Rebuilds of the heartbeat sets from Postgres and ClickHouse after Redis lost them."); err != nil {
+		return nil, err
+	}
+	if d.sweepErrors, err = newCounter(reg, "sweep_errors_total",
+		"Sweeps that failed; their work is retried by the next sweep."); err != nil {
+		return nil, err
+	}
+	if d.sweepDuration, err = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "sweep_duration_seconds",
+		Help:    "Time a sweep took, rebuilds included.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+	})); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Run sweeps at once and then every SweepInterval until ctx is cancelled, and returns
+// nil then. A failed sweep is logged and counted; the next one retries its work. A
+// sweep under way when ctx is cancelled still publishes and confirms the losses it
+// has claimed, within PublishTimeout.
+func (d *Daemon) Run(ctx context.Context) error {
+	d.logger.InfoContext(ctx, "heartbeat daemon started",
+		"timeout", d.cfg.Timeout, "sweep_interval", d.cfg.SweepInterval)
+	ticker := time.NewTicker(d.cfg.SweepInterval)
+	defer ticker.Stop()
+	for {
+		if err := d.Sweep(ctx); err != nil && ctx.Err() == nil {
+			d.sweepErrors.Inc()
+			d.logger.ErrorContext(ctx, "heartbeat sweep failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			d.logger.InfoContext(context.WithoutCancel(ctx), "heartbeat daemon stopped")
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// Sweep runs one sweep: it rebuilds the sets if Redis lost them (or skips the sweep
+// while another daemon rebuilds), publishes losses whose earlier publication failed,
+// then claims and publishes every sensor past its deadline, and forgets restores
+// older than RestoreMemory. Its cost grows with the number of expired sensors, not
+// with the fleet.
+func (d *Daemon) Sweep(ctx context.Context) error {
+	start := time.Now()
+	defer func() { d.sweepDuration.Observe(time.Since(start).Seconds()) }()
+
+	built, err := d.deps.Store.HeartbeatMarker(ctx)
+	if err != nil {
+		return fmt.Errorf("sweeping: %w", err)
+	}
+	if !built {
+		if err := d.Rebuild(ctx); errors.Is(err, ErrRebuildBusy) {
+			d.logger.DebugContext(ctx, "heartbeat sweep skipped: another daemon is rebuilding")
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("sweeping: %w", err)
+		}
+	}
+	if err := d.publishLosses(ctx, d.deps.Store.ReclaimHeartbeatPending, "republished"); err != nil {
+		return fmt.Errorf("sweeping: %w", err)
+	}
+	if err := d.publishLosses(ctx, d.deps.Store.ClaimHeartbeatExpired, "claimed"); err != nil {
+		return fmt.Errorf("sweeping: %w", err)
+	}
+	cutoff := d.cfg.Now().Add(-d.cfg.RestoreMemory)
+	for {
+		n, err := d.deps.Store.ExpireHeartbeatRestores(ctx, cutoff, d.cfg.ClaimBatch)
+		if err != nil {
+			return fmt.Errorf("sweeping: %w", err)
+		}
+		if n < d.cfg.ClaimBatch {
+			break
+		}
+	}
+	tracked, lost, err := d.deps.Store.CountHeartbeats(ctx)
+	if err != nil {
+		return fmt.Errorf("sweeping: %w", err)
+	}
+	d.tracked.Set(float64(tracked))
+	d.lost.Set(float64(lost))
+	return nil
+}
+
+type claimFunc func(ctx context.Context, now time.Time, limit int, lease time.Time) ([]storage.HeartbeatDeadline, error)
+
+// publishLosses claims losses a chunk at a time and publishes each chunk, until a
+// chunk comes back short.
+func (d *Daemon) publishLosses(ctx context.Context, claim claimFunc, what string) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		now := d.cfg.Now()
+		losses, err := claim(ctx, now, d.cfg.ClaimBatch, now.Add(2*d.cfg.PublishTimeout))
+		if err != nil {
+			return err
+		}
+		if len(losses) == 0 {
+			return nil
+		}
+		if err := d.publish(ctx, losses); err != nil {
+			return err
+		}
+		d.logger.InfoContext(ctx, "heartbeat losses published", "how", what, "sensors", len(losses))
+		if len(losses) < d.cfg.ClaimBatch {
+			return nil
+		}
+	}
+}
+
+// publish publishes claimed losses and confirms them. It runs even when ctx is
+// cancelled (within PublishTimeout): the losses are claimed already. On failure the
+// losses are released for the next sweep.
+func (d *Daemon) publish(ctx context.Context, losses []storage.HeartbeatDeadline) error {
+	events := make([]event.Event, len(losses))
+	for i, l := range losses {
+		events[i] = lostEvent(l.SensorID, l.Deadline)
+		d.logger.DebugContext(ctx, "sensor lost", "sensor_id", l.SensorID, "deadline", l.Deadline)
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.PublishTimeout)
+	defer cancel()
+	if err := d.deps.Publisher.Publish(pctx, events); err != nil {
+		err = fmt.Errorf("publishing %d lost events: %w", len(events), err)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
+		defer cancel()
+		if rerr := d.deps.Store.ReleaseHeartbeatLosses(rctx, losses); rerr != nil {
+			// Their lease still runs out: they are published after it.
+			return errors.Join(err, rerr)
+		}
+		return err
+	}
+	d.lostTotal.Add(float64(len(losses)))
+	if err := d.deps.Store.AckHeartbeatLosses(pctx, losses); err != nil {
+		// Published but not confirmed: published again after the lease, under the
+		// same ids, which downstream drops.
+		return fmt.Errorf("confirming %d published losses: %w", len(losses), err)
+	}
+	return nil
+}
+
+// Rebuild rebuilds the Redis sets from the durable stores, for a Redis that lost them
+// (or never had them). Sweep calls it when the marker is missing; only one daemon
+// rebuilds at a time.
+//
+// Each registered sensor's last sighting is the later of its registration and its
+// last reading in ClickHouse. A sensor whose latest connection event in the history is
+// a loss not followed by a reading is lost again, under the same deadline, so its
+// next reading yields the restore with the same id. A sensor whose rebuilt deadline
+// has already passed is NOT declared lost: the history may lag behind the stream, so
+// it gets a fresh full timeout from now, as if seen at the rebuild; a healthy sensor
+// reports within it, a silent one is declared lost at its end. A rebuild therefore
+// never makes the fleet look lost, at the cost of one extra timeout for sensors that
+// fell silent around the time Redis lost its data. Unregistered sensors are tracked
+// again from their next reading. Sightings recorded while the rebuild runs are kept:
+// deadlines only move forward.
+func (d *Daemon) Rebuild(ctx context.Context) error {
+	token, ok, err := d.deps.Store.LockHeartbeatRebuild(ctx, d.cfg.RebuildTimeout)
+	if err != nil {
+		return fmt.Errorf("rebuilding heartbeat sets: %w", err)
+	}
+	if !ok {
+		return ErrRebuildBusy
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
+		defer cancel()
+		if err := d.deps.Store.UnlockHeartbeatRebuild(uctx, token); err != nil {
+			d.logger.WarnContext(uctx, "heartbeat rebuild lock not released; it expires by itself", "err", err)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.RebuildTimeout)
+	defer cancel()
+	if err := d.rebuild(ctx); err != nil {
+		return fmt.Errorf("rebuilding heartbeat sets: %w", err)
+	}
+	return nil
+}
+
+func (d *Daemon) rebuild(ctx context.Context) error {
+	start := time.Now()
+	d.logger.WarnContext(ctx, "heartbeat sets missing in Redis; rebuilding them from Postgres and ClickHouse")
+
+	lastSeen := make(map[string]time.Time)
+	timeouts := make(map[string]time.Duration)
+	err := d.deps.Registry.EachHeartbeatSensor(ctx, func(s storage.HeartbeatSensor) error {
+		lastSeen[s.ID] = s.CreatedAt
+		if s.Timeout > 0 {
+			timeouts[s.ID] = s.Timeout
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	timeout := func(id string) time.Duration {
+		if t, ok := timeouts[id]; ok {
+			return t
+		}
+		return d.cfg.Timeout
+	}
+	err = d.deps.History.EachLastReading(ctx, func(id string, at time.Time) error {
+		if seen, ok := lastSeen[id]; ok && at.After(seen) {
+			lastSeen[id] = at
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	missed := make(map[string]time.Time)
+	err = d.deps.History.EachOpenLoss(ctx, func(id string, lostAt time.Time) error {
+		if seen, ok := lastSeen[id]; ok && seen.Before(lostAt) {
+			missed[id] = lostAt
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+
+	losses := make([]storage.HeartbeatDeadline, 0, len(missed))
+	for id, at := range missed {
+		losses = append(losses, storage.HeartbeatDeadline{SensorID: id, Deadline: at})
+	}
+	reported, err := d.deps.Store.LoadHeartbeatLosses(ctx, losses)
+	if err != nil {
+		return err
+	}
+	// These reported after Redis lost their loss, so no restore was detected: emit it
+	// now, before the marker is set, so a failure here is retried by the next sweep.
+	if len(reported) > 0 {
+		events := make([]event.Event, len(reported))
+		for i, r := range reported {
+			at := d.tm.lastSeen(r.Deadline, timeout(r.SensorID))
+			lostSeen := d.tm.lastSeen(missed[r.SensorID], timeout(r.SensorID))
+			events[i] = event.Event{
+				ID:        event.ConnectionRestoredID(r.SensorID, missed[r.SensorID]),
+				Type:      event.ConnectionRestored,
+				SensorID:  r.SensorID,
+				At:        at,
+				SilentFor: max(0, int64(at.Sub(lostSeen)/time.Second)),
+			}
+		}
+		pctx, cancel := context.WithTimeout(ctx, d.cfg.PublishTimeout)
+		defer cancel()
+		if err := d.deps.Publisher.Publish(pctx, events); err != nil {
+			return fmt.Errorf("publishing %d restores found by the rebuild: %w", len(events), err)
+		}
+		d.restored.Add(float64(len(events)))
+	}
+
+	now := d.cfg.Now()
+	deadlines := make([]storage.HeartbeatDeadline, 0, len(lastSeen))
+	overdue := 0
+	for id, seen := range lastSeen {
+		if _, ok := missed[id]; ok {
+			continue
+		}
+		dl := d.tm.deadline(seen, timeout(id))
+		if !dl.After(now) {
+			dl = d.tm.deadline(now, timeout(id))
+			overdue++
+		}
+		deadlines = append(deadlines, storage.HeartbeatDeadline{SensorID: id, Deadline: dl})
+	}
+	loaded := 0
+	for start := 0; start < len(deadlines); start += rebuildChunk {
+		n, err := d.deps.Store.LoadHeartbeatDeadlines(ctx, deadlines[start:min(start+rebuildChunk, len(deadlines))])
+		if err != nil {
+			return err
+		}
+		loaded += n
+	}
+	if err := d.deps.Store.SetHeartbeatMarker(ctx, now); err != nil {
+		return err
+	}
+	d.rebuilds.Inc()
+	d.logger.WarnContext(ctx, "heartbeat sets rebuilt",
+		"sensors", len(lastSeen), "deadlines", loaded, "overdue_given_full_timeout", overdue,
+		"lost", len(missed)-len(reported), "restored", len(reported), "took", time.Since(start))
+	return nil
+}

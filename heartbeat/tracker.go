@@ -1,0 +1,417 @@
+package heartbeat
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/storage"
+)
+
+// The connections Status reports.
+const (
+	ConnectionOnline  = "online"
+	ConnectionLost    = "lost"
+	ConnectionUnknown = "unknown"
+)
+
+// TrackerStore is the Redis side of the Tracker (storage.Redis).
+type TrackerStore interface {
+	RecordHeartbeats(ctx context.Context, sightings []storage.HeartbeatSighting) ([]storage.HeartbeatRestore, error)
+	ForgetHeartbeat(ctx context.Context, sensorID string) error
+	HeartbeatStatus(ctx context.Context, sensorID string) (storage.HeartbeatStatus, error)
+	LostHeartbeats(ctx context.Context, page storage.Page) ([]storage.HeartbeatDeadline, error)
+	ShiftHeartbeatDeadline(ctx context.Context, sensorID string, delta time.Duration) error
+	LoadHeartbeatDeadlines(ctx context.Context, deadlines []storage.HeartbeatDeadline) (int, error)
+}
+
+// Timeouts gives the sensors whose heartbeat timeout differs from the fleet's
+// (storage.Postgres).
+type Timeouts interface {
+	HeartbeatTimeouts(ctx context.Context) (map[string]time.Duration, error)
+}
+
+// LostSensor is a sensor that is lost now.
+type LostSensor struct {
+	// SensorID names the sensor.
+	SensorID string
+	// LastSeen is when it last reported, within the coalescing window.
+	LastSeen time.Time
+	// LostAt is the deadline it missed: the time of its connection_lost event.
+	LostAt time.Time
+}
+
+// Tracker turns sightings into deadlines and ends losses. It is the consumer's
+// Sightings hook and answers the API's questions about a sensor's connection. It is
+// safe for concurrent use.
+type Tracker struct {
+	cfg      Config
+	tm       timing
+	store    TrackerStore
+	timeouts Timeouts
+	logger   *slog.Logger
+
+	mu       sync.Mutex // guards coalesce and emitted
+	coalesce coalescer
+	// emitted remembers the restores this Tracker returned (restore id → unix ms),
+	// so that Redis's remembered restores are returned again only to a process
+	// that may not have published them.
+	emitted coalescer
+
+	refreshMu sync.Mutex   // one timeout reload at a time
+	tmu       sync.RWMutex // guards overrides and loadedAt
+	overrides map[string]time.Duration
+	loadedAt  time.Time
+
+	writes   prometheus.Counter
+	saved    prometheus.Counter
+	restored prometheus.Counter
+	replayed prometheus.Counter
+}
+
+// NewTracker returns a Tracker storing deadlines in store and reading per-sensor
+// timeouts from timeouts.
+func NewTracker(cfg Config, store TrackerStore, timeouts Timeouts, reg prometheus.Registerer, logger *slog.Logger) (*Tracker, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	t := &Tracker{
+		cfg:      cfg,
+		tm:       newTiming(cfg),
+		store:    store,
+		timeouts: timeouts,
+		logger:   logger,
+		coalesce: newCoalescer(cfg.CoalesceCapacity),
+		emitted:  newCoalescer(cfg.EmittedCapacity),
+	}
+	var err error
+	if t.writes, err = newCounter(reg, "sighting_writes_total",
+		"Sensor deadlines written to Redis."); err != nil {
+		return nil, err
+	}
+	if t.saved, err = newCounter(reg, "sighting_writes_saved_total",
+		"Sightings that needed no Redis write because the sensor's deadline was pushed recently."); err != nil {
+		return nil, err
+	}
+	if t.restored, err = newCounter(reg, "restored_total",
+		"connection_restored events emitted."); err != nil {
+		return nil, err
+	}
+	if t.replayed, err = newCounter(reg, "restores_replayed_total",
+		"connection_restored events emitted again, to a process that may have missed publishing them."); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Record pushes the deadline of every sensor in seen (sensor id → latest server
+// receive time in a batch) in one Redis round trip, skipping sensors written within
+// the coalescing window, and returns one connection_restored event for each sensor
+// that was lost. When that loss had been claimed by a sweep but not yet published,
+// its connection_lost is returned first, so the topic never shows a restore before
+// its loss (the sweep's own copy has the same id and is dropped downstream).
+//
+// Asked again about a sensor whose loss an earlier call ended, within RestoreMemory,
+// a Tracker that has not returned that restore itself (a restarted consumer, or one
+// whose earlier call failed) returns the same event again, so a crash between Record
+// and producing its events loses no restore; the copies share an id.
+func (t *Tracker) Record(ctx context.Context, seen map[string]time.Time) ([]event.Event, error) {
+	if len(seen) == 0 {
+		return nil, nil
+	}
+	if err := t.ensureTimeouts(ctx); err != nil {
+		return nil, fmt.Errorf("recording sightings: %w", err)
+	}
+
+	writes := make([]storage.HeartbeatSighting, 0, len(seen))
+	saved := 0
+	t.tmu.RLock()
+	t.mu.Lock()
+	for id, at := range seen {
+		timeout := t.timeoutLocked(id)
+		if last, ok := t.coalesce.get(id); ok && at.UnixMilli() < last+t.tm.window(timeout).Milliseconds() {
+			saved++
+			continue
+		}
+		writes = append(writes, storage.HeartbeatSighting{SensorID: id, Seen: at, Deadline: t.tm.deadline(at, timeout)})
+	}
+	t.mu.Unlock()
+	t.tmu.RUnlock()
+	t.saved.Add(float64(saved))
+	if len(writes) == 0 {
+		return nil, nil
+	}
+
+	restores, err := t.store.RecordHeartbeats(ctx, writes)
+	if err != nil {
+		return nil, fmt.Errorf("recording sightings: %w", err)
+	}
+	t.writes.Add(float64(len(writes)))
+	t.mu.Lock()
+	for _, w := range writes {
+		t.coalesce.put(w.SensorID, seen[w.SensorID].UnixMilli())
+	}
+	t.mu.Unlock()
+
+	if len(restores) == 0 {
+		return nil, nil
+	}
+	slices.SortFunc(restores, func(a, b storage.HeartbeatRestore) int { return cmp.Compare(a.SensorID, b.SensorID) })
+	timeouts := make([]time.Duration, len(restores))
+	for i, r := range restores {
+		timeouts[i] = t.timeout(r.SensorID)
+	}
+	events := make([]event.Event, 0, len(restores))
+	fresh, replayed := 0, 0
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, r := range restores {
+		id := event.ConnectionRestoredID(r.SensorID, r.Missed)
+		if r.Replay {
+			if _, done := t.emitted.get(id); done {
+				continue
+			}
+			replayed++
+		} else {
+			fresh++
+		}
+		if r.Unpublished {
+			events = append(events, lostEvent(r.SensorID, r.Missed))
+		}
+		// Computed from what Redis remembers only, so a replay is the same event.
+		lastSeen := t.tm.lastSeen(r.Missed, timeouts[i])
+		events = append(events, event.Event{
+			ID:        id,
+			Type:      event.ConnectionRestored,
+			SensorID:  r.SensorID,
+			At:        r.RestoredAt,
+			SilentFor: max(0, int64(r.RestoredAt.Sub(lastSeen)/time.Second)),
+		})
+		t.emitted.put(id, r.RestoredAt.UnixMilli())
+	}
+	t.restored.Add(float64(fresh))
+	t.replayed.Add(float64(replayed))
+	return events, nil
+}
+
+// Status returns when the sensor was last seen (within the coalescing window; for a
+// sensor Redis lost and that has not reported since the rebuild, the rebuild's
+// estimate) and whether it is online, lost or unknown to the heartbeat.
+func (t *Tracker) Status(ctx context.Context, sensorID string) (lastSeen time.Time, connection string, err error) {
+	if err := t.ensureTimeouts(ctx); err != nil {
+		return time.Time{}, "", fmt.Errorf("getting connection of %s: %w", sensorID, err)
+	}
+	st, err := t.store.HeartbeatStatus(ctx, sensorID)
+	if err != nil {
+		return time.Time{}, "", fmt.Errorf("getting connection of %s: %w", sensorID, err)
+	}
+	timeout := t.timeout(sensorID)
+	switch {
+	case !st.Deadline.IsZero():
+		return t.lastSeen(st.Deadline, timeout), ConnectionOnline, nil
+	case !st.Missed.IsZero():
+		return t.lastSeen(st.Missed, timeout), ConnectionLost, nil
+	default:
+		return time.Time{}, ConnectionUnknown, nil
+	}
+}
+
+// Lost returns up to page.Limit lost sensors ordered by id, after page.After.
+func (t *Tracker) Lost(ctx context.Context, page storage.Page) ([]LostSensor, error) {
+	if err := t.ensureTimeouts(ctx); err != nil {
+		return nil, fmt.Errorf("listing lost sensors: %w", err)
+	}
+	lost, err := t.store.LostHeartbeats(ctx, page)
+	if err != nil {
+		return nil, fmt.Errorf("listing lost sensors: %w", err)
+	}
+	out := make([]LostSensor, len(lost))
+	for i, l := range lost {
+		out[i] = LostSensor{
+			SensorID: l.SensorID,
+			LastSeen: t.lastSeen(l.Deadline, t.timeout(l.SensorID)),
+			LostAt:   l.Deadline,
+		}
+	}
+	return out, nil
+}
+
+// Register starts tracking a newly registered sensor from its registration time, so
+// one that never reports is still declared lost once its timeout has passed. A sensor
+// already tracked keeps its later deadline; a lost one stays lost.
+func (t *Tracker) Register(ctx context.Context, sensorID string, createdAt time.Time) error {
+	if err := t.ensureTimeouts(ctx); err != nil {
+		return fmt.Errorf("registering sensor %s: %w", sensorID, err)
+	}
+	dl := storage.HeartbeatDeadline{SensorID: sensorID, Deadline: t.tm.deadline(createdAt, t.timeout(sensorID))}
+	if _, err := t.store.LoadHeartbeatDeadlines(ctx, []storage.HeartbeatDeadline{dl}); err != nil {
+		return fmt.Errorf("registering sensor %s: %w", sensorID, err)
+	}
+	return nil
+}
+
+// Forget stops tracking a deleted sensor: it leaves the deadlines and the lost set.
+func (t *Tracker) Forget(ctx context.Context, sensorID string) error {
+	if err := t.store.ForgetHeartbeat(ctx, sensorID); err != nil {
+		return fmt.Errorf("forgetting sensor %s: %w", sensorID, err)
+	}
+	t.mu.Lock()
+	t.coalesce.forget(sensorID)
+	t.mu.Unlock()
+	return nil
+}
+
+// SetTimeout applies a sensor's new heartbeat timeout (0: back to the fleet's) at
+// once, for PATCH /v1/sensors/{id}, called after Postgres was updated: the cached
+// timeout changes and the sensor's current deadline moves by the difference. Trackers
+// in other processes pick the new timeout up within TimeoutRefresh.
+func (t *Tracker) SetTimeout(ctx context.Context, sensorID string, timeout time.Duration) error {
+	if err := t.ensureTimeouts(ctx); err != nil {
+		return fmt.Errorf("setting timeout of %s: %w", sensorID, err)
+	}
+	t.tmu.Lock()
+	old := t.timeoutLocked(sensorID)
+	if t.overrides == nil {
+		t.overrides = make(map[string]time.Duration)
+	}
+	if timeout > 0 {
+		t.overrides[sensorID] = timeout
+	} else {
+		delete(t.overrides, sensorID)
+	}
+	now := t.timeoutLocked(sensorID)
+	t.tmu.Unlock()
+	t.mu.Lock()
+	t.coalesce.forget(sensorID)
+	t.mu.Unlock()
+	if delta := t.tm.span(now) - t.tm.span(old); delta != 0 {
+		if err := t.store.ShiftHeartbeatDeadline(ctx, sensorID, delta.Round(time.Second)); err != nil {
+			return fmt.Errorf("setting timeout of %s: %w", sensorID, err)
+		}
+	}
+	return nil
+}
+
+// Refresh reloads the per-sensor timeouts from Postgres now.
+func (t *Tracker) Refresh(ctx context.Context) error {
+	overrides, err := t.timeouts.HeartbeatTimeouts(ctx)
+	if err != nil {
+		return fmt.Errorf("refreshing heartbeat timeouts: %w", err)
+	}
+	t.tmu.Lock()
+	t.overrides = overrides
+	t.loadedAt = t.cfg.Now()
+	t.tmu.Unlock()
+	return nil
+}
+
+// ensureTimeouts loads the timeouts on first use and reloads them every
+// TimeoutRefresh. A failed reload keeps the timeouts already known (logged, retried
+// after TimeoutRefresh) rather than stopping sightings; a failed first load is an
+// error, since default timeouts for overridden sensors could declare them lost early.
+func (t *Tracker) ensureTimeouts(ctx context.Context) error {
+	if t.timeoutsFresh() {
+		return nil
+	}
+	t.refreshMu.Lock()
+	defer t.refreshMu.Unlock()
+	if t.timeoutsFresh() {
+		return nil
+	}
+	err := t.Refresh(ctx)
+	if err == nil {
+		return nil
+	}
+	t.tmu.Lock()
+	defer t.tmu.Unlock()
+	if t.loadedAt.IsZero() {
+		return err
+	}
+	t.logger.WarnContext(ctx, "heartbeat timeouts not refreshed; using the ones loaded before", "err", err,
+		"loaded_at", t.loadedAt)
+	t.loadedAt = t.cfg.Now()
+	return nil
+}
+
+// lastSeen estimates a sighting from its deadline; rounding the deadline up to a
+// second could place it up to a second ahead, so it is kept from the future.
+func (t *Tracker) lastSeen(deadline time.Time, timeout time.Duration) time.Time {
+	seen := t.tm.lastSeen(deadline, timeout)
+	if now := t.cfg.Now(); seen.After(now) {
+		return now.UTC()
+	}
+	return seen
+}
+
+func (t *Tracker) timeoutsFresh() bool {
+	t.tmu.RLock()
+	defer t.tmu.RUnlock()
+	return !t.loadedAt.IsZero() && t.cfg.Now().Sub(t.loadedAt) < t.cfg.TimeoutRefresh
+}
+
+func (t *Tracker) timeout(sensorID string) time.Duration {
+	t.tmu.RLock()
+	defer t.tmu.RUnlock()
+	return t.timeoutLocked(sensorID)
+}
+
+// timeoutLocked needs tmu held.
+func (t *Tracker) timeoutLocked(sensorID string) time.Duration {
+	if d, ok := t.overrides[sensorID]; ok && d > 0 {
+		return d
+	}
+	return t.cfg.Timeout
+}
+
+func lostEvent(sensorID string, deadline time.Time) event.Event {
+	return event.Event{
+		ID:       event.ConnectionLostID(sensorID, deadline),
+		Type:     event.ConnectionLost,
+		SensorID: sensorID,
+		At:       deadline.UTC(),
+	}
+}
+
+// coalescer remembers when each sensor's deadline was last written, in two
+// generations: when the current one is full it becomes the previous one and the
+// oldest generation is dropped, so memory stays bounded without per-entry
+// bookkeeping.
+type coalescer struct {
+	limit     int
+	cur, prev map[string]int64 // sensor id → unix ms of the last written sighting
+}
+
+func newCoalescer(capacity int) coalescer {
+	return coalescer{limit: max(capacity/2, 1), cur: make(map[string]int64)}
+}
+
+func (c *coalescer) get(id string) (int64, bool) {
+	if ms, ok := c.cur[id]; ok {
+		return ms, true
+	}
+	ms, ok := c.prev[id]
+	return ms, ok
+}
+
+func (c *coalescer) put(id string, ms int64) {
+	if old, ok := c.get(id); ok && old > ms {
+		ms = old // a concurrent Record wrote a newer sighting
+	}
+	if _, ok := c.cur[id]; !ok && len(c.cur) >= c.limit {
+		c.prev, c.cur = c.cur, make(map[string]int64, c.limit)
+	}
+	c.cur[id] = ms
+}
+
+func (c *coalescer) forget(id string) {
+	delete(c.cur, id)
+	delete(c.prev, id)
+}

@@ -1,0 +1,79 @@
+package swrve
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+
+	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/notifier"
+	"github.com/lockstream/lockstream/storage"
+)
+
+// PrototypePrefix is put before an event type to name the message prototype
+// of its notifications: sensor.state_changed, sensor.connection_lost and
+// sensor.connection_restored.
+const PrototypePrefix = "sensor."
+
+// NotificationSender sends sensor notifications as pushes through a Sender;
+// it is the retrier's PushSender.
+type NotificationSender struct {
+	s *Sender
+}
+
+// Notifications returns the adapter that sends sensor notifications through s,
+// sharing its rate and pool.
+func (s *Sender) Notifications() NotificationSender {
+	return NotificationSender{s: s}
+}
+
+// Send pushes n to the device target: the event type picks the message
+// prototype (PrototypePrefix + type), and the message names the sensor, where
+// it is and its state.
+func (ns NotificationSender) Send(ctx context.Context, target storage.PushTarget, n notifier.Notification) notifier.Result {
+	return ns.s.Send(ctx, Push{
+		Platform:            target.Platform,
+		MessagePrototypeKey: PrototypePrefix + n.Type,
+		PushKey:             target.PushKey,
+		Message:             Message(n),
+	})
+}
+
+// Message is the short text a sensor notification is pushed with, for example
+// "Sensor s1 (Main St 1) is now locked".
+func Message(n notifier.Notification) string {
+	sensor := "Sensor " + cmp.Or(n.SensorID, "?")
+	if n.SensorAddress != "" {
+		sensor += " (" + n.SensorAddress + ")"
+	}
+	switch n.Type {
+	case string(event.StateChanged):
+		return fmt.Sprintf("%s is now %s", sensor, stateWord(n.Data))
+	case string(event.ConnectionLost):
+		msg := sensor + " lost its connection"
+		if n.Data != nil {
+			msg += "; last known state: " + stateWord(n.Data)
+		}
+		return msg
+	case string(event.ConnectionRestored):
+		msg := sensor + " is reporting again"
+		if n.Data != nil {
+			msg += "; it is " + stateWord(n.Data)
+		}
+		return msg
+	}
+	return sensor + ": " + n.Type
+}
+
+// stateWord names a sensor state: 1 is locked, 0 unlocked.
+func stateWord(data *int) string {
+	switch {
+	case data == nil:
+		return "in an unknown state"
+	case *data == 1:
+		return "locked"
+	case *data == 0:
+		return "unlocked"
+	}
+	return fmt.Sprintf("in state %d", *data)
+}

@@ -1,0 +1,176 @@
+package retrier
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxAttempts          = 10
+	DefaultBackoffBase          = 5 * time.Minute
+	DefaultBackoffMax           = time.Hour
+	DefaultWorkers              = 64
+	DefaultBatchSize            = 100
+	DefaultPollInterval         = 50 * time.Millisecond
+	DefaultAttemptTimeout       = time.Minute
+	DefaultLease                = 2 * time.Minute
+	DefaultLeaseSweepInterval   = 30 * time.Second
+	DefaultStatsInterval        = 15 * time.Second
+	DefaultDrainTimeout         = 30 * time.Second
+	DefaultWriteTimeout         = 10 * time.Second
+	DefaultAttemptFlushInterval = time.Second
+	DefaultAttemptBatchSize     = 5000
+	DefaultAttemptBuffer        = 100_000
+)
+
+// Config configures a Retrier.
+type Config struct {
+	// MaxAttempts is how many attempts a delivery gets before it is GIVEN_UP
+	// (LOCKSTREAM_RETRY_MAX_ATTEMPTS). Defaults to DefaultMaxAttempts (10).
+	MaxAttempts int
+
+	// BackoffBase scales the delay between attempts; see Backoff. Defaults to
+	// DefaultBackoffBase (5m).
+	BackoffBase time.Duration
+
+	// BackoffMax caps the delay between attempts, Retry-After included. Defaults to
+	// DefaultBackoffMax (1h).
+	BackoffMax time.Duration
+
+	// Workers bounds the attempts in flight in this process; the retrier claims
+	// only as many deliveries as it has free workers, so claimed deliveries never
+	// queue behind others while their lease runs. Defaults to DefaultWorkers (64).
+	Workers int
+
+	// BatchSize is the most deliveries one claim takes, and the most outcomes one
+	// write records. Defaults to DefaultBatchSize (100).
+	BatchSize int
+
+	// PollInterval is how often the retrier looks for due deliveries when the
+	// last look found none; it bounds how long a new delivery waits. Defaults to
+	// DefaultPollInterval (50ms).
+	PollInterval time.Duration
+
+	// AttemptTimeout bounds one attempt, waiting for the channel included; the
+	// channel's own timeout (15s for webhooks) usually ends it first. Defaults to
+	// DefaultAttemptTimeout (1m).
+	AttemptTimeout time.Duration
+
+	// Lease is how long a claimed delivery stays IN_FLIGHT before any retrier's
+	// sweep puts it back to PENDING, because the retrier holding it must have died.
+	// It must be longer than AttemptTimeout, or live attempts get sent twice.
+	// Defaults to DefaultLease (2m).
+	Lease time.Duration
+
+	// LeaseSweepInterval is how often expired leases are looked for. Defaults to
+	// DefaultLeaseSweepInterval (30s).
+	LeaseSweepInterval time.Duration
+
+	// StatsInterval is how often the outbox depth and oldest due age gauges are
+	// refreshed. Defaults to DefaultStatsInterval (15s).
+	StatsInterval time.Duration
+
+	// DrainTimeout bounds how long attempts in flight at shutdown may still run;
+	// past it they are cancelled (and recorded as retryable). Defaults to
+	// DefaultDrainTimeout (30s).
+	DrainTimeout time.Duration
+
+	// WriteTimeout bounds each write of outcomes to Postgres and of attempts to
+	// ClickHouse, the final ones at shutdown included. Defaults to
+	// DefaultWriteTimeout (10s).
+	WriteTimeout time.Duration
+
+	// AttemptFlushInterval is how often recorded attempts are written to
+	// ClickHouse. Defaults to DefaultAttemptFlushInterval (1s).
+	AttemptFlushInterval time.Duration
+
+	// AttemptBatchSize writes attempts as soon as this many wait. Defaults to
+	// DefaultAttemptBatchSize (5000).
+	AttemptBatchSize int
+
+	// AttemptBuffer bounds the attempts held for ClickHouse while it is slow or
+	// down; past it further attempts are dropped from the history (and counted),
+	// never delaying deliveries. Defaults to DefaultAttemptBuffer (100,000).
+	AttemptBuffer int
+
+	// Now returns the current time, which decides what is due; tests inject a
+	// clock. Defaults to time.Now.
+	Now func() time.Time
+
+	// Rand returns floats in [0, 1) for the back-off's jitter; tests inject a
+	// constant. Defaults to math/rand/v2.Float64.
+	Rand func() float64
+}
+
+// WithDefaults returns a copy of c with every unset field at its default.
+func (c Config) WithDefaults() Config {
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
+	c.BackoffBase = cmp.Or(c.BackoffBase, DefaultBackoffBase)
+	c.BackoffMax = cmp.Or(c.BackoffMax, DefaultBackoffMax)
+	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
+	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
+	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
+	c.AttemptTimeout = cmp.Or(c.AttemptTimeout, DefaultAttemptTimeout)
+	c.Lease = cmp.Or(c.Lease, DefaultLease)
+	c.LeaseSweepInterval = cmp.Or(c.LeaseSweepInterval, DefaultLeaseSweepInterval)
+	c.StatsInterval = cmp.Or(c.StatsInterval, DefaultStatsInterval)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, DefaultDrainTimeout)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
+	c.AttemptFlushInterval = cmp.Or(c.AttemptFlushInterval, DefaultAttemptFlushInterval)
+	c.AttemptBatchSize = cmp.Or(c.AttemptBatchSize, DefaultAttemptBatchSize)
+	c.AttemptBuffer = cmp.Or(c.AttemptBuffer, DefaultAttemptBuffer)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Rand == nil {
+		c.Rand = rand.Float64
+	}
+	return c
+}
+
+// Validate reports every field of c that is out of range, naming it.
+func (c Config) Validate() error {
+	var errs []error
+	positive := func(name string, d time.Duration) {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("retrier: %s %s must be positive", name, d))
+		}
+	}
+	atLeastOne := func(name string, n int) {
+		if n < 1 {
+			errs = append(errs, fmt.Errorf("retrier: %s %d must be at least 1", name, n))
+		}
+	}
+	atLeastOne("MaxAttempts", c.MaxAttempts)
+	atLeastOne("Workers", c.Workers)
+	atLeastOne("BatchSize", c.BatchSize)
+	atLeastOne("AttemptBatchSize", c.AttemptBatchSize)
+	atLeastOne("AttemptBuffer", c.AttemptBuffer)
+	positive("BackoffBase", c.BackoffBase)
+	positive("BackoffMax", c.BackoffMax)
+	positive("PollInterval", c.PollInterval)
+	positive("AttemptTimeout", c.AttemptTimeout)
+	positive("Lease", c.Lease)
+	positive("LeaseSweepInterval", c.LeaseSweepInterval)
+	positive("StatsInterval", c.StatsInterval)
+	positive("DrainTimeout", c.DrainTimeout)
+	positive("WriteTimeout", c.WriteTimeout)
+	positive("AttemptFlushInterval", c.AttemptFlushInterval)
+	if c.BackoffMax < c.BackoffBase {
+		errs = append(errs, fmt.Errorf("retrier: BackoffMax %s is shorter than BackoffBase %s", c.BackoffMax, c.BackoffBase))
+	}
+	if c.Lease <= c.AttemptTimeout {
+		errs = append(errs, fmt.Errorf("retrier: Lease %s must be longer than AttemptTimeout %s", c.Lease, c.AttemptTimeout))
+	}
+	if c.Now == nil {
+		errs = append(errs, errors.New("retrier: Now is nil"))
+	}
+	if c.Rand == nil {
+		errs = append(errs, errors.New("retrier: Rand is nil"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,289 @@
+package retrier
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/stream"
+)
+
+// Defaults of FanoutConfig.
+const (
+	DefaultFanoutGroup         = "lockstream-fanout"
+	DefaultFanoutMaxBatch      = 1000
+	DefaultFanoutWriteTimeout  = 30 * time.Second
+	DefaultFanoutRetryBackoff  = time.Second
+	DefaultFanoutCommitTimeout = 10 * time.Second
+)
+
+// FanoutConfig configures a Fanout.
+type FanoutConfig struct {
+	// Stream says where Kafka is and names the events topic. Its Brokers are
+	// required.
+	Stream stream.Config
+
+	// Group is the consumer group the fan-out processes share. Defaults to
+	// DefaultFanoutGroup ("lockstream-fanout").
+	Group string
+
+	// MaxBatch bounds the events one poll takes, and so one transaction writes.
+	// Defaults to DefaultFanoutMaxBatch (1000).
+	MaxBatch int
+
+	// WriteTimeout bounds one batch's transaction. Defaults to
+	// DefaultFanoutWriteTimeout (30s).
+	WriteTimeout time.Duration
+
+	// RetryBackoff is the wait before a failed batch is written again. A batch is
+	// retried until it is written (or shutdown), never skipped: that would lose
+	// notifications. Defaults to DefaultFanoutRetryBackoff (1s).
+	RetryBackoff time.Duration
+
+	// CommitTimeout bounds committing a batch's offsets. Defaults to
+	// DefaultFanoutCommitTimeout (10s).
+	CommitTimeout time.Duration
+}
+
+// WithDefaults returns a copy of c with every unset field at its default.
+func (c FanoutConfig) WithDefaults() FanoutConfig {
+	c.Stream = c.Stream.WithDefaults()
+	c.Group = cmp.Or(c.Group, DefaultFanoutGroup)
+	c.MaxBatch = cmp.Or(c.MaxBatch, DefaultFanoutMaxBatch)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultFanoutWriteTimeout)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, DefaultFanoutRetryBackoff)
+	c.CommitTimeout = cmp.Or(c.CommitTimeout, DefaultFanoutCommitTimeout)
+	return c
+}
+
+// Validate reports every field of c that is out of range, naming it.
+func (c FanoutConfig) Validate() error {
+	var errs []error
+	if err := c.Stream.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("fanout: Stream: %w", err))
+	}
+	if c.Group == "" {
+		errs = append(errs, errors.New("fanout: Group is empty"))
+	}
+	if c.MaxBatch < 1 {
+		errs = append(errs, fmt.Errorf("fanout: MaxBatch %d must be at least 1", c.MaxBatch))
+	}
+	if c.WriteTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("fanout: WriteTimeout %s must be positive", c.WriteTimeout))
+	}
+	if c.RetryBackoff <= 0 {
+		errs = append(errs, fmt.Errorf("fanout: RetryBackoff %s must be positive", c.RetryBackoff))
+	}
+	if c.CommitTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("fanout: CommitTimeout %s must be positive", c.CommitTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// NotificationStore creates the outbox rows for events (storage.Postgres).
+type NotificationStore interface {
+	CreateNotifications(ctx context.Context, events []storage.NotificationInput) (storage.NotificationsCreated, error)
+}
+
+// Fanout consumes lockstream.events in its own consumer group and, for each
+// polled batch, creates in one transaction a notification per (event, linked
+// client) and a delivery per channel, superseding older undelivered states; it
+// commits the batch's offsets only after that transaction. Replays create
+// nothing (event ids are deterministic), so at-least-once consumption yields
+// exactly one delivery per (event, client, channel, target). Records that do not
+// decode are logged, counted and skipped.
+type Fanout struct {
+	cfg    FanoutConfig
+	store  NotificationStore
+	logger *slog.Logger
+
+	events        prometheus.Counter
+	rejected      *prometheus.CounterVec
+	notifications prometheus.Counter
+	created       *prometheus.CounterVec
+	deliveries    *prometheus.CounterVec
+	writeErrors   prometheus.Counter
+	batchDuration prometheus.Histogram
+}
+
+// NewFanout returns a Fanout; Run starts it.
+func NewFanout(cfg FanoutConfig, store NotificationStore, reg prometheus.Registerer, logger *slog.Logger) (*Fanout, error) {
+	cfg = cfg.WithDefaults()
+	var errs []error
+	if err := cfg.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if store == nil {
+		errs = append(errs, errors.New("fanout: the NotificationStore is nil"))
+	}
+	if reg == nil {
+		errs = append(errs, errors.New("fanout: the Registerer is nil"))
+	}
+	if logger == nil {
+		errs = append(errs, errors.New("fanout: the logger is nil"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	f := &Fanout{cfg: cfg, store: store, logger: logger}
+	var err error
+	if f.events, err = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metricsNamespace, Name: "fanout_events_total",
+		Help: "Events the fan-out consumed and wrote to the outbox.",
+	})); err != nil {
+		return nil, err
+	}
+	if f.rejected, err = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace, Name: "fanout_rejected_total",
+		Help: "Records on the events topic the fan-out skipped, by reason.",
+	}, []string{"reason"})); err != nil {
+		return nil, err
+	}
+	if f.notifications, err = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metricsNamespace, Name: "notifications_created_total",
+		Help: "Notifications created: one per event and client watching its sensor.",
+	})); err != nil {
+		return nil, err
+	}
+	if f.created, err = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace, Name: "deliveries_created_total",
+		Help: "Deliveries created in the outbox, by channel.",
+	}, []string{"channel"})); err != nil {
+		return nil, err
+	}
+	if f.deliveries, err = newDeliveriesTotal(reg); err != nil {
+		return nil, err
+	}
+	if f.writeErrors, err = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metricsNamespace, Name: "fanout_write_errors_total",
+		Help: "Failed outbox transactions of the fan-out; each batch is retried until written.",
+	})); err != nil {
+		return nil, err
+	}
+	if f.batchDuration, err = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: metricsNamespace, Name: "fanout_batch_duration_seconds",
+		Help:    "Time from polling a batch of events to committing it, retries included.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+	})); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Run consumes until ctx is cancelled and returns nil then. A batch being
+// written when ctx is cancelled is finished and committed first, on a context
+// that is not cancelled (bounded by WriteTimeout and CommitTimeout).
+//
+// The client blocks rebalances while a batch is processed, so offsets are never
+// committed for partitions this process no longer owns; the catch (see
+// kgo.BlockRebalanceOnPoll) is that a batch that cannot be written for longer
+// than the group's rebalance timeout gets this member removed from the group,
+// and another member processes the batch again, harmlessly.
+func (f *Fanout) Run(ctx context.Context) error {
+	topic := f.cfg.Stream.EventsTopic()
+	opts := append(stream.ClientOpts(f.cfg.Stream),
+		kgo.ConsumerGroup(f.cfg.Group),
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		stream.WithLogger(f.logger),
+	)
+	client, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("fanout: creating kafka client: %w", err)
+	}
+	// Close leaves the group, so its partitions move on at once.
+	defer client.Close()
+	f.logger.InfoContext(ctx, "fanout started", "topic", topic, "group", f.cfg.Group)
+
+	for {
+		fetches := client.PollRecords(ctx, f.cfg.MaxBatch)
+		if fetches.IsClientClosed() || ctx.Err() != nil {
+			// Records polled with a cancelled context are left for the next run.
+			client.AllowRebalance()
+			f.logger.InfoContext(context.WithoutCancel(ctx), "fanout stopped")
+			return nil
+		}
+		fetches.EachError(func(t string, p int32, err error) {
+			f.logger.WarnContext(ctx, "fetching events failed", "topic", t, "partition", p, "err", err)
+		})
+		if records := fetches.Records(); len(records) > 0 {
+			f.process(ctx, client, records)
+		}
+		client.AllowRebalance()
+	}
+}
+
+// process writes one polled batch to the outbox and commits its offsets. It
+// returns without committing only if ctx is cancelled while the batch's writes
+// keep failing; the batch is then consumed again after a restart.
+func (f *Fanout) process(ctx context.Context, client *kgo.Client, records []*kgo.Record) {
+	start := time.Now()
+	inputs := make([]storage.NotificationInput, 0, len(records))
+	for _, r := range records {
+		e, err := event.Decode(r.Value)
+		if err != nil {
+			f.rejected.WithLabelValues("decode").Inc()
+			f.logger.WarnContext(ctx, "skipping an event that does not decode",
+				"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
+			continue
+		}
+		inputs = append(inputs, storage.NotificationInput{
+			EventID: e.ID, Type: string(e.Type), SensorID: e.SensorID, Data: e.Data, Previous: e.Previous, At: e.At,
+		})
+	}
+	if !f.write(ctx, inputs) {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.CommitTimeout)
+	defer cancel()
+	if err := client.CommitRecords(cctx, records...); err != nil {
+		// The batch is written; whoever consumes it again creates nothing.
+		f.logger.WarnContext(ctx, "committing fanout offsets failed; the batch will be consumed again",
+			"records", len(records), "err", err)
+	}
+	f.batchDuration.Observe(time.Since(start).Seconds())
+}
+
+// write creates the batch's outbox rows, retrying until it succeeds. It reports
+// false if ctx was cancelled before it could.
+func (f *Fanout) write(ctx context.Context, inputs []storage.NotificationInput) bool {
+	if len(inputs) == 0 {
+		return true
+	}
+	for {
+		// A write already started finishes even if shutdown begins.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.WriteTimeout)
+		created, err := f.store.CreateNotifications(wctx, inputs)
+		cancel()
+		if err == nil {
+			f.events.Add(float64(len(inputs)))
+			f.notifications.Add(float64(created.Notifications))
+			for ch, n := range created.Deliveries {
+				f.created.WithLabelValues(string(ch)).Add(float64(n))
+			}
+			for ch, n := range created.Superseded {
+				f.deliveries.WithLabelValues(string(ch), "superseded").Add(float64(n))
+			}
+			return true
+		}
+		f.writeErrors.Inc()
+		f.logger.ErrorContext(ctx, "writing notifications failed; retrying", "events", len(inputs), "err", err)
+		timer := time.NewTimer(f.cfg.RetryBackoff)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return false
+		case <-timer.C:
+		}
+	}
+}

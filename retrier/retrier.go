@@ -1,0 +1,587 @@
+// Package retrier delivers the outbox: the Fanout turns events from
+// lockstream.events into notifications and deliveries in Postgres, and the
+// Retrier claims due deliveries, hands each to its channel's sender (webhook,
+// email, Swrve push: sensor notifications to clients' devices and the
+// standalone pushes of the push API), and records the outcome, retrying with a
+// logarithmic back-off (see Backoff) until a delivery is SENT, FAILED, GIVEN_UP
+// or SUPERSEDED. Every attempt also goes to ClickHouse's delivery_attempts.
+//
+// Any number of retrier processes share one outbox: claims skip rows another
+// process holds (FOR UPDATE SKIP LOCKED), and a claim is a lease, so deliveries
+// held by a process that died go back to PENDING when it runs out.
+package retrier
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockstream/lockstream/notifier"
+	"github.com/lockstream/lockstream/notifier/swrve"
+	"github.com/lockstream/lockstream/notifier/webhook"
+	"github.com/lockstream/lockstream/storage"
+)
+
+// Store is the outbox (storage.Postgres).
+type Store interface {
+	ClaimDeliveries(ctx context.Context, now time.Time, limit int, lease time.Duration, channels ...storage.Channel) ([]storage.Delivery, error)
+	DeliveryTargets(ctx context.Context, deliveryIDs []string) (map[string]storage.DeliveryTarget, error)
+	FinishDeliveries(ctx context.Context, finishes []storage.DeliveryFinish) ([]storage.FinishedDelivery, error)
+	RequeueExpiredLeases(ctx context.Context, now time.Time) ([]storage.FinishedDelivery, error)
+	OutboxStats(ctx context.Context, now time.Time) (storage.OutboxStats, error)
+	// PushRequests reads what the standalone pushes among the deliveries ask
+	// for, by delivery id.
+	PushRequests(ctx context.Context, deliveryIDs []string) (map[string]storage.PushRequest, error)
+}
+
+// AttemptStore keeps the history of attempts (storage.ClickHouse).
+type AttemptStore interface {
+	InsertDeliveryAttempts(ctx context.Context, attempts []storage.DeliveryAttempt) error
+}
+
+// WebhookSender makes one webhook attempt (*webhook.Sender).
+type WebhookSender interface {
+	Send(ctx context.Context, target webhook.Target, n notifier.Notification) notifier.Result
+}
+
+// EmailSender makes one email attempt (*email.Sender).
+type EmailSender interface {
+	Send(ctx context.Context, to string, n notifier.Notification) notifier.Result
+}
+
+// PushSender makes one push attempt about a sensor event to one device of a
+// client (the Swrve sender).
+type PushSender interface {
+	Send(ctx context.Context, target storage.PushTarget, n notifier.Notification) notifier.Result
+}
+
+// StandalonePushSender makes one attempt of a standalone push (POST /push,
+// POST /v1/pushes) to one device (*swrve.Sender): the message prototype picks
+// the Swrve campaign's push key for the platform; a prototype with none is
+// Failed with ErrorType MESSAGE_PROTOTYPE_KEY.
+type StandalonePushSender interface {
+	Send(ctx context.Context, p swrve.Push) notifier.Result
+}
+
+// Deps are the Retrier's stores and senders. A nil sender leaves its channel's
+// deliveries unclaimed, waiting for a retrier that has one; at least one sender
+// is required. Push and StandalonePush share the swrve channel, so they come
+// together or not at all (one Swrve sender is usually both). Beware typed nils:
+// a nil *webhook.Sender in WebhookSender is not nil.
+type Deps struct {
+	Store          Store
+	Attempts       AttemptStore
+	Webhook        WebhookSender
+	Email          EmailSender
+	Push           PushSender
+	StandalonePush StandalonePushSender
+}
+
+// The ErrorType values of outcomes the Retrier decides without a channel.
+const (
+	// ErrorTypeNotOwned: the client was deleted or no longer watches the sensor.
+	ErrorTypeNotOwned = "NOT_OWNED"
+	// ErrorTypeNoAddress: the client removed the email address or device.
+	ErrorTypeNoAddress = "NO_ADDRESS"
+	// ErrorTypeStore: the client's current address could not be read; retried.
+	ErrorTypeStore = "STORE"
+	// ErrorTypeUnsupported: the delivery carries nothing this retrier can send.
+	ErrorTypeUnsupported = "UNSUPPORTED"
+	// ErrorTypeNoOutcome: the channel returned a result without an outcome; retried.
+	ErrorTypeNoOutcome = "NO_OUTCOME"
+)
+
+// maxErrorLength bounds the error text stored with a delivery and an attempt.
+const maxErrorLength = 1024
+
+// Retrier sends due deliveries. Create it with New and start it with Run.
+type Retrier struct {
+	cfg      Config
+	deps     Deps
+	channels []storage.Channel
+	m        *retrierMetrics
+	logger   *slog.Logger
+
+	busy    atomic.Int64   // attempts in flight
+	workers sync.WaitGroup // attempt goroutines
+	wake    chan struct{}  // asks the claim loop to look again at once
+}
+
+// outcome is one finished attempt on its way to the store.
+type outcome struct {
+	d     storage.Delivery
+	res   notifier.Result
+	state storage.DeliveryState // the state the attempt asks for
+	next  time.Time             // when a RETRY is due
+	at    time.Time             // when the attempt ended
+	since time.Time             // what a SENT delivery's latency counts from
+}
+
+// New returns a Retrier; Run starts it.
+func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) (*Retrier, error) {
+	cfg = cfg.WithDefaults()
+	var errs []error
+	if err := cfg.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if deps.Store == nil {
+		errs = append(errs, errors.New("retrier: Deps.Store is nil"))
+	}
+	if deps.Attempts == nil {
+		errs = append(errs, errors.New("retrier: Deps.Attempts is nil"))
+	}
+	var channels []storage.Channel
+	if deps.Webhook != nil {
+		channels = append(channels, storage.ChannelWebhook)
+	}
+	if deps.Email != nil {
+		channels = append(channels, storage.ChannelEmail)
+	}
+	switch {
+	case deps.Push != nil && deps.StandalonePush != nil:
+		channels = append(channels, storage.ChannelSwrve)
+	case deps.Push != nil:
+		errs = append(errs, errors.New("retrier: Deps.Push without Deps.StandalonePush: standalone pushes would be claimed with no sender"))
+	case deps.StandalonePush != nil:
+		errs = append(errs, errors.New("retrier: Deps.StandalonePush without Deps.Push: sensor pushes would be claimed with no sender"))
+	}
+	if len(channels) == 0 {
+		errs = append(errs, errors.New("retrier: Deps has no sender (Webhook, Email or Push)"))
+	}
+	if reg == nil {
+		errs = append(errs, errors.New("retrier: the Registerer is nil"))
+	}
+	if logger == nil {
+		errs = append(errs, errors.New("retrier: the logger is nil"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	m, err := newRetrierMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Retrier{
+		cfg:      cfg,
+		deps:     deps,
+		channels: channels,
+		m:        m,
+		logger:   logger,
+		wake:     make(chan struct{}, 1),
+	}, nil
+}
+
+// Run delivers until ctx is cancelled, then stops claiming, lets the attempts
+// in flight finish (for up to DrainTimeout), records their outcomes and
+// attempts on a context that is not cancelled, and returns nil. It returns an
+// error only if it cannot start. Run must not be called twice at once.
+func (r *Retrier) Run(ctx context.Context) error {
+	r.logger.InfoContext(ctx, "retrier started", "channels", r.channels, "workers", r.cfg.Workers,
+		"max_attempts", r.cfg.MaxAttempts, "backoff_base", r.cfg.BackoffBase)
+
+	// Attempts run on work, which shutdown does not cancel: they are claimed
+	// already, and an attempt cut short is an attempt wasted.
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+
+	attempts := newAttemptWriter(r.cfg, r.deps.Attempts, r.m, r.logger)
+	go attempts.run(ctx)
+	outcomes := make(chan outcome, r.cfg.Workers)
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		r.finishLoop(ctx, outcomes, attempts)
+	}()
+	var background sync.WaitGroup
+	background.Go(func() { r.every(ctx, r.cfg.LeaseSweepInterval, r.requeueExpired) })
+	background.Go(func() { r.every(ctx, r.cfg.StatsInterval, r.refreshStats) })
+
+	r.claimLoop(ctx, work, outcomes)
+
+	stopCtx := context.WithoutCancel(ctx)
+	r.logger.InfoContext(stopCtx, "retrier stopping: draining attempts in flight", "in_flight", r.busy.Load())
+	drainDeadline := time.AfterFunc(r.cfg.DrainTimeout, cancelWork)
+	r.workers.Wait()
+	drainDeadline.Stop()
+	close(outcomes)
+	<-finished
+	attempts.close()
+	background.Wait()
+	r.logger.InfoContext(stopCtx, "retrier stopped")
+	return nil
+}
+
+// claimLoop claims due deliveries as workers free up, until ctx is cancelled.
+func (r *Retrier) claimLoop(ctx, work context.Context, outcomes chan<- outcome) {
+	poll := time.NewTicker(r.cfg.PollInterval)
+	defer poll.Stop()
+	for ctx.Err() == nil {
+		limit := min(r.cfg.Workers-int(r.busy.Load()), r.cfg.BatchSize)
+		if limit > 0 {
+			n, err := r.claim(ctx, work, limit, outcomes)
+			if err != nil && ctx.Err() == nil {
+				r.m.errors.WithLabelValues("claim").Inc()
+				r.logger.ErrorContext(ctx, "claiming deliveries failed", "err", err)
+			}
+			if err == nil && n == limit {
+				// A full claim: more is probably due. Look again at once, or as
+				// soon as a worker is free.
+				continue
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-poll.C:
+		case <-r.wake:
+		}
+	}
+}
+
+// claim claims up to limit deliveries, reads their targets and starts an
+// attempt for each. It returns how many it claimed.
+func (r *Retrier) claim(ctx, work context.Context, limit int, outcomes chan<- outcome) (int, error) {
+	claimed, err := r.deps.Store.ClaimDeliveries(ctx, r.cfg.Now(), limit, r.cfg.Lease, r.channels...)
+	if err != nil {
+		return 0, err
+	}
+	if len(claimed) == 0 {
+		return 0, nil
+	}
+	ids := make([]string, len(claimed))
+	var pushIDs []string
+	for i, d := range claimed {
+		ids[i] = d.ID
+		if isStandalonePush(d) {
+			pushIDs = append(pushIDs, d.ID)
+		}
+	}
+	// The deliveries are ours now: read their targets even if shutdown begins.
+	tctx, cancel := context.WithTimeout(work, r.cfg.WriteTimeout)
+	targets, targetErr := r.deps.Store.DeliveryTargets(tctx, ids)
+	var (
+		pushes  map[string]storage.PushRequest
+		pushErr error
+	)
+	if targetErr == nil && len(pushIDs) > 0 {
+		pushes, pushErr = r.deps.Store.PushRequests(tctx, pushIDs)
+	}
+	cancel()
+	if targetErr != nil {
+		r.m.errors.WithLabelValues("target").Inc()
+		r.logger.ErrorContext(ctx, "reading delivery targets failed; the claimed deliveries are retried",
+			"deliveries", len(claimed), "err", targetErr)
+	}
+	if pushErr != nil {
+		r.m.errors.WithLabelValues("target").Inc()
+		r.logger.ErrorContext(ctx, "reading standalone pushes failed; the claimed pushes are retried",
+			"pushes", len(pushIDs), "err", pushErr)
+	}
+	for _, d := range claimed {
+		target, found := targets[d.ID]
+		push, isPush := pushes[d.ID]
+		r.busy.Add(1)
+		r.workers.Go(func() {
+			var res notifier.Result
+			start := time.Now()
+			switch {
+			case targetErr != nil:
+				res = notifier.Result{Outcome: notifier.Retry, ErrorType: ErrorTypeStore,
+					Err: fmt.Errorf("reading the client's current address: %w", targetErr)}
+			case pushErr != nil && isStandalonePush(d):
+				res = notifier.Result{Outcome: notifier.Retry, ErrorType: ErrorTypeStore,
+					Err: fmt.Errorf("reading the push: %w", pushErr)}
+			default:
+				actx, cancel := context.WithTimeout(work, r.cfg.AttemptTimeout)
+				if isPush {
+					res = r.sendPush(actx, push)
+				} else {
+					res = r.send(actx, d, target, found)
+				}
+				cancel()
+			}
+			if res.Duration == 0 {
+				res.Duration = time.Since(start)
+			}
+			o := r.settle(d, res)
+			if isPush {
+				// A scheduled push waited for its window on purpose.
+				o.since = push.WindowAt
+			}
+			outcomes <- o
+			if r.busy.Add(-1) == int64(r.cfg.Workers)-1 {
+				r.signalWake() // the pool was full: the claim loop waits for this slot
+			}
+		})
+	}
+	return len(claimed), nil
+}
+
+func (r *Retrier) signalWake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// send makes the attempt on the delivery's channel, after checking that the
+// client still owns the sensor and still has the address.
+func (r *Retrier) send(ctx context.Context, d storage.Delivery, t storage.DeliveryTarget, found bool) notifier.Result {
+	switch {
+	case !found:
+		return failed(ErrorTypeUnsupported, errors.New("the delivery no longer exists"))
+	case d.NotificationID == "":
+		return failed(ErrorTypeUnsupported, fmt.Errorf("%s delivery without a notification: nothing to send", d.Channel))
+	case !t.ClientExists:
+		return failed(ErrorTypeNotOwned, fmt.Errorf("client %s was deleted", d.ClientID))
+	case !t.Owned:
+		return failed(ErrorTypeNotOwned, fmt.Errorf("client %s no longer owns sensor %s", d.ClientID, d.SensorID))
+	}
+	n := notifier.Notification{
+		ID:            d.NotificationID,
+		EventID:       d.EventID,
+		Type:          d.EventType,
+		SensorID:      d.SensorID,
+		SensorAddress: t.SensorAddress,
+		Data:          d.Data,
+		Previous:      d.Previous,
+		At:            d.EventAt,
+		Attempt:       d.Attempts,
+	}
+	switch d.Channel {
+	case storage.ChannelWebhook:
+		if r.deps.Webhook != nil {
+			return r.deps.Webhook.Send(ctx, webhook.Target{URL: t.WebhookURL, Secret: t.Secret}, n)
+		}
+	case storage.ChannelEmail:
+		if t.Email == "" {
+			return failed(ErrorTypeNoAddress, fmt.Errorf("client %s has no email address any more", d.ClientID))
+		}
+		if r.deps.Email != nil {
+			return r.deps.Email.Send(ctx, t.Email, n)
+		}
+	case storage.ChannelSwrve:
+		platform, key, ok := strings.Cut(d.Target, ":")
+		if !ok {
+			return failed(ErrorTypeUnsupported, fmt.Errorf("malformed push target %q", d.Target))
+		}
+		if !t.PushTargetExists {
+			return failed(ErrorTypeNoAddress, fmt.Errorf("client %s no longer has push target %s", d.ClientID, d.Target))
+		}
+		if r.deps.Push != nil {
+			return r.deps.Push.Send(ctx, storage.PushTarget{Platform: storage.Platform(platform), PushKey: key}, n)
+		}
+	}
+	// Unreachable while claims are limited to channels with a sender.
+	return failed(ErrorTypeUnsupported, fmt.Errorf("no sender for channel %q", d.Channel))
+}
+
+// isStandalonePush reports whether d may be a standalone push: a swrve delivery
+// of no sensor event.
+func isStandalonePush(d storage.Delivery) bool {
+	return d.Channel == storage.ChannelSwrve && d.NotificationID == ""
+}
+
+// sendPush makes one attempt of a standalone push.
+func (r *Retrier) sendPush(ctx context.Context, p storage.PushRequest) notifier.Result {
+	if r.deps.StandalonePush == nil {
+		// Unreachable while the swrve channel is claimed only with both senders.
+		return failed(ErrorTypeUnsupported, errors.New("no sender for standalone pushes"))
+	}
+	return r.deps.StandalonePush.Send(ctx, swrve.Push{Platform: p.Platform, MessagePrototypeKey: p.MessagePrototypeKey,
+		PushKey: p.PushKey, Message: p.Message})
+}
+
+func failed(errorType string, err error) notifier.Result {
+	return notifier.Result{Outcome: notifier.Failed, ErrorType: errorType, Err: err}
+}
+
+// settle turns an attempt's result into the state it asks for.
+func (r *Retrier) settle(d storage.Delivery, res notifier.Result) outcome {
+	o := outcome{d: d, res: res, at: r.cfg.Now(), since: d.EventAt}
+	switch res.Outcome {
+	case notifier.Sent:
+		o.state = storage.DeliverySent
+		return o
+	case notifier.Failed:
+		o.state = storage.DeliveryFailed
+		return o
+	case notifier.Retry:
+	default:
+		o.res.ErrorType = ErrorTypeNoOutcome
+		o.res.Err = fmt.Errorf("the %s channel returned no outcome (error: %v)", d.Channel, res.Err)
+	}
+	if d.Attempts >= r.cfg.MaxAttempts {
+		o.state = storage.DeliveryGivenUp
+		return o
+	}
+	o.state = storage.DeliveryRetry
+	o.next = o.at.Add(RetryDelay(d.Attempts, res.RetryAfter, r.cfg.BackoffBase, r.cfg.BackoffMax, r.cfg.Rand))
+	return o
+}
+
+// finishLoop records outcomes in batches as they arrive, until outcomes is
+// closed. Writes run on ctx without its cancellation: the attempts happened.
+func (r *Retrier) finishLoop(ctx context.Context, outcomes <-chan outcome, attempts *attemptWriter) {
+	ctx = context.WithoutCancel(ctx)
+	for first := range outcomes {
+		batch := []outcome{first}
+	collect:
+		for len(batch) < r.cfg.BatchSize {
+			select {
+			case o, ok := <-outcomes:
+				if !ok {
+					break collect
+				}
+				batch = append(batch, o)
+			default:
+				break collect
+			}
+		}
+		r.record(ctx, batch, attempts)
+		// A finished delivery may free the next one of its (client, sensor).
+		r.signalWake()
+	}
+}
+
+// record writes a batch of outcomes to the outbox, then to the attempt history
+// and the metrics.
+func (r *Retrier) record(ctx context.Context, batch []outcome, attempts *attemptWriter) {
+	finishes := make([]storage.DeliveryFinish, len(batch))
+	for i, o := range batch {
+		finishes[i] = storage.DeliveryFinish{
+			ID:            o.d.ID,
+			Attempt:       o.d.Attempts,
+			State:         o.state,
+			NextAttemptAt: o.next,
+			Error:         errorText(o.res.Err),
+			HTTPStatus:    o.res.HTTPStatus,
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+	done, err := r.deps.Store.FinishDeliveries(wctx, finishes)
+	cancel()
+	if err != nil {
+		r.m.errors.WithLabelValues("finish").Inc()
+		r.logger.ErrorContext(ctx, "recording delivery outcomes failed; the deliveries are retried when their lease runs out",
+			"deliveries", len(batch), "err", err)
+	}
+	states := make(map[string]storage.DeliveryState, len(done))
+	for _, f := range done {
+		states[f.ID] = f.State
+	}
+	for _, o := range batch {
+		status, recorded := states[o.d.ID]
+		switch {
+		case recorded:
+			r.m.deliveries.WithLabelValues(string(o.d.Channel), strings.ToLower(string(status))).Inc()
+			if status == storage.DeliverySent {
+				r.m.latency.WithLabelValues(string(o.d.Channel)).Observe(max(o.at.Sub(o.since), 0).Seconds())
+			}
+		case err == nil:
+			r.m.fenced.Inc()
+			r.logger.WarnContext(ctx, "delivery outcome not recorded: its lease ran out and it moved on",
+				"delivery_id", o.d.ID, "attempt", o.d.Attempts, "outcome", o.state)
+			status = o.state
+		default:
+			status = o.state
+		}
+		r.m.attempts.WithLabelValues(string(o.d.Channel), cmp.Or(o.res.ErrorType, "none")).Inc()
+		r.logger.DebugContext(ctx, "delivery attempt", "delivery_id", o.d.ID, "channel", o.d.Channel,
+			"attempt", o.d.Attempts, "status", status, "http_status", o.res.HTTPStatus, "err", o.res.Err)
+		attempts.add(storage.DeliveryAttempt{
+			DeliveryID: o.d.ID,
+			ClientID:   o.d.ClientID,
+			SensorID:   o.d.SensorID,
+			EventID:    o.d.EventID,
+			Channel:    o.d.Channel,
+			Attempt:    o.d.Attempts,
+			Status:     status,
+			HTTPStatus: o.res.HTTPStatus,
+			ErrorType:  o.res.ErrorType,
+			Error:      errorText(o.res.Err),
+			Duration:   o.res.Duration,
+			At:         o.at,
+		})
+	}
+}
+
+func errorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	s := strings.ToValidUTF8(err.Error(), "?")
+	if len(s) > maxErrorLength {
+		s = strings.ToValidUTF8(s[:maxErrorLength], "") + "…"
+	}
+	return s
+}
+
+// every calls fn at once and then every interval until ctx is cancelled.
+func (r *Retrier) every(ctx context.Context, interval time.Duration, fn func(context.Context)) {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		fn(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// requeueExpired puts deliveries whose retrier died back to PENDING.
+func (r *Retrier) requeueExpired(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+	defer cancel()
+	requeued, err := r.deps.Store.RequeueExpiredLeases(ctx, r.cfg.Now())
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			r.m.errors.WithLabelValues("requeue").Inc()
+			r.logger.ErrorContext(ctx, "requeueing expired leases failed", "err", err)
+		}
+		return
+	}
+	for _, d := range requeued {
+		if d.State == storage.DeliverySuperseded {
+			r.m.deliveries.WithLabelValues(string(d.Channel), "superseded").Inc()
+		} else {
+			r.m.requeued.Inc()
+		}
+	}
+	if len(requeued) > 0 {
+		r.logger.WarnContext(ctx, "deliveries whose lease ran out were requeued", "deliveries", len(requeued))
+		r.signalWake()
+	}
+}
+
+// refreshStats updates the outbox gauges.
+func (r *Retrier) refreshStats(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+	defer cancel()
+	now := r.cfg.Now()
+	stats, err := r.deps.Store.OutboxStats(ctx, now)
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			r.m.errors.WithLabelValues("stats").Inc()
+			r.logger.ErrorContext(ctx, "reading outbox stats failed", "err", err)
+		}
+		return
+	}
+	for state, n := range stats.Depth {
+		r.m.depth.WithLabelValues(string(state)).Set(float64(n))
+	}
+	oldest := 0.0
+	if !stats.OldestDue.IsZero() {
+		oldest = max(now.Sub(stats.OldestDue).Seconds(), 0)
+	}
+	r.m.oldestDue.Set(oldest)
+}

@@ -1,0 +1,261 @@
+package storage
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// clientColumns are selected by every client query, in scanClient's order; the secret
+// is left out and read only where it may be shown.
+const clientColumns = `c.id::text, c.name, c.webhook_url, coalesce(c.email, ''), c.created_at, c.updated_at,
+	(SELECT coalesce(json_agg(json_build_object('platform', t.platform, 'push_key', t.push_key)
+	                          ORDER BY t.platform, t.push_key), '[]')
+	   FROM push_targets t WHERE t.client_id = c.id)`
+
+func scanClient(row pgx.Row) (Client, error) {
+	var (
+		c       Client
+		targets []byte
+	)
+	if err := row.Scan(&c.ID, &c.Name, &c.WebhookURL, &c.Email, &c.CreatedAt, &c.UpdatedAt, &targets); err != nil {
+		return Client{}, err
+	}
+	var decoded []struct {
+		Platform Platform `json:"platform"`
+		PushKey  string   `json:"push_key"`
+	}
+	if err := json.Unmarshal(targets, &decoded); err != nil {
+		return Client{}, fmt.Errorf("decoding push targets: %w", err)
+	}
+	c.PushTargets = make([]PushTarget, 0, len(decoded))
+	for _, t := range decoded {
+		c.PushTargets = append(c.PushTargets, PushTarget{Platform: t.Platform, PushKey: t.PushKey})
+	}
+	return c, nil
+}
+
+// CreateClient stores a new client with a fresh time-ordered id and returns it,
+// secret included.
+func (p *Postgres) CreateClient(ctx context.Context, c Client) (Client, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Client{}, fmt.Errorf("creating client id: %w", err)
+	}
+	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx,
+			`INSERT INTO clients (id, name, webhook_url, email, secret) VALUES ($1, $2, $3, nullif($4, ''), $5)`,
+			id, c.Name, c.WebhookURL, c.Email, c.Secret); err != nil {
+			return mapError(err)
+		}
+		return replacePushTargets(ctx, tx, id.String(), c.PushTargets)
+	})
+	if err != nil {
+		return Client{}, fmt.Errorf("creating client: %w", err)
+	}
+	created, err := p.GetClient(ctx, id.String())
+	if err != nil {
+		return Client{}, err
+	}
+	created.Secret = c.Secret
+	return created, nil
+}
+
+func replacePushTargets(ctx context.Context, tx pgx.Tx, clientID string, targets []PushTarget) error {
+	if _, err := tx.Exec(ctx, `DELETE FROM push_targets WHERE client_id = $1`, clientID); err != nil {
+		return fmt.Errorf("replacing push targets: %w", err)
+	}
+	if len(targets) == 0 {
+		return nil
+	}
+	platforms := make([]string, len(targets))
+	keys := make([]string, len(targets))
+	for i, t := range targets {
+		platforms[i], keys[i] = string(t.Platform), t.PushKey
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO push_targets (client_id, platform, push_key)
+		SELECT $1, platform, push_key FROM unnest($2::text[], $3::text[]) AS t (platform, push_key)
+		ON CONFLICT DO NOTHING`, clientID, platforms, keys)
+	if err != nil {
+		return fmt.Errorf("storing push targets: %w", mapError(err))
+	}
+	return nil
+}
+
+// GetClient returns the client without its secret, or ErrNotFound.
+func (p *Postgres) GetClient(ctx context.Context, id string) (Client, error) {
+	if uuid.Validate(id) != nil {
+		return Client{}, fmt.Errorf("getting client %s: %w", id, ErrNotFound)
+	}
+	c, err := scanClient(p.pool.QueryRow(ctx, `SELECT `+clientColumns+` FROM clients c WHERE c.id = $1`, id))
+	if err != nil {
+		return Client{}, fmt.Errorf("getting client %s: %w", id, mapError(err))
+	}
+	return c, nil
+}
+
+// ListClients returns up to page.Limit clients ordered by id (creation order), after
+// page.After.
+func (p *Postgres) ListClients(ctx context.Context, page Page) ([]Client, error) {
+	after := page.After
+	if after == "" {
+		after = uuid.Nil.String()
+	} else if uuid.Validate(after) != nil {
+		return nil, fmt.Errorf("listing clients after %q: not a client id", after)
+	}
+	rows, err := p.pool.Query(ctx,
+		`SELECT `+clientColumns+` FROM clients c WHERE c.id > $1 ORDER BY c.id LIMIT $2`, after, page.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing clients: %w", err)
+	}
+	clients, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Client, error) { return scanClient(row) })
+	if err != nil {
+		return nil, fmt.Errorf("listing clients: %w", err)
+	}
+	return clients, nil
+}
+
+// UpdateClient changes the fields set in u and returns the client as it is now.
+func (p *Postgres) UpdateClient(ctx context.Context, id string, u ClientUpdate) (Client, error) {
+	if uuid.Validate(id) != nil {
+		return Client{}, fmt.Errorf("updating client %s: %w", id, ErrNotFound)
+	}
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+			UPDATE clients SET
+				name = coalesce($2, name),
+				webhook_url = coalesce($3, webhook_url),
+				email = CASE WHEN $4::text IS NULL THEN email ELSE nullif($4, '') END,
+				updated_at = now()
+			WHERE id = $1`, id, u.Name, u.WebhookURL, u.Email)
+		if err != nil {
+			return mapError(err)
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrNotFound
+		}
+		if u.PushTargets != nil {
+			return replacePushTargets(ctx, tx, id, *u.PushTargets)
+		}
+		return nil
+	})
+	if err != nil {
+		return Client{}, fmt.Errorf("updating client %s: %w", id, err)
+	}
+	return p.GetClient(ctx, id)
+}
+
+// RotateClientSecret replaces the client's webhook signing secret.
+func (p *Postgres) RotateClientSecret(ctx context.Context, id, secret string) (Client, error) {
+	if uuid.Validate(id) != nil {
+		return Client{}, fmt.Errorf("rotating secret of client %s: %w", id, ErrNotFound)
+	}
+	tag, err := p.pool.Exec(ctx, `UPDATE clients SET secret = $2, updated_at = now() WHERE id = $1`, id, secret)
+	if err != nil {
+		return Client{}, fmt.Errorf("rotating secret of client %s: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return Client{}, fmt.Errorf("rotating secret of client %s: %w", id, ErrNotFound)
+	}
+	c, err := p.GetClient(ctx, id)
+	if err != nil {
+		return Client{}, err
+	}
+	c.Secret = secret
+	return c, nil
+}
+
+// DeleteClient removes the client, its push targets and its links.
+func (p *Postgres) DeleteClient(ctx context.Context, id string) error {
+	if uuid.Validate(id) != nil {
+		return fmt.Errorf("deleting client %s: %w", id, ErrNotFound)
+	}
+	tag, err := p.pool.Exec(ctx, `DELETE FROM clients WHERE id = $1`, id)
+	if err != nil {
+		return fmt.Errorf("deleting client %s: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("deleting client %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// LinkSensor makes the client watch the sensor; linking twice is not an error. It
+// returns ErrNotFound when either does not exist.
+func (p *Postgres) LinkSensor(ctx context.Context, clientID, sensorID string) error {
+	if uuid.Validate(clientID) != nil {
+		return fmt.Errorf("linking client %s: %w", clientID, ErrNotFound)
+	}
+	_, err := p.pool.Exec(ctx,
+		`INSERT INTO client_sensors (client_id, sensor_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+		clientID, sensorID)
+	if err != nil {
+		return fmt.Errorf("linking client %s to sensor %s: %w", clientID, sensorID, mapError(err))
+	}
+	return nil
+}
+
+// UnlinkSensor stops the client watching the sensor, or returns ErrNotFound when it
+// did not.
+func (p *Postgres) UnlinkSensor(ctx context.Context, clientID, sensorID string) error {
+	if uuid.Validate(clientID) != nil {
+		return fmt.Errorf("unlinking client %s: %w", clientID, ErrNotFound)
+	}
+	tag, err := p.pool.Exec(ctx,
+		`DELETE FROM client_sensors WHERE client_id = $1 AND sensor_id = $2`, clientID, sensorID)
+	if err != nil {
+		return fmt.Errorf("unlinking client %s from sensor %s: %w", clientID, sensorID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("unlinking client %s from sensor %s: %w", clientID, sensorID, ErrNotFound)
+	}
+	return nil
+}
+
+// ListClientSensors returns a page of the sensors the client watches, ordered by id.
+// It returns ErrNotFound when the client does not exist.
+func (p *Postgres) ListClientSensors(ctx context.Context, clientID string, page Page) ([]Sensor, error) {
+	if _, err := p.GetClient(ctx, clientID); err != nil {
+		return nil, err
+	}
+	rows, err := p.pool.Query(ctx, `SELECT `+sensorColumns+` `+sensorFrom+`
+		JOIN client_sensors l ON l.sensor_id = s.id
+		WHERE l.client_id = $1 AND s.id > $2 ORDER BY s.id LIMIT $3`, clientID, page.After, page.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing sensors of client %s: %w", clientID, err)
+	}
+	sensors, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Sensor, error) { return scanSensor(row) })
+	if err != nil {
+		return nil, fmt.Errorf("listing sensors of client %s: %w", clientID, err)
+	}
+	return sensors, nil
+}
+
+// ListSensorClients returns a page of the clients watching the sensor, ordered by id.
+// It returns ErrNotFound when the sensor does not exist.
+func (p *Postgres) ListSensorClients(ctx context.Context, sensorID string, page Page) ([]Client, error) {
+	if _, err := p.GetSensor(ctx, sensorID); err != nil {
+		return nil, err
+	}
+	after := page.After
+	if after == "" {
+		after = uuid.Nil.String()
+	} else if uuid.Validate(after) != nil {
+		return nil, fmt.Errorf("listing clients after %q: not a client id", after)
+	}
+	rows, err := p.pool.Query(ctx, `SELECT `+clientColumns+` FROM clients c
+		JOIN client_sensors l ON l.client_id = c.id
+		WHERE l.sensor_id = $1 AND c.id > $2 ORDER BY c.id LIMIT $3`, sensorID, after, page.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing clients of sensor %s: %w", sensorID, err)
+	}
+	clients, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Client, error) { return scanClient(row) })
+	if err != nil {
+		return nil, fmt.Errorf("listing clients of sensor %s: %w", sensorID, err)
+	}
+	return clients, nil
+}

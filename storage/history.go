@@ -1,0 +1,177 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// HistoryReading is one valid reading as the history keeps it.
+type HistoryReading struct {
+	SensorID string
+	Data     int
+	// TS is the device's time; zero when the reading carried none, stored as
+	// 1970-01-01 00:00:00 (the column is not nullable).
+	TS time.Time
+	// ReceivedAt is the reading's Kafka timestamp (server receive time).
+	ReceivedAt time.Time
+	// Partition and Offset locate the reading in the readings topic; with
+	// ReceivedAt they make a replayed reading collapse onto the first copy.
+	Partition int32
+	Offset    int64
+}
+
+// HistoryEvent is one event as the history keeps it.
+type HistoryEvent struct {
+	ID       string
+	Type     string
+	SensorID string
+	// Data and Previous are nil where the event has none.
+	Data     *int
+	Previous *int
+	At       time.Time
+}
+
+// InsertReadings writes rows into readings in one batch. ClickHouse keeps
+// seconds: times are truncated.
+func (c *ClickHouse) InsertReadings(ctx context.Context, rows []HistoryReading) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	// The batch API is the only INSERT path that works on ClickHouse 18.16.
+	// Whole columns are appended at once: a row at a time costs the client a
+	// type switch and conversion per value.
+	var (
+		ids        = make([]string, len(rows))
+		data       = make([]uint8, len(rows))
+		ts         = make([]time.Time, len(rows))
+		receivedAt = make([]time.Time, len(rows))
+		partitions = make([]int32, len(rows))
+		offsets    = make([]int64, len(rows))
+		epoch      = time.Unix(0, 0)
+	)
+	for i, r := range rows {
+		ids[i], data[i], ts[i], receivedAt[i], partitions[i], offsets[i] =
+			r.SensorID, uint8(r.Data), r.TS, r.ReceivedAt, r.Partition, r.Offset
+		if r.TS.IsZero() {
+			ts[i] = epoch
+		}
+	}
+	return c.insertColumns(ctx, "readings",
+		`INSERT INTO readings (sensor_id, data, ts, received_at, kafka_partition, kafka_offset)`,
+		len(rows), ids, data, ts, receivedAt, partitions, offsets)
+}
+
+// InsertEvents writes rows into events in one batch. Replays are harmless: the
+// table collapses rows with the same id.
+func (c *ClickHouse) InsertEvents(ctx context.Context, rows []HistoryEvent) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	var (
+		ids, types, sensors = make([]string, len(rows)), make([]string, len(rows)), make([]string, len(rows))
+		data, previous      = make([]*int8, len(rows)), make([]*int8, len(rows))
+		at                  = make([]time.Time, len(rows))
+	)
+	for i, e := range rows {
+		ids[i], types[i], sensors[i], data[i], previous[i], at[i] =
+			e.ID, e.Type, e.SensorID, int8Ptr(e.Data), int8Ptr(e.Previous), e.At
+	}
+	return c.insertColumns(ctx, "events", `INSERT INTO events (id, type, sensor_id, data, previous, at)`,
+		len(rows), ids, types, sensors, data, previous, at)
+}
+
+// insertColumns sends one batch of rows rows to table, a slice per column in
+// the order of the insert's column list.
+func (c *ClickHouse) insertColumns(ctx context.Context, table, insert string, rows int, columns ...any) error {
+	batch, err := c.conn.PrepareBatch(ctx, insert)
+	if err != nil {
+		return fmt.Errorf("preparing %s insert: %w", table, err)
+	}
+	defer func() { _ = batch.Abort() }()
+	for i, values := range columns {
+		if err := batch.Column(i).Append(values); err != nil {
+			return fmt.Errorf("appending column %d of %s: %w", i, table, err)
+		}
+	}
+	if err := batch.Send(); err != nil {
+		return fmt.Errorf("inserting %d rows into %s: %w", rows, table, err)
+	}
+	return nil
+}
+
+func int8Ptr(v *int) *int8 {
+	if v == nil {
+		return nil
+	}
+	i := int8(*v)
+	return &i
+}
+
+// AllReadings returns every reading after deduplication (SELECT … FINAL), ordered
+// by partition and offset. It reads the whole table: for tests and audits of small
+// databases, not for serving.
+func (c *ClickHouse) AllReadings(ctx context.Context) ([]HistoryReading, error) {
+	rows, err := c.conn.Query(ctx, `
+		SELECT sensor_id, data, ts, received_at, kafka_partition, kafka_offset
+		FROM readings FINAL ORDER BY kafka_partition, kafka_offset`)
+	if err != nil {
+		return nil, fmt.Errorf("reading all readings: %w", err)
+	}
+	defer rows.Close()
+	var out []HistoryReading
+	for rows.Next() {
+		var (
+			r    HistoryReading
+			data uint8
+		)
+		if err := rows.Scan(&r.SensorID, &data, &r.TS, &r.ReceivedAt, &r.Partition, &r.Offset); err != nil {
+			return nil, fmt.Errorf("reading all readings: %w", err)
+		}
+		r.Data = int(data)
+		if r.TS.Unix() == 0 {
+			r.TS = time.Time{}
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading all readings: %w", err)
+	}
+	return out, nil
+}
+
+// AllEvents returns every event after deduplication (SELECT … FINAL), ordered by
+// sensor, time and id. It reads the whole table: for tests and audits of small
+// databases, not for serving.
+func (c *ClickHouse) AllEvents(ctx context.Context) ([]HistoryEvent, error) {
+	rows, err := c.conn.Query(ctx, `
+		SELECT id, type, sensor_id, data, previous, at FROM events FINAL ORDER BY sensor_id, at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("reading all events: %w", err)
+	}
+	defer rows.Close()
+	var out []HistoryEvent
+	for rows.Next() {
+		var (
+			e              HistoryEvent
+			data, previous *int8
+		)
+		if err := rows.Scan(&e.ID, &e.Type, &e.SensorID, &data, &previous, &e.At); err != nil {
+			return nil, fmt.Errorf("reading all events: %w", err)
+		}
+		e.Data, e.Previous = intPtr(data), intPtr(previous)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading all events: %w", err)
+	}
+	return out, nil
+}
+
+func intPtr(v *int8) *int {
+	if v == nil {
+		return nil
+	}
+	i := int(*v)
+	return &i
+}

@@ -1,0 +1,737 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Channel is the way a delivery reaches its client.
+type Channel string
+
+// The delivery channels.
+const (
+	ChannelWebhook Channel = "webhook"
+	ChannelEmail   Channel = "email"
+	ChannelSwrve   Channel = "swrve"
+)
+
+// DeliveryState is where a delivery is in its life; DESIGN.md "Delivery states".
+type DeliveryState string
+
+// The delivery states.
+const (
+	// DeliveryScheduled waits for its window; it is due at NextAttemptAt.
+	DeliveryScheduled DeliveryState = "SCHEDULED"
+	// DeliveryPending is due at NextAttemptAt and not taken yet.
+	DeliveryPending DeliveryState = "PENDING"
+	// DeliveryInFlight is claimed by a retrier until LeasedUntil.
+	DeliveryInFlight DeliveryState = "IN_FLIGHT"
+	// DeliveryRetry failed retryably and is due again at NextAttemptAt.
+	DeliveryRetry DeliveryState = "RETRY"
+	// DeliverySent was accepted by the receiver.
+	DeliverySent DeliveryState = "SENT"
+	// DeliveryFailed failed in a way another attempt would not fix.
+	DeliveryFailed DeliveryState = "FAILED"
+	// DeliveryGivenUp ran out of attempts.
+	DeliveryGivenUp DeliveryState = "GIVEN_UP"
+	// DeliverySuperseded was made moot by a newer state of the same sensor.
+	DeliverySuperseded DeliveryState = "SUPERSEDED"
+)
+
+// Valid reports whether s is one of the known states.
+func (s DeliveryState) Valid() bool {
+	switch s {
+	case DeliveryScheduled, DeliveryPending, DeliveryInFlight, DeliveryRetry,
+		DeliverySent, DeliveryFailed, DeliveryGivenUp, DeliverySuperseded:
+		return true
+	}
+	return false
+}
+
+// eventTypeStateChanged is the only event type that supersedes older notifications.
+const eventTypeStateChanged = "state_changed"
+
+// supersededError is the last_error of a superseded delivery.
+const supersededError = "superseded by a newer state_changed of the same sensor"
+
+// NotificationInput is one event for the fan-out to notify its sensor's clients of.
+type NotificationInput struct {
+	// EventID is the event's deterministic id; a replayed event creates nothing.
+	EventID  string
+	Type     string
+	SensorID string
+	// Data and Previous are nil where the event has none.
+	Data     *int
+	Previous *int
+	// At is when the event happened; it orders a sensor's notifications.
+	At time.Time
+}
+
+// NotificationsCreated counts what CreateNotifications did.
+type NotificationsCreated struct {
+	// Notifications is the number of new notification rows (replays add none).
+	Notifications int
+	// Deliveries counts new deliveries by channel.
+	Deliveries map[Channel]int
+	// Superseded counts older undelivered state_changed deliveries made moot, by
+	// channel.
+	Superseded map[Channel]int
+}
+
+// Delivery is one channel's job of delivering one notification, with the event it
+// is about.
+type Delivery struct {
+	ID string
+	// NotificationID, ClientID, SensorID and the event fields are empty for
+	// deliveries that belong to no sensor event.
+	NotificationID string
+	ClientID       string
+	SensorID       string
+	Channel        Channel
+	// Target is the device ("IOS:<push key>") for swrve, empty otherwise.
+	Target   string
+	State    DeliveryState
+	Attempts int
+	// NextAttemptAt is when a SCHEDULED, PENDING or RETRY delivery is due.
+	NextAttemptAt time.Time
+	// LeasedUntil is when an IN_FLIGHT delivery's claim runs out; zero otherwise.
+	LeasedUntil    time.Time
+	LastError      string
+	LastHTTPStatus int
+	EventID        string
+	EventType      string
+	Data           *int
+	Previous       *int
+	EventAt        time.Time
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+// deliveryColumns are selected by every delivery query (d = deliveries, n =
+// notifications, LEFT JOINed), in scanDelivery's order.
+const deliveryColumns = `d.id::text, coalesce(d.notification_id::text, ''), coalesce(d.client_id::text, ''),
+	coalesce(d.sensor_id, ''), d.channel, d.target, d.state, d.attempts, d.next_attempt_at, d.leased_until,
+	d.last_error, coalesce(d.last_http_status, 0), coalesce(n.event_id, ''), coalesce(d.event_type, ''),
+	n.data, n.previous, d.event_at, d.created_at, d.updated_at`
+
+func scanDelivery(row pgx.Row) (Delivery, error) {
+	var (
+		d              Delivery
+		leased         *time.Time
+		data, previous *int16
+	)
+	err := row.Scan(&d.ID, &d.NotificationID, &d.ClientID, &d.SensorID, &d.Channel, &d.Target, &d.State,
+		&d.Attempts, &d.NextAttemptAt, &leased, &d.LastError, &d.LastHTTPStatus, &d.EventID, &d.EventType,
+		&data, &previous, &d.EventAt, &d.CreatedAt, &d.UpdatedAt)
+	if err != nil {
+		return Delivery{}, err
+	}
+	if leased != nil {
+		d.LeasedUntil = *leased
+	}
+	d.Data, d.Previous = outboxIntPtr(data), outboxIntPtr(previous)
+	return d, nil
+}
+
+func collectDeliveries(rows pgx.Rows) ([]Delivery, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Delivery, error) { return scanDelivery(row) })
+}
+
+func outboxIntPtr(v *int16) *int {
+	if v == nil {
+		return nil
+	}
+	i := int(*v)
+	return &i
+}
+
+func outboxInt16Ptr(v *int) *int16 {
+	if v == nil {
+		return nil
+	}
+	i := int16(*v)
+	return &i
+}
+
+// CreateNotifications fans a batch of events out in one transaction: for every
+// client linked to an event's sensor, one notification and one PENDING delivery
+// per channel the client has (webhook always, email when it has an address, swrve
+// per push target). It is idempotent: an (event, client) notified before creates
+// nothing. For every new state_changed delivery, the same (client, sensor,
+// channel, target)'s older state_changed deliveries that are not sent or being
+// sent (SCHEDULED, PENDING, RETRY) become SUPERSEDED; an IN_FLIGHT one is
+// superseded by FinishDeliveries if its attempt does not succeed. Events
+// repeated within the batch count once.
+func (p *Postgres) CreateNotifications(ctx context.Context, events []NotificationInput) (NotificationsCreated, error) {
+	created := NotificationsCreated{Deliveries: map[Channel]int{}, Superseded: map[Channel]int{}}
+	if len(events) == 0 {
+		return created, nil
+	}
+	var (
+		seen     = make(map[string]bool, len(events))
+		ids      = make([]string, 0, len(events))
+		types    = make([]string, 0, len(events))
+		sensors  = make([]string, 0, len(events))
+		data     = make([]*int16, 0, len(events))
+		previous = make([]*int16, 0, len(events))
+		times    = make([]time.Time, 0, len(events))
+	)
+	for _, e := range events {
+		if seen[e.EventID] {
+			continue
+		}
+		seen[e.EventID] = true
+		ids = append(ids, e.EventID)
+		types = append(types, e.Type)
+		sensors = append(sensors, e.SensorID)
+		data = append(data, outboxInt16Ptr(e.Data))
+		previous = append(previous, outboxInt16Ptr(e.Previous))
+		times = append(times, e.At)
+	}
+
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			WITH ev AS (
+				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::int2[], $6::timestamptz[])
+					WITH ORDINALITY AS e (event_id, type, sensor_id, data, previous, at, ord)
+			), n AS (
+				INSERT INTO notifications (id, event_id, client_id, sensor_id, type, data, previous, event_at)
+				SELECT lockstream_uuid_v7(), ev.event_id, cs.client_id, ev.sensor_id, ev.type, ev.data, ev.previous, ev.at
+				FROM ev JOIN client_sensors cs ON cs.sensor_id = ev.sensor_id
+				ON CONFLICT (event_id, client_id) DO NOTHING
+				RETURNING id, event_id, client_id, sensor_id, type, event_at
+			), d AS (
+				INSERT INTO deliveries (id, notification_id, client_id, sensor_id, event_type, channel, target,
+				                        state, next_attempt_at, event_at)
+				SELECT lockstream_uuid_v7(), n.id, n.client_id, n.sensor_id, n.type, ch.channel, ch.target,
+				       'PENDING', now(), n.event_at
+				FROM n JOIN ev ON ev.event_id = n.event_id JOIN clients c ON c.id = n.client_id
+				CROSS JOIN LATERAL (
+					SELECT 'webhook'::text, ''::text
+					UNION ALL SELECT 'email', '' WHERE c.email IS NOT NULL
+					UNION ALL SELECT 'swrve', t.platform || ':' || t.push_key FROM push_targets t WHERE t.client_id = c.id
+				) AS ch (channel, target)
+				-- Inserted in the events' order, so seq (the column default) follows it.
+				ORDER BY ev.ord
+				ON CONFLICT (notification_id, channel, target) DO NOTHING
+				RETURNING client_id, sensor_id, event_type, channel, target, event_at
+			)
+			SELECT (SELECT count(*) FROM n), client_id::text, sensor_id, event_type, channel, target, event_at FROM d`,
+			ids, types, sensors, data, previous, times)
+		if err != nil {
+			return fmt.Errorf("inserting notifications: %w", err)
+		}
+		type key struct{ client, sensor, channel, target string }
+		newest := map[key]time.Time{}
+		for rows.Next() {
+			var (
+				k         key
+				eventType string
+				at        time.Time
+				count     int
+			)
+			if err := rows.Scan(&count, &k.client, &k.sensor, &eventType, &k.channel, &k.target, &at); err != nil {
+				rows.Close()
+				return fmt.Errorf("inserting notifications: %w", err)
+			}
+			created.Notifications = count
+			created.Deliveries[Channel(k.channel)]++
+			if eventType == eventTypeStateChanged && at.After(newest[k]) {
+				newest[k] = at
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("inserting notifications: %w", err)
+		}
+		if len(newest) == 0 {
+			return nil
+		}
+
+		var clients, sensorIDs, channels, targets []string
+		var ats []time.Time
+		for k, at := range newest {
+			clients = append(clients, k.client)
+			sensorIDs = append(sensorIDs, k.sensor)
+			channels = append(channels, k.channel)
+			targets = append(targets, k.target)
+			ats = append(ats, at)
+		}
+		rows, err = tx.Query(ctx, `
+			UPDATE deliveries d
+			SET state = 'SUPERSEDED', last_error = $6, updated_at = now()
+			FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::timestamptz[])
+				AS k (client_id, sensor_id, channel, target, newest)
+			WHERE d.client_id = k.client_id AND d.sensor_id = k.sensor_id
+			  AND d.channel = k.channel AND d.target = k.target
+			  AND d.state IN ('SCHEDULED', 'PENDING', 'RETRY')
+			  AND d.event_type = 'state_changed' AND d.event_at < k.newest
+			RETURNING d.channel`,
+			clients, sensorIDs, channels, targets, ats, supersededError)
+		if err != nil {
+			return fmt.Errorf("superseding older deliveries: %w", err)
+		}
+		superseded, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("superseding older deliveries: %w", err)
+		}
+		for _, ch := range superseded {
+			created.Superseded[Channel(ch)]++
+		}
+		return nil
+	})
+	if err != nil {
+		return NotificationsCreated{}, fmt.Errorf("creating notifications for %d events: %w", len(ids), err)
+	}
+	return created, nil
+}
+
+// ClaimDeliveries takes up to limit due deliveries (SCHEDULED, PENDING or RETRY
+// with NextAttemptAt at or before now), oldest due first, for this caller alone:
+// they become IN_FLIGHT until now+lease with Attempts one higher. Rows another
+// claimer holds are skipped, not waited for, so any number of retriers share the
+// outbox. With channels given, only deliveries on those channels are claimed.
+//
+// Deliveries of one (client, sensor, channel, target) go out in event order: a
+// delivery is not claimed while an older one of the same key is PENDING, RETRY or
+// IN_FLIGHT (even one not due yet), so a retrying delivery holds back the newer
+// ones behind it. The check reads the small index of open deliveries.
+func (p *Postgres) ClaimDeliveries(ctx context.Context, now time.Time, limit int, lease time.Duration, channels ...Channel) ([]Delivery, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	var channelFilter []string
+	for _, c := range channels {
+		channelFilter = append(channelFilter, string(c))
+	}
+	rows, err := p.pool.Query(ctx, `
+		WITH due AS (
+			SELECT d.id, d.notification_id
+			FROM deliveries d
+			WHERE d.state IN ('SCHEDULED', 'PENDING', 'RETRY') AND d.next_attempt_at <= $1
+			  AND ($4::text[] IS NULL OR d.channel = ANY ($4::text[]))
+			  AND NOT EXISTS (
+				SELECT 1 FROM deliveries o
+				WHERE o.client_id = d.client_id AND o.sensor_id = d.sensor_id
+				  AND o.channel = d.channel AND o.target = d.target
+				  AND o.state IN ('PENDING', 'RETRY', 'IN_FLIGHT')
+				  AND (o.event_at, o.seq) < (d.event_at, d.seq))
+			ORDER BY d.next_attempt_at
+			LIMIT $2
+			FOR UPDATE OF d SKIP LOCKED
+		)
+		UPDATE deliveries d
+		SET state = 'IN_FLIGHT', attempts = d.attempts + 1, leased_until = $1::timestamptz + $3::interval,
+		    updated_at = now()
+		FROM due LEFT JOIN notifications n ON n.id = due.notification_id
+		WHERE d.id = due.id
+		RETURNING `+deliveryColumns,
+		now, limit, lease, channelFilter)
+	if err != nil {
+		return nil, fmt.Errorf("claiming deliveries: %w", err)
+	}
+	claimed, err := collectDeliveries(rows)
+	if err != nil {
+		return nil, fmt.Errorf("claiming deliveries: %w", err)
+	}
+	// RETURNING has no ORDER BY: hand them out oldest due first, as claimed.
+	slices.SortFunc(claimed, func(a, b Delivery) int { return a.NextAttemptAt.Compare(b.NextAttemptAt) })
+	return claimed, nil
+}
+
+// DeliveryFinish is the outcome of one attempt of a claimed delivery.
+type DeliveryFinish struct {
+	ID string
+	// Attempt is the delivery's Attempts as claimed. It fences off late results:
+	// an outcome is recorded only while the delivery still carries this attempt
+	// number and is IN_FLIGHT (or PENDING again after its lease ran out and
+	// nobody claimed it since).
+	Attempt int
+	// State is SENT, RETRY, FAILED or GIVEN_UP.
+	State DeliveryState
+	// NextAttemptAt is when a RETRY is due.
+	NextAttemptAt time.Time
+	// Error says why the attempt did not succeed; empty for SENT.
+	Error string
+	// HTTPStatus is the receiver's answer; 0 if none.
+	HTTPStatus int
+}
+
+// FinishedDelivery is the state a finished or requeued delivery was left in.
+type FinishedDelivery struct {
+	ID      string
+	Channel Channel
+	State   DeliveryState
+}
+
+// FinishDeliveries records the outcomes of attempts in one statement and returns
+// the state each recorded delivery is in now; outcomes fenced off (see
+// DeliveryFinish.Attempt) are left out. A RETRY or GIVEN_UP state_changed delivery
+// becomes SUPERSEDED instead when a newer state_changed of the same (client,
+// sensor, channel, target) is waiting behind it.
+func (p *Postgres) FinishDeliveries(ctx context.Context, finishes []DeliveryFinish) ([]FinishedDelivery, error) {
+	if len(finishes) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(finishes))
+	attempts := make([]int32, len(finishes))
+	states := make([]string, len(finishes))
+	next := make([]*time.Time, len(finishes))
+	errs := make([]string, len(finishes))
+	statuses := make([]int32, len(finishes))
+	for i, f := range finishes {
+		switch f.State {
+		case DeliverySent, DeliveryRetry, DeliveryFailed, DeliveryGivenUp:
+		default:
+			return nil, fmt.Errorf("finishing delivery %s: cannot finish as %q", f.ID, f.State)
+		}
+		if uuid.Validate(f.ID) != nil {
+			return nil, fmt.Errorf("finishing delivery %s: %w", f.ID, ErrNotFound)
+		}
+		if f.State == DeliveryRetry {
+			next[i] = &finishes[i].NextAttemptAt
+		}
+		ids[i], attempts[i], states[i], errs[i], statuses[i] = f.ID, int32(f.Attempt), string(f.State), f.Error, int32(f.HTTPStatus)
+	}
+	rows, err := p.pool.Query(ctx, `
+		WITH f AS (
+			SELECT * FROM unnest($1::uuid[], $2::int4[], $3::text[], $4::timestamptz[], $5::text[], $6::int4[])
+				AS f (id, attempt, state, next_attempt_at, error, http_status)
+		), locked AS (
+			SELECT d.id FROM deliveries d JOIN f ON f.id = d.id
+			WHERE d.attempts = f.attempt AND d.state IN ('IN_FLIGHT', 'PENDING')
+			ORDER BY d.id
+			FOR UPDATE OF d
+		)
+		UPDATE deliveries d
+		SET state = CASE
+		        WHEN f.state IN ('RETRY', 'GIVEN_UP') AND d.event_type = 'state_changed' AND EXISTS (
+		            SELECT 1 FROM deliveries o
+		            WHERE o.client_id = d.client_id AND o.sensor_id = d.sensor_id
+		              AND o.channel = d.channel AND o.target = d.target
+		              AND o.state IN ('SCHEDULED', 'PENDING', 'RETRY', 'IN_FLIGHT')
+		              AND o.event_type = 'state_changed' AND o.event_at > d.event_at)
+		        THEN 'SUPERSEDED' ELSE f.state END,
+		    next_attempt_at = coalesce(f.next_attempt_at, d.next_attempt_at),
+		    leased_until = NULL,
+		    last_error = f.error,
+		    last_http_status = nullif(f.http_status, 0),
+		    updated_at = now()
+		FROM f JOIN locked ON locked.id = f.id
+		WHERE d.id = f.id
+		RETURNING d.id::text, d.channel, d.state`,
+		ids, attempts, states, next, errs, statuses)
+	if err != nil {
+		return nil, fmt.Errorf("finishing %d deliveries: %w", len(finishes), err)
+	}
+	finished, err := collectFinished(rows)
+	if err != nil {
+		return nil, fmt.Errorf("finishing %d deliveries: %w", len(finishes), err)
+	}
+	return finished, nil
+}
+
+func collectFinished(rows pgx.Rows) ([]FinishedDelivery, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (FinishedDelivery, error) {
+		var f FinishedDelivery
+		err := row.Scan(&f.ID, &f.Channel, &f.State)
+		return f, err
+	})
+}
+
+// finishOne records one outcome and returns the delivery's new state, or
+// ErrConflict when the outcome was fenced off.
+func (p *Postgres) finishOne(ctx context.Context, f DeliveryFinish) (DeliveryState, error) {
+	done, err := p.FinishDeliveries(ctx, []DeliveryFinish{f})
+	if err != nil {
+		return "", err
+	}
+	if len(done) == 0 {
+		return "", fmt.Errorf("finishing delivery %s as %s: %w: not in flight as attempt %d",
+			f.ID, f.State, ErrConflict, f.Attempt)
+	}
+	return done[0].State, nil
+}
+
+// CompleteDelivery records that attempt of the delivery was accepted (SENT).
+func (p *Postgres) CompleteDelivery(ctx context.Context, id string, attempt, httpStatus int) error {
+	_, err := p.finishOne(ctx, DeliveryFinish{ID: id, Attempt: attempt, State: DeliverySent, HTTPStatus: httpStatus})
+	return err
+}
+
+// RescheduleDelivery records a retryable failure of that attempt: the delivery is
+// due again at next (RETRY), or SUPERSEDED when a newer state waits behind it. It
+// returns the state the delivery is in now.
+func (p *Postgres) RescheduleDelivery(ctx context.Context, id string, attempt int, next time.Time, reason string, httpStatus int) (DeliveryState, error) {
+	return p.finishOne(ctx, DeliveryFinish{ID: id, Attempt: attempt, State: DeliveryRetry,
+		NextAttemptAt: next, Error: reason, HTTPStatus: httpStatus})
+}
+
+// FailDelivery records a failure of that attempt that no retry would fix (FAILED).
+func (p *Postgres) FailDelivery(ctx context.Context, id string, attempt int, reason string, httpStatus int) error {
+	_, err := p.finishOne(ctx, DeliveryFinish{ID: id, Attempt: attempt, State: DeliveryFailed,
+		Error: reason, HTTPStatus: httpStatus})
+	return err
+}
+
+// GiveUpDelivery records that the delivery's last allowed attempt failed
+// (GIVEN_UP, or SUPERSEDED when a newer state waits behind it). It returns the
+// state the delivery is in now.
+func (p *Postgres) GiveUpDelivery(ctx context.Context, id string, attempt int, reason string, httpStatus int) (DeliveryState, error) {
+	return p.finishOne(ctx, DeliveryFinish{ID: id, Attempt: attempt, State: DeliveryGivenUp,
+		Error: reason, HTTPStatus: httpStatus})
+}
+
+// RequeueExpiredLeases returns IN_FLIGHT deliveries whose lease ran out before now
+// (their retrier died or hung) to PENDING, due at once, or to SUPERSEDED when a
+// newer state waits behind them, and returns what became of each. Rows being
+// finished right now are skipped.
+func (p *Postgres) RequeueExpiredLeases(ctx context.Context, now time.Time) ([]FinishedDelivery, error) {
+	rows, err := p.pool.Query(ctx, `
+		WITH expired AS (
+			SELECT id FROM deliveries
+			WHERE state = 'IN_FLIGHT' AND leased_until < $1
+			FOR UPDATE SKIP LOCKED
+		)
+		UPDATE deliveries d
+		SET state = CASE
+		        WHEN d.event_type = 'state_changed' AND EXISTS (
+		            SELECT 1 FROM deliveries o
+		            WHERE o.client_id = d.client_id AND o.sensor_id = d.sensor_id
+		              AND o.channel = d.channel AND o.target = d.target
+		              AND o.state IN ('SCHEDULED', 'PENDING', 'RETRY', 'IN_FLIGHT')
+		              AND o.event_type = 'state_changed' AND o.event_at > d.event_at)
+		        THEN 'SUPERSEDED' ELSE 'PENDING' END,
+		    next_attempt_at = $1, leased_until = NULL,
+		    last_error = 'lease expired: the retrier holding it stopped or hung', updated_at = now()
+		FROM expired
+		WHERE d.id = expired.id
+		RETURNING d.id::text, d.channel, d.state`, now)
+	if err != nil {
+		return nil, fmt.Errorf("requeueing expired leases: %w", err)
+	}
+	requeued, err := collectFinished(rows)
+	if err != nil {
+		return nil, fmt.Errorf("requeueing expired leases: %w", err)
+	}
+	return requeued, nil
+}
+
+// RetryDelivery makes a FAILED or GIVEN_UP delivery PENDING again, due now, with a
+// fresh budget of attempts (POST /v1/deliveries/{id}/retry), and returns it. It
+// returns ErrNotFound for an unknown id and ErrConflict for a delivery in another
+// state.
+func (p *Postgres) RetryDelivery(ctx context.Context, id string) (Delivery, error) {
+	if uuid.Validate(id) != nil {
+		return Delivery{}, fmt.Errorf("retrying delivery %s: %w", id, ErrNotFound)
+	}
+	var prior DeliveryState
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT state FROM deliveries WHERE id = $1 FOR UPDATE`, id).Scan(&prior); err != nil {
+			return mapError(err)
+		}
+		if prior != DeliveryFailed && prior != DeliveryGivenUp {
+			return fmt.Errorf("%w: the delivery is %s; only FAILED and GIVEN_UP ones are retried", ErrConflict, prior)
+		}
+		_, err := tx.Exec(ctx, `
+			UPDATE deliveries SET state = 'PENDING', attempts = 0, next_attempt_at = now(), leased_until = NULL,
+			       updated_at = now()
+			WHERE id = $1`, id)
+		return err
+	})
+	if err != nil {
+		return Delivery{}, fmt.Errorf("retrying delivery %s: %w", id, err)
+	}
+	return p.GetDelivery(ctx, id)
+}
+
+// GetDelivery returns the delivery, or ErrNotFound.
+func (p *Postgres) GetDelivery(ctx context.Context, id string) (Delivery, error) {
+	if uuid.Validate(id) != nil {
+		return Delivery{}, fmt.Errorf("getting delivery %s: %w", id, ErrNotFound)
+	}
+	d, err := scanDelivery(p.pool.QueryRow(ctx, `SELECT `+deliveryColumns+`
+		FROM deliveries d LEFT JOIN notifications n ON n.id = d.notification_id WHERE d.id = $1`, id))
+	if err != nil {
+		return Delivery{}, fmt.Errorf("getting delivery %s: %w", id, mapError(err))
+	}
+	return d, nil
+}
+
+// DeliveryFilter narrows a client's delivery history.
+type DeliveryFilter struct {
+	// From and To bound the event time, From inclusive, To exclusive; zero means
+	// unbounded.
+	From, To time.Time
+	// State keeps only deliveries in that state; empty keeps all.
+	State DeliveryState
+}
+
+// ListClientDeliveries returns a page of the client's deliveries matching f, in
+// creation order (ids are time-ordered), after page.After. It returns ErrNotFound
+// when the client does not exist.
+func (p *Postgres) ListClientDeliveries(ctx context.Context, clientID string, f DeliveryFilter, page Page) ([]Delivery, error) {
+	if _, err := p.GetClient(ctx, clientID); err != nil {
+		return nil, err
+	}
+	after := page.After
+	if after == "" {
+		after = uuid.Nil.String()
+	} else if uuid.Validate(after) != nil {
+		return nil, fmt.Errorf("listing deliveries after %q: not a delivery id", after)
+	}
+	if f.State != "" && !f.State.Valid() {
+		return nil, fmt.Errorf("listing deliveries: unknown state %q", f.State)
+	}
+	var from, to *time.Time
+	if !f.From.IsZero() {
+		from = &f.From
+	}
+	if !f.To.IsZero() {
+		to = &f.To
+	}
+	rows, err := p.pool.Query(ctx, `SELECT `+deliveryColumns+`
+		FROM deliveries d LEFT JOIN notifications n ON n.id = d.notification_id
+		WHERE d.client_id = $1 AND d.id > $2
+		  AND ($3::timestamptz IS NULL OR d.event_at >= $3)
+		  AND ($4::timestamptz IS NULL OR d.event_at < $4)
+		  AND ($5 = '' OR d.state = $5)
+		ORDER BY d.id LIMIT $6`,
+		clientID, after, from, to, string(f.State), page.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing deliveries of client %s: %w", clientID, err)
+	}
+	out, err := collectDeliveries(rows)
+	if err != nil {
+		return nil, fmt.Errorf("listing deliveries of client %s: %w", clientID, err)
+	}
+	return out, nil
+}
+
+// DeliveryTarget is what an attempt needs to know about the delivery's receiver,
+// read right before the attempt, since the client may have changed it.
+type DeliveryTarget struct {
+	DeliveryID string
+	// Owned reports whether the client still exists and is linked to the sensor.
+	// Deliveries that belong to no sensor event are always owned.
+	Owned bool
+	// ClientExists is false when the client was deleted.
+	ClientExists bool
+	WebhookURL   string
+	// Secret signs the client's webhooks.
+	Secret string
+	// Email is empty when the client has no address any more.
+	Email string
+	// PushTargetExists reports, for a swrve delivery, whether the client still has
+	// the device.
+	PushTargetExists bool
+	// SensorAddress is the sensor's address now; empty if it was deleted.
+	SensorAddress string
+}
+
+// DeliveryTargets reads the current receiver of each delivery in one query. Ids
+// that do not exist are missing from the map.
+func (p *Postgres) DeliveryTargets(ctx context.Context, deliveryIDs []string) (map[string]DeliveryTarget, error) {
+	out := make(map[string]DeliveryTarget, len(deliveryIDs))
+	ids := make([]string, 0, len(deliveryIDs))
+	for _, id := range deliveryIDs {
+		if uuid.Validate(id) == nil {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := p.pool.Query(ctx, `
+		SELECT d.id::text,
+		       d.notification_id IS NULL OR (c.id IS NOT NULL AND l.client_id IS NOT NULL),
+		       c.id IS NOT NULL, coalesce(c.webhook_url, ''), coalesce(c.secret, ''), coalesce(c.email, ''),
+		       EXISTS (SELECT 1 FROM push_targets t
+		               WHERE t.client_id = d.client_id AND t.platform || ':' || t.push_key = d.target),
+		       coalesce(s.address, '')
+		FROM deliveries d
+		LEFT JOIN clients c ON c.id = d.client_id
+		LEFT JOIN client_sensors l ON l.client_id = d.client_id AND l.sensor_id = d.sensor_id
+		LEFT JOIN sensors s ON s.id = d.sensor_id
+		WHERE d.id = ANY ($1::uuid[])`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("reading delivery targets: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var t DeliveryTarget
+		if err := rows.Scan(&t.DeliveryID, &t.Owned, &t.ClientExists, &t.WebhookURL, &t.Secret, &t.Email,
+			&t.PushTargetExists, &t.SensorAddress); err != nil {
+			return nil, fmt.Errorf("reading delivery targets: %w", err)
+		}
+		out[t.DeliveryID] = t
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading delivery targets: %w", err)
+	}
+	return out, nil
+}
+
+// DeliveryTarget reads one delivery's current receiver, or returns ErrNotFound.
+func (p *Postgres) DeliveryTarget(ctx context.Context, deliveryID string) (DeliveryTarget, error) {
+	targets, err := p.DeliveryTargets(ctx, []string{deliveryID})
+	if err != nil {
+		return DeliveryTarget{}, err
+	}
+	t, ok := targets[strings.ToLower(deliveryID)]
+	if !ok {
+		return DeliveryTarget{}, fmt.Errorf("reading target of delivery %s: %w", deliveryID, ErrNotFound)
+	}
+	return t, nil
+}
+
+// OutboxStats describes the outbox's backlog.
+type OutboxStats struct {
+	// Depth counts the deliveries that may still be sent, by state (SCHEDULED,
+	// PENDING, RETRY, IN_FLIGHT); every one of those states has an entry.
+	Depth map[DeliveryState]int64
+	// OldestDue is the NextAttemptAt of the longest-waiting due delivery; zero when
+	// nothing is due.
+	OldestDue time.Time
+}
+
+// OutboxStats counts the open deliveries and finds the oldest due one, as of now.
+// It reads only open deliveries, so its cost follows the backlog, not the history.
+func (p *Postgres) OutboxStats(ctx context.Context, now time.Time) (OutboxStats, error) {
+	stats := OutboxStats{Depth: map[DeliveryState]int64{
+		DeliveryScheduled: 0, DeliveryPending: 0, DeliveryRetry: 0, DeliveryInFlight: 0,
+	}}
+	rows, err := p.pool.Query(ctx, `
+		SELECT state, count(*), min(next_attempt_at) FILTER (WHERE state <> 'IN_FLIGHT' AND next_attempt_at <= $1)
+		FROM deliveries
+		WHERE state IN ('SCHEDULED', 'PENDING', 'RETRY', 'IN_FLIGHT')
+		GROUP BY state`, now)
+	if err != nil {
+		return OutboxStats{}, fmt.Errorf("reading outbox stats: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			state  DeliveryState
+			count  int64
+			oldest *time.Time
+		)
+		if err := rows.Scan(&state, &count, &oldest); err != nil {
+			return OutboxStats{}, fmt.Errorf("reading outbox stats: %w", err)
+		}
+		stats.Depth[state] = count
+		if oldest != nil && (stats.OldestDue.IsZero() || oldest.Before(stats.OldestDue)) {
+			stats.OldestDue = *oldest
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return OutboxStats{}, fmt.Errorf("reading outbox stats: %w", err)
+	}
+	return stats, nil
+}

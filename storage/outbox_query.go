@@ -1,0 +1,65 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// maxUUID sorts after every delivery id; it starts a newest-first listing.
+const maxUUID = "ffffffff-ffff-ffff-ffff-ffffffffffff"
+
+// ListClientDeliveriesNewestFirst is ListClientDeliveries read the other way, as a
+// delivery history is browsed: a page of the client's deliveries matching f, newest
+// first by id (ids are UUIDv7, so that is creation order), holding only deliveries
+// older than page.After (the last id of the previous page) when it is set. It
+// returns ErrNotFound when the client does not exist, even if deliveries of a
+// deleted client remain.
+func (p *Postgres) ListClientDeliveriesNewestFirst(ctx context.Context, clientID string, f DeliveryFilter, page Page) ([]Delivery, error) {
+	if uuid.Validate(clientID) != nil {
+		return nil, fmt.Errorf("listing deliveries of client %s: %w", clientID, ErrNotFound)
+	}
+	before := page.After
+	if before == "" {
+		before = maxUUID
+	} else if uuid.Validate(before) != nil {
+		return nil, fmt.Errorf("listing deliveries before %q: not a delivery id", before)
+	}
+	if f.State != "" && !f.State.Valid() {
+		return nil, fmt.Errorf("listing deliveries: unknown state %q", f.State)
+	}
+	var exists bool
+	if err := p.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM clients WHERE id = $1)`, clientID).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("listing deliveries of client %s: %w", clientID, err)
+	}
+	if !exists {
+		return nil, fmt.Errorf("listing deliveries of client %s: %w", clientID, ErrNotFound)
+	}
+	var from, to *time.Time
+	if !f.From.IsZero() {
+		from = &f.From
+	}
+	if !f.To.IsZero() {
+		to = &f.To
+	}
+	// deliveries_client_idx (client_id, id) read backwards serves the order, so a
+	// page costs its own rows plus those the filters skip, not the whole history.
+	rows, err := p.pool.Query(ctx, `SELECT `+deliveryColumns+`
+		FROM deliveries d LEFT JOIN notifications n ON n.id = d.notification_id
+		WHERE d.client_id = $1 AND d.id < $2
+		  AND ($3::timestamptz IS NULL OR d.event_at >= $3)
+		  AND ($4::timestamptz IS NULL OR d.event_at < $4)
+		  AND ($5 = '' OR d.state = $5)
+		ORDER BY d.id DESC LIMIT $6`,
+		clientID, before, from, to, string(f.State), page.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing deliveries of client %s: %w", clientID, err)
+	}
+	out, err := collectDeliveries(rows)
+	if err != nil {
+		return nil, fmt.Errorf("listing deliveries of client %s: %w", clientID, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,67 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Postgres is the registry, sensor state and outbox store. It is safe for concurrent
+// use.
+type Postgres struct {
+	pool *pgxpool.Pool
+}
+
+// OpenPostgres connects a pool to url and checks that the server answers.
+func OpenPostgres(ctx context.Context, url string) (*Postgres, error) {
+	config, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parsing postgres URL: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, config)
+	if err != nil {
+		return nil, fmt.Errorf("opening postgres pool: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connecting to postgres at %s:%d: %w", config.ConnConfig.Host, config.ConnConfig.Port, err)
+	}
+	return &Postgres{pool: pool}, nil
+}
+
+// Ping checks that Postgres answers.
+func (p *Postgres) Ping(ctx context.Context) error {
+	return p.pool.Ping(ctx)
+}
+
+// Close waits for queries in progress and closes every connection.
+func (p *Postgres) Close() {
+	p.pool.Close()
+}
+
+// Postgres error codes this package maps to sentinel errors.
+const (
+	pgUniqueViolation     = "23505"
+	pgForeignKeyViolation = "23503"
+)
+
+// mapError turns pgx's errors into the package's sentinels, keeping the cause.
+func mapError(err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case pgUniqueViolation:
+			return fmt.Errorf("%w: %s", ErrConflict, pgErr.Detail)
+		case pgForeignKeyViolation:
+			return fmt.Errorf("%w: %s", ErrNotFound, pgErr.Detail)
+		}
+	}
+	return err
+}

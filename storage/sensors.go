@@ -1,0 +1,122 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// sensorColumns are selected by every sensor query, in scanSensor's order.
+const sensorColumns = `s.id, s.address, s.heartbeat_timeout, s.created_at, s.updated_at,
+	st.data, st.changed_at`
+
+const sensorFrom = `FROM sensors s LEFT JOIN sensor_state st ON st.sensor_id = s.id`
+
+func scanSensor(row pgx.Row) (Sensor, error) {
+	var (
+		s         Sensor
+		timeout   *time.Duration
+		data      *int16
+		changedAt *time.Time
+	)
+	if err := row.Scan(&s.ID, &s.Address, &timeout, &s.CreatedAt, &s.UpdatedAt, &data, &changedAt); err != nil {
+		return Sensor{}, err
+	}
+	if timeout != nil {
+		s.HeartbeatTimeout = *timeout
+	}
+	if data != nil && changedAt != nil {
+		s.State = &SensorState{SensorID: s.ID, Data: int(*data), ChangedAt: *changedAt}
+	}
+	return s, nil
+}
+
+// CreateSensor registers a sensor. It returns ErrConflict when the id is taken.
+func (p *Postgres) CreateSensor(ctx context.Context, s Sensor) (Sensor, error) {
+	var timeout *time.Duration
+	if s.HeartbeatTimeout > 0 {
+		timeout = &s.HeartbeatTimeout
+	}
+	_, err := p.pool.Exec(ctx,
+		`INSERT INTO sensors (id, address, heartbeat_timeout) VALUES ($1, $2, $3)`,
+		s.ID, s.Address, timeout)
+	if err != nil {
+		return Sensor{}, fmt.Errorf("creating sensor %s: %w", s.ID, mapError(err))
+	}
+	return p.GetSensor(ctx, s.ID)
+}
+
+// GetSensor returns the sensor with its last known state, or ErrNotFound.
+func (p *Postgres) GetSensor(ctx context.Context, id string) (Sensor, error) {
+	s, err := scanSensor(p.pool.QueryRow(ctx, `SELECT `+sensorColumns+` `+sensorFrom+` WHERE s.id = $1`, id))
+	if err != nil {
+		return Sensor{}, fmt.Errorf("getting sensor %s: %w", id, mapError(err))
+	}
+	return s, nil
+}
+
+// ListSensors returns up to page.Limit sensors ordered by id, after page.After.
+func (p *Postgres) ListSensors(ctx context.Context, page Page) ([]Sensor, error) {
+	rows, err := p.pool.Query(ctx,
+		`SELECT `+sensorColumns+` `+sensorFrom+` WHERE s.id > $1 ORDER BY s.id LIMIT $2`,
+		page.After, page.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing sensors: %w", err)
+	}
+	sensors, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Sensor, error) { return scanSensor(row) })
+	if err != nil {
+		return nil, fmt.Errorf("listing sensors: %w", err)
+	}
+	return sensors, nil
+}
+
+// UpdateSensor changes the fields set in u and returns the sensor as it is now.
+func (p *Postgres) UpdateSensor(ctx context.Context, id string, u SensorUpdate) (Sensor, error) {
+	var timeout *time.Duration
+	if u.HeartbeatTimeout != nil && *u.HeartbeatTimeout > 0 {
+		timeout = u.HeartbeatTimeout
+	}
+	tag, err := p.pool.Exec(ctx, `
+		UPDATE sensors SET
+			address = coalesce($2, address),
+			heartbeat_timeout = CASE WHEN $3 THEN $4::interval ELSE heartbeat_timeout END,
+			updated_at = now()
+		WHERE id = $1`,
+		id, u.Address, u.HeartbeatTimeout != nil, timeout)
+	if err != nil {
+		return Sensor{}, fmt.Errorf("updating sensor %s: %w", id, mapError(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return Sensor{}, fmt.Errorf("updating sensor %s: %w", id, ErrNotFound)
+	}
+	return p.GetSensor(ctx, id)
+}
+
+// DeleteSensor removes the sensor and its links to clients. Its recorded state and
+// history stay.
+func (p *Postgres) DeleteSensor(ctx context.Context, id string) error {
+	tag, err := p.pool.Exec(ctx, `DELETE FROM sensors WHERE id = $1`, id)
+	if err != nil {
+		return fmt.Errorf("deleting sensor %s: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("deleting sensor %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// SensorsByID returns the registered sensors among ids, ordered by id; ids that are
+// not registered are left out.
+func (p *Postgres) SensorsByID(ctx context.Context, ids []string) ([]Sensor, error) {
+	rows, err := p.pool.Query(ctx, `SELECT `+sensorColumns+` `+sensorFrom+` WHERE s.id = ANY($1) ORDER BY s.id`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("getting sensors by id: %w", err)
+	}
+	sensors, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Sensor, error) { return scanSensor(row) })
+	if err != nil {
+		return nil, fmt.Errorf("getting sensors by id: %w", err)
+	}
+	return sensors, nil
+}

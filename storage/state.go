@@ -1,0 +1,185 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// StateChange is a sensor's state as of the reading that last changed it, with that
+// reading's position in the readings topic, which orders changes.
+type StateChange struct {
+	SensorID string
+	Data     int
+	// ChangedAt is the changing reading's receive time (its Kafka timestamp).
+	ChangedAt time.Time
+	// Partition and Offset locate the changing reading in the readings topic.
+	Partition int32
+	Offset    int64
+}
+
+// SensorLookup is what the consumer needs to know about a sensor it has no cached
+// state for.
+type SensorLookup struct {
+	SensorID string
+	// Registered is false for sensors nobody registered: they are tracked but
+	// notify nobody.
+	Registered bool
+	// State is nil when the sensor never reported.
+	State *StateChange
+}
+
+// LookupSensors returns whether each sensor is registered and its stored state:
+// one entry per id, in the order of ids (ids may repeat). It costs one round
+// trip.
+func (p *Postgres) LookupSensors(ctx context.Context, ids []string) ([]SensorLookup, error) {
+	out := make([]SensorLookup, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	// first is the first place of each id in ids; next[i] is the next place of
+	// ids[i], or -1.
+	first := make(map[string]int, len(ids))
+	next := make([]int, len(ids))
+	for i := len(ids) - 1; i >= 0; i-- {
+		out[i].SensorID = ids[i]
+		next[i] = -1
+		if j, ok := first[ids[i]]; ok {
+			next[i] = j
+		}
+		first[ids[i]] = i
+	}
+	states := make([]StateChange, len(ids))
+	// An index scan over an array (= ANY) per table took Postgres about 40 % less
+	// CPU per id than an unnest joined to both tables, which probes the indexes
+	// through a nested loop; the consumer asks for many thousands of sensors a
+	// second when its cache is cold. The array comes through a sub-select so the
+	// planner cannot see its length: shown a few thousand ids, it picks a
+	// parallel scan of the whole table, several times slower than the index.
+	// One batch, one round trip.
+	array, arg := idArray(ids)
+	batch := &pgx.Batch{}
+	batch.Queue(`
+		SELECT sensor_id, data, changed_at, source_partition, source_offset
+		FROM sensor_state WHERE sensor_id = ANY((SELECT `+array+`)::text[])`, arg)
+	batch.Queue(`SELECT id FROM sensors WHERE id = ANY((SELECT `+array+`)::text[])`, arg)
+	results := p.pool.SendBatch(ctx, batch)
+	defer func() { _ = results.Close() }()
+
+	rows, err := results.Query()
+	if err != nil {
+		return nil, fmt.Errorf("looking up the state of %d sensors: %w", len(ids), err)
+	}
+	var (
+		s    StateChange
+		data int16
+	)
+	_, err = pgx.ForEachRow(rows, []any{&s.SensorID, &data, &s.ChangedAt, &s.Partition, &s.Offset}, func() error {
+		s.Data = int(data)
+		i, ok := first[s.SensorID]
+		for ; ok && i >= 0; i = next[i] {
+			states[i] = s
+			out[i].State = &states[i]
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("looking up the state of %d sensors: %w", len(ids), err)
+	}
+
+	rows, err = results.Query()
+	if err != nil {
+		return nil, fmt.Errorf("looking up the registration of %d sensors: %w", len(ids), err)
+	}
+	var id string
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+		i, ok := first[id]
+		for ; ok && i >= 0; i = next[i] {
+			out[i].Registered = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("looking up the registration of %d sensors: %w", len(ids), err)
+	}
+	if err := results.Close(); err != nil {
+		return nil, fmt.Errorf("looking up %d sensors: %w", len(ids), err)
+	}
+	return out, nil
+}
+
+// idArray returns the SQL of a text array of ids and the argument it takes as
+// $1. Sensor ids hold no commas, so they usually travel as one comma-separated
+// string, which costs the client far less than a text[] parameter (pgx encodes
+// that id by id). Anything else travels as text[].
+//
+// The ids go sorted by bytes, the order of the C and C.UTF-8 collations:
+// Postgres sorts an = ANY array before it walks the index, and finding it sorted
+// already, and walking the index in order, took it 15 to 40 % less CPU per id
+// with 40,000 ids a query.
+func idArray(ids []string) (string, any) {
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	for _, id := range ids {
+		if id == "" || strings.IndexByte(id, ',') >= 0 {
+			return `$1::text[]`, ids
+		}
+	}
+	return `string_to_array($1::text, ',')`, strings.Join(ids, ",")
+}
+
+// ApplyStateChanges stores the changes in one statement. A change is applied only
+// when it is newer than the stored one, so a replay never moves a sensor back in
+// time: on the same partition, newer means a higher offset; across partitions
+// (after the topic gained partitions and the sensor moved), a later ChangedAt.
+// When changes repeat a sensor, the one with the highest offset is kept.
+func (p *Postgres) ApplyStateChanges(ctx context.Context, changes []StateChange) error {
+	if len(changes) == 0 {
+		return nil
+	}
+	latest := make(map[string]int, len(changes))
+	for i, c := range changes {
+		if j, ok := latest[c.SensorID]; !ok || changes[j].Offset < c.Offset {
+			latest[c.SensorID] = i
+		}
+	}
+	var (
+		ids        = make([]string, 0, len(latest))
+		data       = make([]int16, 0, len(latest))
+		changedAt  = make([]time.Time, 0, len(latest))
+		partitions = make([]int32, 0, len(latest))
+		offsets    = make([]int64, 0, len(latest))
+	)
+	// A stable row order keeps concurrent writers from deadlocking on each other's
+	// row locks.
+	order := slices.Sorted(maps.Keys(latest))
+	for _, id := range order {
+		c := changes[latest[id]]
+		ids = append(ids, c.SensorID)
+		data = append(data, int16(c.Data))
+		changedAt = append(changedAt, c.ChangedAt)
+		partitions = append(partitions, c.Partition)
+		offsets = append(offsets, c.Offset)
+	}
+	_, err := p.pool.Exec(ctx, `
+		INSERT INTO sensor_state AS st (sensor_id, data, changed_at, source_partition, source_offset)
+		SELECT * FROM unnest($1::text[], $2::smallint[], $3::timestamptz[], $4::integer[], $5::bigint[])
+		ON CONFLICT (sensor_id) DO UPDATE SET
+			data = excluded.data,
+			changed_at = excluded.changed_at,
+			source_partition = excluded.source_partition,
+			source_offset = excluded.source_offset,
+			updated_at = now()
+		WHERE (st.source_partition = excluded.source_partition AND st.source_offset < excluded.source_offset)
+		   OR (st.source_partition <> excluded.source_partition AND st.changed_at <= excluded.changed_at)`,
+		ids, data, changedAt, partitions, offsets)
+	if err != nil {
+		return fmt.Errorf("storing %d sensor states: %w", len(ids), err)
+	}
+	return nil
+}

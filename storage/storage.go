@@ -1,0 +1,89 @@
+// Package storage is lockstream's only door to its stores: Postgres (the registry,
+// sensor state and the outbox), Redis (heartbeat bookkeeping) and ClickHouse (history).
+//
+// Callers see domain types and the sentinel errors below, never pgx, go-redis or
+// clickhouse-go types, and declare the small interface they need in their own package.
+package storage
+
+import (
+	"errors"
+	"time"
+)
+
+// ErrNotFound is returned when the row asked for does not exist.
+var ErrNotFound = errors.New("not found")
+
+// ErrConflict is returned when a row with the same identity already exists.
+var ErrConflict = errors.New("already exists")
+
+// Sensor is a registered door-lock sensor, with its last known state when it has
+// reported at least once.
+type Sensor struct {
+	ID      string
+	Address string
+	// HeartbeatTimeout overrides the fleet-wide timeout when non-zero.
+	HeartbeatTimeout time.Duration
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
+	// State is nil until the sensor's first reading has been consumed.
+	State *SensorState
+}
+
+// SensorState is the last known reading of a sensor.
+type SensorState struct {
+	SensorID  string
+	Data      int
+	ChangedAt time.Time
+}
+
+// SensorUpdate holds the fields of a sensor that PATCH may change; nil leaves a field
+// as it is.
+type SensorUpdate struct {
+	Address          *string
+	HeartbeatTimeout *time.Duration
+}
+
+// Platform is a push target's mobile platform.
+type Platform string
+
+// The platforms Swrve pushes to.
+const (
+	PlatformIOS     Platform = "IOS"
+	PlatformAndroid Platform = "ANDROID"
+)
+
+// PushTarget is one device of a client that receives push notifications.
+type PushTarget struct {
+	Platform Platform
+	PushKey  string
+}
+
+// Client is a system or person that is notified about the sensors it is linked to.
+type Client struct {
+	ID         string
+	Name       string
+	WebhookURL string
+	// Email is empty when the client gets no email.
+	Email       string
+	PushTargets []PushTarget
+	// Secret signs the client's webhooks. It is only filled in where the secret may be
+	// shown: on creation and rotation, and for the notifier.
+	Secret    string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// ClientUpdate holds the fields of a client that PATCH may change; nil leaves a field
+// as it is. An empty Email removes the address; a non-nil PushTargets replaces them all.
+type ClientUpdate struct {
+	Name        *string
+	WebhookURL  *string
+	Email       *string
+	PushTargets *[]PushTarget
+}
+
+// Page asks for at most Limit rows whose key sorts after After ("" for the first page).
+type Page struct {
+	After string
+	Limit int
+}

@@ -1,0 +1,352 @@
+package webapi
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/mail"
+	"net/url"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+
+	"github.com/lockstream/lockstream/notifier/webhook"
+	"github.com/lockstream/lockstream/storage"
+)
+
+// Limits of a client's fields.
+const (
+	maxNameLen       = 200
+	maxWebhookURLLen = 2048
+)
+
+// validClientID reports whether id can be a client id (a UUID).
+func validClientID(id string) bool {
+	return uuid.Validate(id) == nil
+}
+
+// pushTargetBody is a push target as the API shows and accepts it.
+type pushTargetBody struct {
+	Platform string `json:"platform"`
+	PushKey  string `json:"push_key"`
+}
+
+// clientBody is a client as the API shows it. Secret is filled only in the answers to
+// creation and rotation.
+type clientBody struct {
+	ID          string           `json:"id"`
+	Name        string           `json:"name"`
+	WebhookURL  string           `json:"webhook_url"`
+	Email       *string          `json:"email"`
+	PushTargets []pushTargetBody `json:"push_targets"`
+	Secret      string           `json:"secret,omitempty"`
+	CreatedAt   time.Time        `json:"created_at"`
+	UpdatedAt   time.Time        `json:"updated_at"`
+}
+
+func renderClient(c storage.Client, withSecret bool) clientBody {
+	body := clientBody{
+		ID:          c.ID,
+		Name:        c.Name,
+		WebhookURL:  c.WebhookURL,
+		PushTargets: make([]pushTargetBody, 0, len(c.PushTargets)),
+		CreatedAt:   c.CreatedAt.UTC(),
+		UpdatedAt:   c.UpdatedAt.UTC(),
+	}
+	if c.Email != "" {
+		email := c.Email
+		body.Email = &email
+	}
+	for _, t := range c.PushTargets {
+		body.PushTargets = append(body.PushTargets, pushTargetBody{Platform: string(t.Platform), PushKey: t.PushKey})
+	}
+	if withSecret {
+		body.Secret = c.Secret
+	}
+	return body
+}
+
+func renderClientWithoutSecret(c storage.Client) clientBody { return renderClient(c, false) }
+
+func clientKey(c storage.Client) string { return c.ID }
+
+func checkName(errs *fieldErrors, name string) {
+	switch {
+	case strings.TrimSpace(name) == "":
+		errs.add("name", "must not be empty")
+	case !utf8.ValidString(name):
+		errs.add("name", "must be valid UTF-8")
+	case utf8.RuneCountInString(name) > maxNameLen:
+		errs.add("name", "must be at most %d characters", maxNameLen)
+	}
+}
+
+func checkWebhookURL(errs *fieldErrors, raw string) {
+	if len(raw) > maxWebhookURLLen {
+		errs.add("webhook_url", "must be at most %d bytes", maxWebhookURLLen)
+		return
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		errs.add("webhook_url", "must be an absolute http or https URL: %v", err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		errs.add("webhook_url", "must be an absolute http or https URL, got %q", raw)
+	case u.Hostname() == "":
+		errs.add("webhook_url", "must name a host, got %q", raw)
+	}
+}
+
+// checkEmail accepts one bare address (name@example.com): the notifier sends to it as
+// is, so display names and lists are refused.
+func checkEmail(errs *fieldErrors, email string) {
+	addr, err := mail.ParseAddress(email)
+	switch {
+	case err != nil:
+		errs.add("email", "must be an email address such as name@example.com: %v", err)
+	case addr.Address != email:
+		errs.add("email", "must be a bare address such as name@example.com, got %q", email)
+	}
+}
+
+// pushTargetRequest is a push target in a request; pointers tell missing fields.
+type pushTargetRequest struct {
+	Platform *string `json:"platform"`
+	PushKey  *string `json:"push_key"`
+}
+
+func checkPushTargets(errs *fieldErrors, reqs []pushTargetRequest) []storage.PushTarget {
+	targets := make([]storage.PushTarget, 0, len(reqs))
+	for i, req := range reqs {
+		field := fmt.Sprintf("push_targets[%d]", i)
+		var target storage.PushTarget
+		switch {
+		case req.Platform == nil:
+			errs.add(field+".platform", "is required")
+		case *req.Platform != string(storage.PlatformIOS) && *req.Platform != string(storage.PlatformAndroid):
+			errs.add(field+".platform", "must be IOS or ANDROID, got %q", *req.Platform)
+		default:
+			target.Platform = storage.Platform(*req.Platform)
+		}
+		switch {
+		case req.PushKey == nil:
+			errs.add(field+".push_key", "is required")
+		case strings.TrimSpace(*req.PushKey) == "":
+			errs.add(field+".push_key", "must not be empty")
+		default:
+			target.PushKey = *req.PushKey
+		}
+		targets = append(targets, target)
+	}
+	return targets
+}
+
+// clientFromPath returns the {id} of the route, or a 404 when it cannot name a client.
+func clientFromPath(r *http.Request) (string, error) {
+	id := chi.URLParam(r, "id")
+	if !validClientID(id) {
+		return "", notFound("client %q not found: a client id is a UUID", id)
+	}
+	return id, nil
+}
+
+func clientNotFound(id string) error {
+	return notFound("client %q not found", id)
+}
+
+func clientLocation(id string) string {
+	return "/v1/clients/" + url.PathEscape(id)
+}
+
+// createClient handles POST /v1/clients. The answer is the only one, with rotation's,
+// that shows the signing secret.
+func (s *Server) createClient(w http.ResponseWriter, r *http.Request) error {
+	var req struct {
+		Name        *string             `json:"name"`
+		WebhookURL  *string             `json:"webhook_url"`
+		Email       *string             `json:"email"`
+		PushTargets []pushTargetRequest `json:"push_targets"`
+	}
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	var (
+		errs   fieldErrors
+		client storage.Client
+	)
+	if req.Name == nil {
+		errs.add("name", "is required")
+	} else {
+		checkName(&errs, *req.Name)
+		client.Name = *req.Name
+	}
+	if req.WebhookURL == nil {
+		errs.add("webhook_url", "is required")
+	} else {
+		checkWebhookURL(&errs, *req.WebhookURL)
+		client.WebhookURL = *req.WebhookURL
+	}
+	if req.Email != nil && *req.Email != "" {
+		checkEmail(&errs, *req.Email)
+		client.Email = *req.Email
+	}
+	client.PushTargets = checkPushTargets(&errs, req.PushTargets)
+	if err := errs.err(); err != nil {
+		return err
+	}
+
+	secret := webhook.NewSecret()
+	client.Secret = secret
+	created, err := s.registry.CreateClient(r.Context(), client)
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	w.Header().Set("Location", clientLocation(created.ID))
+	return writeJSON(w, http.StatusCreated, renderClient(created, true))
+}
+
+// listClients handles GET /v1/clients.
+func (s *Server) listClients(w http.ResponseWriter, r *http.Request) error {
+	p, err := parsePage(r, validClientID)
+	if err != nil {
+		return err
+	}
+	clients, err := s.registry.ListClients(r.Context(), storage.Page{After: p.after, Limit: p.limit + 1})
+	if err != nil {
+		return fmt.Errorf("listing clients: %w", err)
+	}
+	return writeJSON(w, http.StatusOK, newPageBody(clients, p.limit, clientKey, renderClientWithoutSecret))
+}
+
+// getClient handles GET /v1/clients/{id}.
+func (s *Server) getClient(w http.ResponseWriter, r *http.Request) error {
+	id, err := clientFromPath(r)
+	if err != nil {
+		return err
+	}
+	client, err := s.registry.GetClient(r.Context(), id)
+	if errors.Is(err, storage.ErrNotFound) {
+		return clientNotFound(id)
+	}
+	if err != nil {
+		return fmt.Errorf("getting client: %w", err)
+	}
+	return writeJSON(w, http.StatusOK, renderClient(client, false))
+}
+
+// updateClient handles PATCH /v1/clients/{id}. email null or "" removes the address;
+// push_targets replaces them all (null or [] removes them all).
+func (s *Server) updateClient(w http.ResponseWriter, r *http.Request) error {
+	id, err := clientFromPath(r)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		Name        optional[string]              `json:"name"`
+		WebhookURL  optional[string]              `json:"webhook_url"`
+		Email       optional[string]              `json:"email"`
+		PushTargets optional[[]pushTargetRequest] `json:"push_targets"`
+	}
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	var (
+		errs   fieldErrors
+		update storage.ClientUpdate
+	)
+	switch {
+	case req.Name.null:
+		errs.add("name", "must not be null")
+	case req.Name.set:
+		checkName(&errs, req.Name.value)
+		update.Name = &req.Name.value
+	}
+	switch {
+	case req.WebhookURL.null:
+		errs.add("webhook_url", "must not be null")
+	case req.WebhookURL.set:
+		checkWebhookURL(&errs, req.WebhookURL.value)
+		update.WebhookURL = &req.WebhookURL.value
+	}
+	if req.Email.set {
+		email := req.Email.value // "" when null: both remove the address.
+		if email != "" {
+			checkEmail(&errs, email)
+		}
+		update.Email = &email
+	}
+	if req.PushTargets.set {
+		targets := checkPushTargets(&errs, req.PushTargets.value)
+		update.PushTargets = &targets
+	}
+	if err := errs.err(); err != nil {
+		return err
+	}
+
+	updated, err := s.registry.UpdateClient(r.Context(), id, update)
+	if errors.Is(err, storage.ErrNotFound) {
+		return clientNotFound(id)
+	}
+	if err != nil {
+		return fmt.Errorf("updating client: %w", err)
+	}
+	return writeJSON(w, http.StatusOK, renderClient(updated, false))
+}
+
+// deleteClient handles DELETE /v1/clients/{id}.
+func (s *Server) deleteClient(w http.ResponseWriter, r *http.Request) error {
+	id, err := clientFromPath(r)
+	if err != nil {
+		return err
+	}
+	err = s.registry.DeleteClient(r.Context(), id)
+	if errors.Is(err, storage.ErrNotFound) {
+		return clientNotFound(id)
+	}
+	if err != nil {
+		return fmt.Errorf("deleting client: %w", err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// rotateClientSecret handles POST /v1/clients/{id}/secret: a new signing secret,
+// shown in the answer, replaces the old one at once.
+func (s *Server) rotateClientSecret(w http.ResponseWriter, r *http.Request) error {
+	id, err := clientFromPath(r)
+	if err != nil {
+		return err
+	}
+	secret := webhook.NewSecret()
+	client, err := s.registry.RotateClientSecret(r.Context(), id, secret)
+	if errors.Is(err, storage.ErrNotFound) {
+		return clientNotFound(id)
+	}
+	if err != nil {
+		return fmt.Errorf("rotating client secret: %w", err)
+	}
+	return writeJSON(w, http.StatusOK, renderClient(client, true))
+}
+
+// listClientSensors handles GET /v1/clients/{id}/sensors.
+func (s *Server) listClientSensors(w http.ResponseWriter, r *http.Request) error {
+	id, err := clientFromPath(r)
+	if err != nil {
+		return err
+	}
+	p, err := parsePage(r, validSensorID)
+	if err != nil {
+		return err
+	}
+	sensors, err := s.registry.ListClientSensors(r.Context(), id, storage.Page{After: p.after, Limit: p.limit + 1})
+	if errors.Is(err, storage.ErrNotFound) {
+		return clientNotFound(id)
+	}
+	if err != nil {
+		return fmt.Errorf("listing sensors of client: %w", err)
+	}
+	return writeJSON(w, http.StatusOK, newPageBody(sensors, p.limit, sensorKey, s.sensorRenderer(r.Context())))
+}
