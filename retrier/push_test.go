@@ -1,0 +1,256 @@
+package retrier_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockstream/lockstream/notifier"
+	"github.com/lockstream/lockstream/notifier/swrve"
+	"github.com/lockstream/lockstream/notifier/swrve/swrvetest"
+	"github.com/lockstream/lockstream/retrier"
+	"github.com/lockstream/lockstream/storage"
+)
+
+// pushCall is one push a pushStub received.
+type pushCall struct {
+	push swrve.Push
+	at   time.Time // the retrier's clock when the call came
+}
+
+// pushStub stands in for the Swrve sender: it answers standalone pushes with a
+// scripted sequence of results (the last one repeats) and records each call.
+// It is a sender, not a store: the outbox and the attempt log are real.
+type pushStub struct {
+	t      *testing.T
+	now    func() time.Time
+	mu     sync.Mutex
+	script []notifier.Result
+	calls  []pushCall
+}
+
+// Send is the standalone push sender's.
+func (s *pushStub) Send(_ context.Context, p swrve.Push) notifier.Result {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, pushCall{push: p, at: s.now()})
+	res := s.script[0]
+	if len(s.script) > 1 {
+		s.script = s.script[1:]
+	}
+	return res
+}
+
+func (s *pushStub) sent() []pushCall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]pushCall(nil), s.calls...)
+}
+
+// noSensorPushes is the sensor push sender of tests that have no sensor pushes.
+type noSensorPushes struct{ t *testing.T }
+
+func (s noSensorPushes) Send(_ context.Context, target storage.PushTarget, n notifier.Notification) notifier.Result {
+	s.t.Errorf("unexpected sensor push to %v about %s", target, n.EventID)
+	return notifier.Result{Outcome: notifier.Failed, ErrorType: "TEST", Err: errors.New("unexpected")}
+}
+
+// startPushRetrier runs a retrier whose only channel is swrve, with sender for
+// standalone pushes.
+func (b *bundle) startPushRetrier(sender retrier.StandalonePushSender) {
+	b.t.Helper()
+	r, err := retrier.New(b.testConfig(retrier.Config{}), retrier.Deps{Store: b.pg, Attempts: b.stores.ClickHouse,
+		Push: noSensorPushes{b.t}, StandalonePush: sender}, b.reg, slog.New(slog.NewTextHandler(b.logs, nil)))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.cancel, b.stopped = b.run(r)
+}
+
+// push stores a standalone push received now (the test clock), due at window.
+func (b *bundle) push(device, prototype, cronExpr string, window time.Time) storage.Push {
+	b.t.Helper()
+	p, err := b.pg.CreatePush(b.ctx, storage.PushRequest{Platform: storage.PlatformIOS, MessagePrototypeKey: prototype,
+		PushKey: device, Message: "hello " + device, CronExpression: cronExpr, ReceivedAt: b.clock.Now(), WindowAt: window})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return p
+}
+
+var (
+	swrve503 = notifier.Result{Outcome: notifier.Retry, HTTPStatus: 503, ErrorType: "SWRVE",
+		Err: errors.New("swrve answered 503: Service Unavailable")}
+	swrveOK = notifier.Result{Outcome: notifier.Sent, HTTPStatus: 200}
+)
+
+func TestStandalonePushRetriedUntilSent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{noRetrier: true})
+	stub := &pushStub{t: t, now: b.clock.Now, script: []notifier.Result{swrve503, swrve503, swrve503, swrveOK}}
+	p := b.push("device-1", "Hello", "", b.clock.Now())
+	b.startPushRetrier(stub)
+
+	// Each 503 leaves it RETRY; the next attempt comes once the back-off passed.
+	for n := 1; n <= 3; n++ {
+		d := b.waitState(p.ID, storage.DeliveryRetry, n)
+		if d.LastHTTPStatus != 503 || !d.NextAttemptAt.After(b.clock.Now()) {
+			t.Fatalf("after attempt %d: %+v", n, d)
+		}
+		if calls := len(stub.sent()); calls != n {
+			t.Fatalf("%d sends after %d attempts", calls, n)
+		}
+		b.clock.Set(d.NextAttemptAt)
+	}
+	b.waitState(p.ID, storage.DeliverySent, 4)
+
+	for i, c := range stub.sent() {
+		if c.push != (swrve.Push{Platform: storage.PlatformIOS, MessagePrototypeKey: "Hello", PushKey: "device-1",
+			Message: "hello device-1"}) {
+			t.Fatalf("send %d = %+v", i+1, c)
+		}
+	}
+	attempts := b.attempts(p.ID, 4)
+	for i, a := range attempts {
+		want, code := storage.DeliveryRetry, 503
+		if i == 3 {
+			want, code = storage.DeliverySent, 200
+		}
+		if a.Attempt != i+1 || a.Status != want || a.HTTPStatus != code || a.Channel != storage.ChannelSwrve {
+			t.Fatalf("attempt %d = %+v", i+1, a)
+		}
+	}
+	b.wantCounter("swrve", "sent", 1)
+}
+
+func TestStandalonePushWithoutPrototypeKeyFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{noRetrier: true})
+	stub := &pushStub{t: t, now: b.clock.Now, script: []notifier.Result{{Outcome: notifier.Failed,
+		ErrorType: "MESSAGE_PROTOTYPE_KEY", Err: errors.New(`no Swrve push key for message prototype "Nope" on IOS`)}}}
+	p := b.push("device-1", "Nope", "", b.clock.Now())
+	b.startPushRetrier(stub)
+
+	d := b.waitState(p.ID, storage.DeliveryFailed, 1)
+	if d.LastError == "" {
+		t.Fatalf("FAILED push has no last error: %+v", d)
+	}
+	a := b.attempts(p.ID, 1)[0]
+	if a.Status != storage.DeliveryFailed || a.ErrorType != "MESSAGE_PROTOTYPE_KEY" || a.Error == "" {
+		t.Fatalf("attempt = %+v", a)
+	}
+	if len(stub.sent()) != 1 {
+		t.Fatalf("%d sends, want 1: a FAILED push is not retried", len(stub.sent()))
+	}
+}
+
+func TestScheduledPushWaitsForItsWindow(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{noRetrier: true})
+	stub := &pushStub{t: t, now: b.clock.Now, script: []notifier.Result{swrveOK}}
+	window := b.clock.Now().Add(2 * time.Second)
+	scheduled := b.push("device-late", "Hello", "*/2 * * * * *", window)
+	if scheduled.State != storage.DeliveryScheduled {
+		t.Fatalf("a push with a cron expression is %s", scheduled.State)
+	}
+	// An immediate push created after it: once it is sent, the retrier has
+	// claimed with the scheduled one in the outbox, before its window.
+	canary := b.push("device-now", "Hello", "", b.clock.Now())
+	b.startPushRetrier(stub)
+	b.waitState(canary.ID, storage.DeliverySent, 1)
+	if d := b.get(scheduled.ID); d.State != storage.DeliveryScheduled || d.Attempts != 0 {
+		t.Fatalf("before its window the scheduled push is %s after %d attempts", d.State, d.Attempts)
+	}
+
+	b.clock.Set(window)
+	b.waitState(scheduled.ID, storage.DeliverySent, 1)
+	calls := stub.sent()
+	if len(calls) != 2 || calls[1].push.PushKey != "device-late" || calls[1].at.Before(window) {
+		t.Fatalf("sends = %+v, want the scheduled push sent second, at or after %s", calls, window)
+	}
+}
+
+func TestSwrveSendersComeTogether(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{noRetrier: true})
+	stub := &pushStub{t: t, now: b.clock.Now, script: []notifier.Result{swrveOK}}
+	for name, deps := range map[string]retrier.Deps{
+		"push only":       {Store: b.pg, Attempts: b.stores.ClickHouse, Push: noSensorPushes{t}},
+		"standalone only": {Store: b.pg, Attempts: b.stores.ClickHouse, StandalonePush: stub},
+	} {
+		if _, err := retrier.New(retrier.Config{}, deps, b.reg, slog.New(slog.DiscardHandler)); err == nil {
+			t.Errorf("%s: New accepted it", name)
+		}
+	}
+}
+
+// The Swrve sender is what the retrier's push interfaces are declared for.
+var (
+	_ retrier.StandalonePushSender = (*swrve.Sender)(nil)
+	_ retrier.PushSender           = swrve.NotificationSender{}
+)
+
+// TestStandalonePushThroughSwrveSender runs the real Swrve sender against the
+// fake Swrve: three 503s then 200 is SENT on the 4th attempt, and a prototype
+// with no push key is FAILED with MESSAGE_PROTOTYPE_KEY without a request.
+func TestStandalonePushThroughSwrveSender(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{noRetrier: true})
+	var (
+		mu   sync.Mutex
+		seen []swrvetest.Request
+	)
+	fake := swrvetest.NewServer(swrvetest.Config{Scale: 0.001, Observe: func(r swrvetest.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, r)
+	}})
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	fake.FailNext(3, http.StatusServiceUnavailable, 0)
+	sender, err := swrve.New(swrve.Config{URL: srv.URL, PushKeys: swrve.PushKeys{
+		"Hello": {storage.PlatformIOS: "campaign-ios"},
+	}}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := b.push("device-1", "Hello", "", b.clock.Now())
+	missing := b.push("device-2", "Unmapped", "", b.clock.Now())
+	b.startPushRetrier(sender)
+
+	b.waitState(missing.ID, storage.DeliveryFailed, 1)
+	if a := b.attempts(missing.ID, 1)[0]; a.ErrorType != swrve.ErrorTypeMessagePrototypeKey || a.Status != storage.DeliveryFailed {
+		t.Fatalf("unmapped prototype's attempt = %+v", a)
+	}
+	for n := 1; n <= 3; n++ {
+		d := b.waitState(p.ID, storage.DeliveryRetry, n)
+		b.clock.Set(d.NextAttemptAt)
+	}
+	b.waitState(p.ID, storage.DeliverySent, 4)
+	attempts := b.attempts(p.ID, 4)
+	for i, a := range attempts[:3] {
+		if a.Status != storage.DeliveryRetry || a.HTTPStatus != 503 || a.ErrorType != swrve.ErrorTypeSwrve {
+			t.Fatalf("attempt %d = %+v", i+1, a)
+		}
+	}
+	if a := attempts[3]; a.Status != storage.DeliverySent || a.HTTPStatus != 200 {
+		t.Fatalf("attempt 4 = %+v", a)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 4 {
+		t.Fatalf("fake Swrve got %d requests, want 4 (none for the unmapped prototype)", len(seen))
+	}
+	for _, r := range seen {
+		if r != (swrvetest.Request{PushKey: "campaign-ios", User: "device-1", Message: "hello device-1"}) {
+			t.Fatalf("fake Swrve got %+v", r)
+		}
+	}
+}
