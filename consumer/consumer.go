@@ -714,7 +714,6 @@ func (w *worker) process(ctx context.Context, recs []*kgo.Record, carried *[]eve
 	}
 	c.client.MarkCommitRecords(recs[len(recs)-1])
 
-	c.metrics.consumed.Add(float64(len(recs)))
 	for reason, n := range rejected {
 		c.metrics.rejected.WithLabelValues(reason).Add(float64(n))
 	}
@@ -722,6 +721,8 @@ func (w *worker) process(ctx context.Context, recs []*kgo.Record, carried *[]eve
 	c.metrics.unknown.Add(float64(unknowns))
 	c.metrics.batchSize.Observe(float64(len(recs)))
 	c.metrics.batchDuration.Observe(time.Since(start).Seconds())
+	// Last, so that whoever sees a batch consumed also sees its other counts.
+	c.metrics.consumed.Add(float64(len(recs)))
 	return nil
 }
 

@@ -256,9 +256,12 @@ func runKnownPattern(t *testing.T, p knownPattern) {
 	if len(wantEvents) != 0 {
 		t.Fatalf("%d events missing from ClickHouse", len(wantEvents))
 	}
-	if got := metric(t, historyReg, "lockstream_history_rows_written_total", nil); got < float64(len(want.valid)+wantTotal) {
-		t.Errorf("history rows written = %v, want at least %d", got, len(want.valid)+wantTotal)
-	}
+	// The writer counts rows just after ClickHouse took them.
+	waitFor(t, func() (bool, string) {
+		got := metric(t, historyReg, "lockstream_history_rows_written_total", nil)
+		return got >= float64(len(want.valid)+wantTotal),
+			fmt.Sprintf("history rows written = %v, want at least %d", got, len(want.valid)+wantTotal)
+	})
 
 	c.stop(t)
 	h.stop(t)
