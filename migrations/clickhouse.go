@@ -2,6 +2,7 @@ package migrations
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -11,13 +12,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
 
 // clickHouseMigrator applies clickhouse/NNNNN_name.sql files in order and records each
 // in schema_migrations. Every statement in them must be idempotent (IF NOT EXISTS),
 // because ClickHouse DDL is not transactional: a crash between a statement and its
-// record makes the next run apply it again.
+// record makes the next run apply it again. ClickHouse 18.16 has no
+// ADD COLUMN IF NOT EXISTS, so an ALTER TABLE … ADD COLUMN that finds its column
+// already there counts as applied (see columnExists).
 type clickHouseMigrator struct {
 	conn   driver.Conn
 	logger *slog.Logger
@@ -50,7 +54,10 @@ func (m *clickHouseMigrator) up(ctx context.Context) error {
 		start := time.Now()
 		for _, stmt := range mig.statements {
 			if err := m.conn.Exec(ctx, stmt); err != nil {
-				return fmt.Errorf("%s: %w", mig.file, err)
+				if !columnExists(stmt, err) {
+					return fmt.Errorf("%s: %w", mig.file, err)
+				}
+				m.logger.Info("column already added by an earlier run", "store", "clickhouse", "file", mig.file)
 			}
 		}
 		// INSERT through the batch API: plain INSERTs with arguments hang on 18.16.
@@ -72,6 +79,19 @@ func (m *clickHouseMigrator) up(ctx context.Context) error {
 		m.logger.Info("schema up to date", "store", "clickhouse")
 	}
 	return nil
+}
+
+// columnExists reports whether err is ClickHouse refusing to add a column that
+// the statement, a single-column ALTER TABLE … ADD COLUMN, already added: code 44
+// on 18.16, 15 (DUPLICATE_COLUMN) on current releases.
+func columnExists(stmt string, err error) bool {
+	var e *clickhouse.Exception
+	if !errors.As(err, &e) || (e.Code != 44 && e.Code != 15) || !strings.Contains(e.Message, "already exists") {
+		return false
+	}
+	fields := strings.Fields(strings.ToUpper(stmt))
+	return len(fields) > 5 && fields[0] == "ALTER" && fields[1] == "TABLE" && fields[3] == "ADD" &&
+		fields[4] == "COLUMN" && !strings.Contains(stmt, ",")
 }
 
 // clickHouseMigrations reads the embedded files, sorted by version.

@@ -96,3 +96,54 @@ func TestMigrateRejectsURLWithoutDatabase(t *testing.T) {
 		t.Fatalf("migrate with a ClickHouse URL naming no database: err = %v, want one saying so", err)
 	}
 }
+
+// TestMigrateRepeatsClickHouseStatementsSafely is a run that crashed after
+// applying ClickHouse statements and before recording them: with the records
+// gone, the next run applies every statement again, including the ADD COLUMNs
+// that 18.16 cannot write as IF NOT EXISTS, and succeeds.
+func TestMigrateRepeatsClickHouseStatementsSafely(t *testing.T) {
+	t.Parallel()
+	pgURL := storagetest.NewPostgresDatabase(t)
+	chURL := storagetest.NewClickHouseDatabase(t)
+	var log strings.Builder
+	logger := slog.New(slog.NewTextHandler(&syncWriter{w: &log}, nil))
+	ctx := context.Background()
+	if err := migrations.Migrate(ctx, pgURL, chURL, logger); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := clickhouse.ParseDSN(chURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := clickhouse.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := ch.Exec(ctx, `DROP TABLE schema_migrations`); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Migrate(ctx, pgURL, chURL, logger); err != nil {
+		t.Fatalf("migrate over an applied schema without its records: %v", err)
+	}
+	if !strings.Contains(log.String(), "column already added by an earlier run") {
+		t.Errorf("the second run re-applied no ADD COLUMN; log:\n%s", log.String())
+	}
+	var n uint64
+	if err := ch.QueryRow(ctx, `SELECT count() FROM system.columns WHERE database = ? AND table = 'delivery_attempts'
+		AND name IN ('answer_code', 'answer_message')`, opts.Auth.Database).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("delivery_attempts answer columns: %d, %v; want 2", n, err)
+	}
+}
+
+// syncWriter lets the logger of concurrent migrations share one buffer.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}

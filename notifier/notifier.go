@@ -56,6 +56,12 @@ type Result struct {
 	// CONNECTION, HTTP_STATUS, SSRF, SMTP_PERMANENT), fit for metrics labels and
 	// the delivery_attempts table; empty when Outcome is Sent.
 	ErrorType string
+	// AnswerCode and AnswerMessage are the code and message the receiver put in
+	// its answer body, for receivers whose answers carry them (Swrve's
+	// {"code":200,"message":"OK"}); 0 and empty otherwise. The attempt log keeps
+	// them because they say more than the HTTP status.
+	AnswerCode    int
+	AnswerMessage string
 	// Duration is how long the attempt took on the wire.
 	Duration time.Duration
 	// Abort is set when the receiver asked that this notification never be

@@ -87,8 +87,8 @@ func (b *bundle) push(device, prototype, cronExpr string, window time.Time) stor
 
 var (
 	swrve503 = notifier.Result{Outcome: notifier.Retry, HTTPStatus: 503, ErrorType: "SWRVE",
-		Err: errors.New("swrve answered 503: Service Unavailable")}
-	swrveOK = notifier.Result{Outcome: notifier.Sent, HTTPStatus: 200}
+		AnswerCode: 503, AnswerMessage: "Service Unavailable", Err: errors.New("swrve answered 503: Service Unavailable")}
+	swrveOK = notifier.Result{Outcome: notifier.Sent, HTTPStatus: 200, AnswerCode: 200, AnswerMessage: "OK"}
 )
 
 func TestStandalonePushRetriedUntilSent(t *testing.T) {
@@ -119,12 +119,14 @@ func TestStandalonePushRetriedUntilSent(t *testing.T) {
 	}
 	attempts := b.attempts(p.ID, 4)
 	for i, a := range attempts {
-		want, code := storage.DeliveryRetry, 503
+		want, code, message := storage.DeliveryRetry, 503, "Service Unavailable"
 		if i == 3 {
-			want, code = storage.DeliverySent, 200
+			want, code, message = storage.DeliverySent, 200, "OK"
 		}
-		if a.Attempt != i+1 || a.Status != want || a.HTTPStatus != code || a.Channel != storage.ChannelSwrve {
-			t.Fatalf("attempt %d = %+v", i+1, a)
+		// The stub answers like Swrve: {"code":<status>,"message":...}.
+		if a.Attempt != i+1 || a.Status != want || a.HTTPStatus != code || a.Channel != storage.ChannelSwrve ||
+			a.AnswerCode != code || a.AnswerMessage != message {
+			t.Fatalf("attempt %d = %+v, want %s %d with Swrve's code %d %q", i+1, a, want, code, code, message)
 		}
 	}
 	b.wantCounter("swrve", "sent", 1)

@@ -497,18 +497,20 @@ func (r *Retrier) record(ctx context.Context, batch []outcome, attempts *attempt
 		r.logger.DebugContext(ctx, "delivery attempt", "delivery_id", o.d.ID, "channel", o.d.Channel,
 			"attempt", o.d.Attempts, "status", status, "http_status", o.res.HTTPStatus, "err", o.res.Err)
 		attempts.add(storage.DeliveryAttempt{
-			DeliveryID: o.d.ID,
-			ClientID:   o.d.ClientID,
-			SensorID:   o.d.SensorID,
-			EventID:    o.d.EventID,
-			Channel:    o.d.Channel,
-			Attempt:    o.d.Attempts,
-			Status:     status,
-			HTTPStatus: o.res.HTTPStatus,
-			ErrorType:  o.res.ErrorType,
-			Error:      errorText(o.res.Err),
-			Duration:   o.res.Duration,
-			At:         o.at,
+			DeliveryID:    o.d.ID,
+			ClientID:      o.d.ClientID,
+			SensorID:      o.d.SensorID,
+			EventID:       o.d.EventID,
+			Channel:       o.d.Channel,
+			Attempt:       o.d.Attempts,
+			Status:        status,
+			HTTPStatus:    o.res.HTTPStatus,
+			ErrorType:     o.res.ErrorType,
+			Error:         errorText(o.res.Err),
+			AnswerCode:    o.res.AnswerCode,
+			AnswerMessage: o.res.AnswerMessage,
+			Duration:      o.res.Duration,
+			At:            o.at,
 		})
 	}
 }

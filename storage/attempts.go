@@ -25,6 +25,10 @@ type DeliveryAttempt struct {
 	// empty for a sent attempt.
 	ErrorType string
 	Error     string
+	// AnswerCode and AnswerMessage are the code and message of the receiver's
+	// answer body (Swrve's JSON); 0 and empty when it had none.
+	AnswerCode    int
+	AnswerMessage string
 	// Duration is how long the attempt took; ClickHouse keeps milliseconds.
 	Duration time.Duration
 	// At is when the attempt ended; ClickHouse keeps seconds.
@@ -39,7 +43,8 @@ func (c *ClickHouse) InsertDeliveryAttempts(ctx context.Context, attempts []Deli
 	// The batch API with named columns is the only INSERT path that works on
 	// ClickHouse 18.16.
 	batch, err := c.conn.PrepareBatch(ctx, `INSERT INTO delivery_attempts (delivery_id, client_id, sensor_id,
-		event_id, channel, attempt, status, http_status, error_type, error, duration_ms, at)`)
+		event_id, channel, attempt, status, http_status, error_type, error, answer_code, answer_message,
+		duration_ms, at)`)
 	if err != nil {
 		return fmt.Errorf("preparing delivery attempts insert: %w", err)
 	}
@@ -48,7 +53,8 @@ func (c *ClickHouse) InsertDeliveryAttempts(ctx context.Context, attempts []Deli
 		ms := min(a.Duration.Milliseconds(), math.MaxUint32)
 		if err := batch.Append(a.DeliveryID, a.ClientID, a.SensorID, a.EventID, string(a.Channel),
 			uint32(max(a.Attempt, 0)), string(a.Status), uint16(min(max(a.HTTPStatus, 0), math.MaxUint16)),
-			a.ErrorType, a.Error, uint32(max(ms, 0)), a.At); err != nil {
+			a.ErrorType, a.Error, int32(min(max(a.AnswerCode, math.MinInt32), math.MaxInt32)), a.AnswerMessage,
+			uint32(max(ms, 0)), a.At); err != nil {
 			return fmt.Errorf("appending attempt %d of delivery %s: %w", a.Attempt, a.DeliveryID, err)
 		}
 	}
@@ -62,7 +68,7 @@ func (c *ClickHouse) InsertDeliveryAttempts(ctx context.Context, attempts []Deli
 func (c *ClickHouse) DeliveryAttempts(ctx context.Context, deliveryID string) ([]DeliveryAttempt, error) {
 	rows, err := c.conn.Query(ctx, `
 		SELECT delivery_id, client_id, sensor_id, event_id, channel, attempt, status, http_status,
-		       error_type, error, duration_ms, at
+		       error_type, error, answer_code, answer_message, duration_ms, at
 		FROM delivery_attempts WHERE delivery_id = ? ORDER BY at, attempt`, deliveryID)
 	if err != nil {
 		return nil, fmt.Errorf("reading attempts of delivery %s: %w", deliveryID, err)
@@ -75,13 +81,14 @@ func (c *ClickHouse) DeliveryAttempts(ctx context.Context, deliveryID string) ([
 			channel, status     string
 			attempt, durationMS uint32
 			httpStatus          uint16
+			answerCode          int32
 		)
 		if err := rows.Scan(&a.DeliveryID, &a.ClientID, &a.SensorID, &a.EventID, &channel, &attempt, &status,
-			&httpStatus, &a.ErrorType, &a.Error, &durationMS, &a.At); err != nil {
+			&httpStatus, &a.ErrorType, &a.Error, &answerCode, &a.AnswerMessage, &durationMS, &a.At); err != nil {
 			return nil, fmt.Errorf("reading attempts of delivery %s: %w", deliveryID, err)
 		}
 		a.Channel, a.Status = Channel(channel), DeliveryState(status)
-		a.Attempt, a.HTTPStatus = int(attempt), int(httpStatus)
+		a.Attempt, a.HTTPStatus, a.AnswerCode = int(attempt), int(httpStatus), int(answerCode)
 		a.Duration = time.Duration(durationMS) * time.Millisecond
 		out = append(out, a)
 	}

@@ -590,8 +590,9 @@ func TestDeliveryAttemptsRoundTrip(t *testing.T) {
 		{DeliveryID: "d1", ClientID: "c1", SensorID: "s1", EventID: "e1", Channel: storage.ChannelWebhook, Attempt: 1,
 			Status: storage.DeliveryRetry, HTTPStatus: 503, ErrorType: "HTTP_STATUS", Error: "503 Service Unavailable",
 			Duration: 1500 * time.Millisecond, At: outboxT0},
-		{DeliveryID: "d1", ClientID: "c1", SensorID: "s1", EventID: "e1", Channel: storage.ChannelWebhook, Attempt: 2,
-			Status: storage.DeliverySent, HTTPStatus: 200, Duration: 20 * time.Millisecond, At: outboxT0.Add(time.Minute)},
+		{DeliveryID: "d1", ClientID: "c1", SensorID: "s1", EventID: "e1", Channel: storage.ChannelSwrve, Attempt: 2,
+			Status: storage.DeliverySent, HTTPStatus: 200, AnswerCode: 200, AnswerMessage: "OK",
+			Duration: 20 * time.Millisecond, At: outboxT0.Add(time.Minute)},
 		{DeliveryID: "d2", Channel: storage.ChannelEmail, Attempt: 1, Status: storage.DeliverySent, At: outboxT0},
 	}
 	if err := ch.InsertDeliveryAttempts(ctx, attempts); err != nil {
@@ -609,6 +610,7 @@ func TestDeliveryAttemptsRoundTrip(t *testing.T) {
 		if a.DeliveryID != want.DeliveryID || a.ClientID != want.ClientID || a.SensorID != want.SensorID ||
 			a.EventID != want.EventID || a.Channel != want.Channel || a.Attempt != want.Attempt || a.Status != want.Status ||
 			a.HTTPStatus != want.HTTPStatus || a.ErrorType != want.ErrorType || a.Error != want.Error ||
+			a.AnswerCode != want.AnswerCode || a.AnswerMessage != want.AnswerMessage ||
 			a.Duration != want.Duration || !a.At.Equal(want.At) {
 			t.Errorf("attempt %d = %+v, want %+v", i, a, want)
 		}

@@ -140,11 +140,14 @@ type pushAttemptBody struct {
 	Status     string  `json:"status"`
 	DurationMS int64   `json:"duration_ms"`
 	ErrorType  *string `json:"error_type"`
-	// SwrveCode is the code Swrve answered; null when no answer came.
-	SwrveCode *int `json:"swrve_code"`
-	// SwrveMessage is Swrve's message or the error of a failed attempt; null for
-	// a sent one.
+	// HTTPStatus is the status Swrve answered; null when no answer came.
+	HTTPStatus *int `json:"http_status"`
+	// SwrveCode and SwrveMessage are the code and message of Swrve's JSON
+	// answer ({"code":200,"message":"OK"}); null when the answer had none.
+	SwrveCode    *int    `json:"swrve_code"`
 	SwrveMessage *string `json:"swrve_message"`
+	// Error says what went wrong; null for a sent attempt.
+	Error *string `json:"error"`
 	// At is when the attempt ended, to the second.
 	At time.Time `json:"at"`
 }
@@ -297,8 +300,10 @@ func (s *Server) getPush(w http.ResponseWriter, r *http.Request) error {
 			Status:       string(a.Status),
 			DurationMS:   a.Duration.Milliseconds(),
 			ErrorType:    nullable(a.ErrorType),
-			SwrveCode:    nullable(a.HTTPStatus),
-			SwrveMessage: nullable(a.Error),
+			HTTPStatus:   nullable(a.HTTPStatus),
+			SwrveCode:    nullable(a.AnswerCode),
+			SwrveMessage: nullable(a.AnswerMessage),
+			Error:        nullable(a.Error),
 			At:           a.At.UTC(),
 		})
 	}

@@ -46,8 +46,10 @@ type pushJSON struct {
 		Status       string  `json:"status"`
 		DurationMS   int64   `json:"duration_ms"`
 		ErrorType    *string `json:"error_type"`
+		HTTPStatus   *int    `json:"http_status"`
 		SwrveCode    *int    `json:"swrve_code"`
 		SwrveMessage *string `json:"swrve_message"`
+		Error        *string `json:"error"`
 	} `json:"attempt_log"`
 }
 
@@ -248,7 +250,7 @@ func (s *swrveStub) Send(_ context.Context, p swrve.Push) notifier.Result {
 		return notifier.Result{Outcome: notifier.Failed, ErrorType: "TEST", Err: errors.New("wrong push")}
 	}
 	s.sent = append(s.sent, time.Now())
-	return notifier.Result{Outcome: notifier.Sent, HTTPStatus: 200}
+	return notifier.Result{Outcome: notifier.Sent, HTTPStatus: 200, AnswerCode: 200, AnswerMessage: "OK"}
 }
 
 func (s *swrveStub) times() []time.Time {
@@ -306,8 +308,9 @@ func TestScheduledPushSentWhenItsWindowOpens(t *testing.T) {
 		t.Fatalf("sent at %v, window opened at %s", sent, p.WindowAt)
 	}
 	at := p.AttemptLog[0]
-	if at.Attempt != 1 || at.Status != "SENT" || at.SwrveCode == nil || *at.SwrveCode != 200 || at.ErrorType != nil || at.SwrveMessage != nil {
-		t.Fatalf("attempt log = %+v", p.AttemptLog)
+	if at.Attempt != 1 || at.Status != "SENT" || at.HTTPStatus == nil || *at.HTTPStatus != 200 || at.SwrveCode == nil ||
+		*at.SwrveCode != 200 || at.SwrveMessage == nil || *at.SwrveMessage != "OK" || at.ErrorType != nil || at.Error != nil {
+		t.Fatalf("attempt log = %+v, want one SENT attempt answered 200 {200, OK}", p.AttemptLog)
 	}
 }
 

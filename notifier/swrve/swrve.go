@@ -339,7 +339,11 @@ func (s *Sender) post(ctx context.Context, form url.Values) notifier.Result {
 		s.logger.Debug("reading Swrve error answer", "status", resp.StatusCode, "error", err)
 	}
 
-	res := notifier.Result{HTTPStatus: resp.StatusCode}
+	apiErr := apiError(resp.StatusCode, body)
+	res := notifier.Result{HTTPStatus: resp.StatusCode, AnswerCode: apiErr.Code}
+	if apiErr.Code != 0 || resp.StatusCode >= 300 {
+		res.AnswerMessage = apiErr.Message // a non-JSON 2xx body is no message
+	}
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
 		res.Outcome = notifier.Sent
@@ -356,11 +360,11 @@ func (s *Sender) post(ctx context.Context, form url.Values) notifier.Result {
 		res.Outcome = notifier.Failed
 		res.ErrorType = ErrorTypeOther
 	}
-	res.Err = apiError(resp.StatusCode, body)
+	res.Err = apiErr
 	return res
 }
 
-// apiError reads Swrve's JSON error answer, or quotes the start of the body.
+// apiError reads Swrve's JSON answer, or quotes the start of the body.
 func apiError(status int, body []byte) *APIError {
 	e := &APIError{HTTPStatus: status}
 	var answer struct {

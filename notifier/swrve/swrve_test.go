@@ -114,6 +114,9 @@ func TestSendSent(t *testing.T) {
 	if res.Duration <= 0 {
 		t.Errorf("Duration = %s, want > 0", res.Duration)
 	}
+	if res.AnswerCode != 200 || res.AnswerMessage != "OK" {
+		t.Errorf("answer = %d %q, want Swrve's 200 \"OK\"", res.AnswerCode, res.AnswerMessage)
+	}
 	want := swrvetest.Request{PushKey: "campaign-hello-android", User: "device-7", Message: "Grüße & hi=1"}
 	if got := f.seen(); len(got) != 1 || got[0] != want {
 		t.Fatalf("Swrve saw %+v, want [%+v]", got, want)
@@ -196,6 +199,9 @@ func TestSend503ThenOK(t *testing.T) {
 		if !errors.As(res.Err, &apiErr) || apiErr.Code != 503 || apiErr.Message != "Service Unavailable" {
 			t.Fatalf("attempt %d error = %#v, want APIError with Swrve's code 503 and message", attempt, res.Err)
 		}
+		if res.AnswerCode != 503 || res.AnswerMessage != "Service Unavailable" {
+			t.Fatalf("attempt %d answer = %d %q, want Swrve's 503 and message", attempt, res.AnswerCode, res.AnswerMessage)
+		}
 	}
 	if res := f.sender.Send(context.Background(), hello); res.Outcome != notifier.Sent {
 		t.Fatalf("attempt 4 = %+v, want Sent", res)
@@ -257,6 +263,9 @@ func TestSendNonJSONError(t *testing.T) {
 	if res.Outcome != notifier.Retry || !errors.As(res.Err, &apiErr) || apiErr.Code != 0 ||
 		apiErr.Message != "<html>upstream down</html>" {
 		t.Fatalf("Send = %+v, want Retry with the body quoted", res)
+	}
+	if res.AnswerCode != 0 || res.AnswerMessage != "<html>upstream down</html>" {
+		t.Errorf("answer = %d %q, want no code and the body quoted", res.AnswerCode, res.AnswerMessage)
 	}
 	if res.RetryAfter < 58*time.Minute || res.RetryAfter > time.Hour {
 		t.Errorf("RetryAfter = %s from an HTTP date an hour ahead, want about 1h", res.RetryAfter)
