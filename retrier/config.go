@@ -14,6 +14,7 @@ const (
 	DefaultBackoffBase          = 5 * time.Minute
 	DefaultBackoffMax           = time.Hour
 	DefaultWorkers              = 64
+	DefaultPushWorkers          = 600
 	DefaultBatchSize            = 100
 	DefaultPollInterval         = 50 * time.Millisecond
 	DefaultAttemptTimeout       = time.Minute
@@ -45,6 +46,15 @@ type Config struct {
 	// only as many deliveries as it has free workers, so claimed deliveries never
 	// queue behind others while their lease runs. Defaults to DefaultWorkers (64).
 	Workers int
+
+	// PushWorkers bounds the Swrve attempts in flight in this process, apart
+	// from Workers: Swrve takes about a second to answer, so at its 300 sends a
+	// second a push needs ten times the slots a webhook does, and pushes must
+	// not starve webhooks and email of theirs (nor the other way round). The
+	// Swrve sender's own rate and pool hold back the requests themselves, so
+	// PushWorkers should be at least that pool (rate × expected latency).
+	// Defaults to DefaultPushWorkers (600, the pool at Swrve's defaults).
+	PushWorkers int
 
 	// BatchSize is the most deliveries one claim takes, and the most outcomes one
 	// write records. Defaults to DefaultBatchSize (100).
@@ -112,6 +122,7 @@ func (c Config) WithDefaults() Config {
 	c.BackoffBase = cmp.Or(c.BackoffBase, DefaultBackoffBase)
 	c.BackoffMax = cmp.Or(c.BackoffMax, DefaultBackoffMax)
 	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
+	c.PushWorkers = cmp.Or(c.PushWorkers, DefaultPushWorkers)
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
 	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
 	c.AttemptTimeout = cmp.Or(c.AttemptTimeout, DefaultAttemptTimeout)
@@ -147,6 +158,7 @@ func (c Config) Validate() error {
 	}
 	atLeastOne("MaxAttempts", c.MaxAttempts)
 	atLeastOne("Workers", c.Workers)
+	atLeastOne("PushWorkers", c.PushWorkers)
 	atLeastOne("BatchSize", c.BatchSize)
 	atLeastOne("AttemptBatchSize", c.AttemptBatchSize)
 	atLeastOne("AttemptBuffer", c.AttemptBuffer)

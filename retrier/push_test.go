@@ -3,6 +3,7 @@ package retrier_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"github.com/lockstream/lockstream/notifier"
 	"github.com/lockstream/lockstream/notifier/swrve"
 	"github.com/lockstream/lockstream/notifier/swrve/swrvetest"
+	"github.com/lockstream/lockstream/notifier/webhook"
 	"github.com/lockstream/lockstream/retrier"
 	"github.com/lockstream/lockstream/storage"
 )
@@ -254,5 +256,88 @@ func TestStandalonePushThroughSwrveSender(t *testing.T) {
 		if r != (swrvetest.Request{PushKey: "campaign-ios", User: "device-1", Message: "hello device-1"}) {
 			t.Fatalf("fake Swrve got %+v", r)
 		}
+	}
+}
+
+// heldPushes is a standalone push sender that holds every push until release
+// is closed, counting those it holds.
+type heldPushes struct {
+	release chan struct{}
+	mu      sync.Mutex
+	held    int
+	most    int
+}
+
+func (h *heldPushes) Send(ctx context.Context, _ swrve.Push) notifier.Result {
+	h.mu.Lock()
+	h.held++
+	h.most = max(h.most, h.held)
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.held--
+		h.mu.Unlock()
+	}()
+	select {
+	case <-h.release:
+		return swrveOK
+	case <-ctx.Done():
+		return notifier.Result{Outcome: notifier.Retry, ErrorType: "TEST", Err: ctx.Err()}
+	}
+}
+
+func (h *heldPushes) counts() (held, most int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.held, h.most
+}
+
+// TestPushesHaveTheirOwnWorkers: pushes wait about a second for Swrve, so
+// they get PushWorkers of their own. With every push held, the push workers
+// fill up to exactly PushWorkers (far more than Workers), and a webhook is
+// still delivered meanwhile; once released, every push is SENT.
+func TestPushesHaveTheirOwnWorkers(t *testing.T) {
+	t.Parallel()
+	s := newSink(t, 200)
+	b := setup(t, setupOpts{sinkURL: s.srv.URL, noRetrier: true})
+	const pushWorkers, pushes = 150, 200
+	h := &heldPushes{release: make(chan struct{})}
+	sender, err := webhook.New(webhook.Config{AllowPrivate: true, Timeout: 10 * time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sender.Close)
+	r, err := retrier.New(b.testConfig(retrier.Config{Workers: 4, PushWorkers: pushWorkers, BatchSize: 40}),
+		retrier.Deps{Store: b.pg, Attempts: b.stores.ClickHouse, Webhook: sender, Push: noSensorPushes{t}, StandalonePush: h},
+		b.reg, slog.New(slog.NewTextHandler(b.logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, pushes)
+	for i := range ids {
+		ids[i] = b.push(fmt.Sprintf("device-%d", i), "Hello", "", b.clock.Now()).ID
+	}
+	b.cancel, b.stopped = b.run(r)
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			close(h.release)
+		}
+	})
+
+	waitFor(t, "the push workers to fill", func() bool { held, _ := h.counts(); return held == pushWorkers })
+	d := b.flip("e1", 1, time.Now())
+	b.waitState(d.ID, storage.DeliverySent, 1)
+	if held, most := h.counts(); held != pushWorkers || most != pushWorkers {
+		t.Fatalf("pushes held %d, at most %d; want exactly the %d push workers", held, most, pushWorkers)
+	}
+
+	close(h.release)
+	released = true
+	for _, id := range ids {
+		b.waitState(id, storage.DeliverySent, 1)
+	}
+	if _, most := h.counts(); most != pushWorkers {
+		t.Errorf("at most %d pushes held at once, want %d", most, pushWorkers)
 	}
 }

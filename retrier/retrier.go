@@ -107,12 +107,48 @@ type Retrier struct {
 	cfg      Config
 	deps     Deps
 	channels []storage.Channel
+	lanes    []*lane
 	m        *retrierMetrics
 	logger   *slog.Logger
 
-	busy    atomic.Int64   // attempts in flight
 	workers sync.WaitGroup // attempt goroutines
-	wake    chan struct{}  // asks the claim loop to look again at once
+}
+
+// lane is a set of channels with its own bound on attempts in flight and its
+// own claim loop, so that slow channels (Swrve answers in about a second) and
+// fast ones (webhooks, email) neither starve nor hold back each other.
+type lane struct {
+	name     string
+	channels []storage.Channel
+	workers  int
+	// refill is how many free workers wake the claim loop of a full lane: one
+	// claim then fills them together, rather than one claim per freed worker.
+	refill int
+	busy   atomic.Int64  // attempts in flight
+	wake   chan struct{} // asks the claim loop to look again at once
+}
+
+func newLane(name string, channels []storage.Channel, workers, batchSize int) *lane {
+	return &lane{name: name, channels: channels, workers: workers,
+		refill: max(1, min(batchSize, workers/4)), wake: make(chan struct{}, 1)}
+}
+
+// free reports how many more attempts the lane may start.
+func (l *lane) free() int { return l.workers - int(l.busy.Load()) }
+
+// done marks one attempt finished, and wakes the claim loop when the lane was
+// full and has refill workers free now.
+func (l *lane) done() {
+	if l.busy.Add(-1) == int64(l.workers-l.refill) {
+		l.signalWake()
+	}
+}
+
+func (l *lane) signalWake() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
 }
 
 // outcome is one finished attempt on its way to the store.
@@ -138,7 +174,7 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) 
 	if deps.Attempts == nil {
 		errs = append(errs, errors.New("retrier: Deps.Attempts is nil"))
 	}
-	var channels []storage.Channel
+	var channels, pushChannels []storage.Channel
 	if deps.Webhook != nil {
 		channels = append(channels, storage.ChannelWebhook)
 	}
@@ -147,13 +183,13 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) 
 	}
 	switch {
 	case deps.Push != nil && deps.StandalonePush != nil:
-		channels = append(channels, storage.ChannelSwrve)
+		pushChannels = append(pushChannels, storage.ChannelSwrve)
 	case deps.Push != nil:
 		errs = append(errs, errors.New("retrier: Deps.Push without Deps.StandalonePush: standalone pushes would be claimed with no sender"))
 	case deps.StandalonePush != nil:
 		errs = append(errs, errors.New("retrier: Deps.StandalonePush without Deps.Push: sensor pushes would be claimed with no sender"))
 	}
-	if len(channels) == 0 {
+	if len(channels)+len(pushChannels) == 0 {
 		errs = append(errs, errors.New("retrier: Deps has no sender (Webhook, Email or Push)"))
 	}
 	if reg == nil {
@@ -169,13 +205,20 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) 
 	if err != nil {
 		return nil, err
 	}
+	var lanes []*lane
+	if len(channels) > 0 {
+		lanes = append(lanes, newLane("deliveries", channels, cfg.Workers, cfg.BatchSize))
+	}
+	if len(pushChannels) > 0 {
+		lanes = append(lanes, newLane("pushes", pushChannels, cfg.PushWorkers, cfg.BatchSize))
+	}
 	return &Retrier{
 		cfg:      cfg,
 		deps:     deps,
-		channels: channels,
+		channels: append(channels, pushChannels...),
+		lanes:    lanes,
 		m:        m,
 		logger:   logger,
-		wake:     make(chan struct{}, 1),
 	}, nil
 }
 
@@ -184,7 +227,12 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) 
 // attempts on a context that is not cancelled, and returns nil. It returns an
 // error only if it cannot start. Run must not be called twice at once.
 func (r *Retrier) Run(ctx context.Context) error {
-	r.logger.InfoContext(ctx, "retrier started", "channels", r.channels, "workers", r.cfg.Workers,
+	workers := 0
+	for _, l := range r.lanes {
+		workers += l.workers
+		r.logger.InfoContext(ctx, "retrier lane", "lane", l.name, "channels", l.channels, "workers", l.workers)
+	}
+	r.logger.InfoContext(ctx, "retrier started", "channels", r.channels, "workers", workers,
 		"max_attempts", r.cfg.MaxAttempts, "backoff_base", r.cfg.BackoffBase)
 
 	// Attempts run on work, which shutdown does not cancel: they are claimed
@@ -194,7 +242,7 @@ func (r *Retrier) Run(ctx context.Context) error {
 
 	attempts := newAttemptWriter(r.cfg, r.deps.Attempts, r.m, r.logger)
 	go attempts.run(ctx)
-	outcomes := make(chan outcome, r.cfg.Workers)
+	outcomes := make(chan outcome, workers)
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
@@ -204,10 +252,18 @@ func (r *Retrier) Run(ctx context.Context) error {
 	background.Go(func() { r.every(ctx, r.cfg.LeaseSweepInterval, r.requeueExpired) })
 	background.Go(func() { r.every(ctx, r.cfg.StatsInterval, r.refreshStats) })
 
-	r.claimLoop(ctx, work, outcomes)
+	var claimers sync.WaitGroup
+	for _, l := range r.lanes {
+		claimers.Go(func() { r.claimLoop(ctx, work, l, outcomes) })
+	}
+	claimers.Wait()
 
 	stopCtx := context.WithoutCancel(ctx)
-	r.logger.InfoContext(stopCtx, "retrier stopping: draining attempts in flight", "in_flight", r.busy.Load())
+	inFlight := 0
+	for _, l := range r.lanes {
+		inFlight += int(l.busy.Load())
+	}
+	r.logger.InfoContext(stopCtx, "retrier stopping: draining attempts in flight", "in_flight", inFlight)
 	drainDeadline := time.AfterFunc(r.cfg.DrainTimeout, cancelWork)
 	r.workers.Wait()
 	drainDeadline.Stop()
@@ -219,36 +275,41 @@ func (r *Retrier) Run(ctx context.Context) error {
 	return nil
 }
 
-// claimLoop claims due deliveries as workers free up, until ctx is cancelled.
-func (r *Retrier) claimLoop(ctx, work context.Context, outcomes chan<- outcome) {
+// claimLoop claims the lane's due deliveries as its workers free up, until
+// ctx is cancelled.
+func (r *Retrier) claimLoop(ctx, work context.Context, l *lane, outcomes chan<- outcome) {
 	poll := time.NewTicker(r.cfg.PollInterval)
 	defer poll.Stop()
+	// full says the last claim took all it asked for, so more is due. The lane
+	// then claims again when refill workers are free or at the next poll, not
+	// as each worker frees, which would cost three queries a delivery.
+	full, polled := false, true
 	for ctx.Err() == nil {
-		limit := min(r.cfg.Workers-int(r.busy.Load()), r.cfg.BatchSize)
-		if limit > 0 {
-			n, err := r.claim(ctx, work, limit, outcomes)
+		if free := l.free(); free > 0 && (polled || !full || free >= l.refill) {
+			limit := min(free, r.cfg.BatchSize)
+			n, err := r.claim(ctx, work, l, limit, outcomes)
 			if err != nil && ctx.Err() == nil {
 				r.m.errors.WithLabelValues("claim").Inc()
-				r.logger.ErrorContext(ctx, "claiming deliveries failed", "err", err)
+				r.logger.ErrorContext(ctx, "claiming deliveries failed", "lane", l.name, "err", err)
 			}
-			if err == nil && n == limit {
-				// A full claim: more is probably due. Look again at once, or as
-				// soon as a worker is free.
-				continue
+			full, polled = err == nil && n == limit, false
+			if full {
+				continue // more is probably due: look again at once, if workers are free
 			}
 		}
 		select {
 		case <-ctx.Done():
 		case <-poll.C:
-		case <-r.wake:
+			polled = true
+		case <-l.wake:
 		}
 	}
 }
 
-// claim claims up to limit deliveries, reads their targets and starts an
-// attempt for each. It returns how many it claimed.
-func (r *Retrier) claim(ctx, work context.Context, limit int, outcomes chan<- outcome) (int, error) {
-	claimed, err := r.deps.Store.ClaimDeliveries(ctx, r.cfg.Now(), limit, r.cfg.Lease, r.channels...)
+// claim claims up to limit of the lane's deliveries, reads their targets and
+// starts an attempt for each. It returns how many it claimed.
+func (r *Retrier) claim(ctx, work context.Context, l *lane, limit int, outcomes chan<- outcome) (int, error) {
+	claimed, err := r.deps.Store.ClaimDeliveries(ctx, r.cfg.Now(), limit, r.cfg.Lease, l.channels...)
 	if err != nil {
 		return 0, err
 	}
@@ -287,7 +348,7 @@ func (r *Retrier) claim(ctx, work context.Context, limit int, outcomes chan<- ou
 	for _, d := range claimed {
 		target, found := targets[d.ID]
 		push, isPush := pushes[d.ID]
-		r.busy.Add(1)
+		l.busy.Add(1)
 		r.workers.Go(func() {
 			var res notifier.Result
 			start := time.Now()
@@ -316,18 +377,16 @@ func (r *Retrier) claim(ctx, work context.Context, limit int, outcomes chan<- ou
 				o.since = push.WindowAt
 			}
 			outcomes <- o
-			if r.busy.Add(-1) == int64(r.cfg.Workers)-1 {
-				r.signalWake() // the pool was full: the claim loop waits for this slot
-			}
+			l.done()
 		})
 	}
 	return len(claimed), nil
 }
 
+// signalWake wakes the claim loop of every lane.
 func (r *Retrier) signalWake() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
+	for _, l := range r.lanes {
+		l.signalWake()
 	}
 }
 

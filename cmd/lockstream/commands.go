@@ -84,7 +84,7 @@ func commands() []command {
 		},
 		{
 			name:    "retrier",
-			summary: "the retrier: due deliveries → webhooks and email, with logarithmic back-off",
+			summary: "the retrier: due deliveries → webhooks, email and Swrve pushes, with logarithmic back-off",
 			settings: concat([]string{"retry-max-attempts", "retry-backoff-base", "retry-lease", "webhook-allow-private", "smtp-url",
 				"swrve-url", "swrve-rate", "swrve-push-keys"},
 				storeSettings, kafkaSettings),

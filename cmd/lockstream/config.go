@@ -46,7 +46,7 @@ func settingTable() map[string]setting {
 		"retry-backoff-base": {"retry-backoff-base", "LOCKSTREAM_RETRY_BACKOFF_BASE", "5m",
 			"scale of the logarithmic back-off between delivery attempts"},
 		"retry-lease": {"retry-lease", "LOCKSTREAM_RETRY_LEASE", "2m",
-			"how long a claimed delivery stays IN_FLIGHT before another retrier may take it over (a crashed retrier's deliveries wait this long); a lease under 2m also shortens the attempt timeout to half of it"},
+			"how long a claimed delivery stays IN_FLIGHT before another retrier may take it over (a crashed retrier's deliveries wait this long); a lease of 1m or less also shortens the attempt timeout (1m) to half of it"},
 		"webhook-allow-private": {"webhook-allow-private", "LOCKSTREAM_WEBHOOK_ALLOW_PRIVATE", "false",
 			"let webhooks reach loopback and private addresses (tests, demo)"},
 		"swrve-url":       {"swrve-url", "LOCKSTREAM_SWRVE_URL", "https://service.swrve.com/push", "Swrve push API URL"},

@@ -22,7 +22,8 @@ func fanoutDaemon(_ context.Context, n *node) (daemon, error) {
 	return daemon{name: "fanout", run: f.Run}, nil
 }
 
-// retrierDaemon delivers due outbox rows through the webhook and email notifiers.
+// retrierDaemon delivers due outbox rows through the webhook, email and Swrve
+// senders.
 func retrierDaemon(_ context.Context, n *node) (daemon, error) {
 	maxAttempts, err := n.v.int("retry-max-attempts")
 	if err != nil {
@@ -65,7 +66,10 @@ func retrierDaemon(_ context.Context, n *node) (daemon, error) {
 		webhooks.Close()
 		push.Close()
 	}
-	r, err := retrier.New(leaseConfig(retrier.Config{MaxAttempts: maxAttempts, BackoffBase: backoffBase}, lease),
+	// As many push workers as the Swrve pool has slots: the sender's rate and
+	// pool pace the requests, and no claimed push waits for a worker.
+	cfg := retrier.Config{MaxAttempts: maxAttempts, BackoffBase: backoffBase, PushWorkers: push.PoolSize()}
+	r, err := retrier.New(leaseConfig(cfg, lease),
 		retrier.Deps{Store: n.pg, Attempts: n.ch, Webhook: webhooks, Email: mail, Push: push.Notifications(), StandalonePush: push},
 		n.reg, logger)
 	if err != nil {
