@@ -41,6 +41,13 @@ type Config struct {
 	// answered (including those answered 429), from the request's goroutine,
 	// so it must be safe for concurrent use. Defaults to nil.
 	Observe func(Request)
+	// Answered, when set, is called with every well-formed request once its
+	// answer is written, and the status it got (200, 429 or an injected
+	// failure); a request whose client gave up before its answer was due is
+	// not. Tests use it to tell which pushes were accepted, and how often.
+	// It runs on the request's goroutine, so it must be safe for concurrent
+	// use. Defaults to nil.
+	Answered func(r Request, status int)
 }
 
 // Request is what a client asked the fake to push.
@@ -134,6 +141,9 @@ type Stats struct {
 	OK int64
 	// TooMany counts requests answered 429 because of the rate.
 	TooMany int64
+	// InFlight is how many requests are being handled now: a test can wait
+	// for the client to have requests open before it kills the client.
+	InFlight int64
 	// MaxConcurrent is the most requests that were being handled at once.
 	MaxConcurrent int64
 	// MaxPerSecond is the most requests that started within one sliding
@@ -147,6 +157,7 @@ func (s *Server) Stats() Stats {
 		Total:         s.total.Load(),
 		OK:            s.ok.Load(),
 		TooMany:       s.tooMany.Load(),
+		InFlight:      s.current.Load(),
 		MaxConcurrent: s.maxCurrent.Load(),
 		MaxPerSecond:  s.maxPerSecond.Load(),
 	}
@@ -182,14 +193,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if inWindow > s.cfg.MaxPerSecond {
 		s.tooMany.Add(1)
 		w.Header().Set("Retry-After", "1")
-		answer(w, http.StatusTooManyRequests, "Too Many Requests")
+		s.answerRequest(w, req, http.StatusTooManyRequests, "Too Many Requests")
 		return
 	}
 	if fail != nil {
 		if fail.retryAfter > 0 {
 			w.Header().Set("Retry-After", formatSeconds(fail.retryAfter))
 		}
-		answer(w, fail.status, http.StatusText(fail.status))
+		s.answerRequest(w, req, fail.status, http.StatusText(fail.status))
 		return
 	}
 
@@ -201,7 +212,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return // the client gave up; nobody reads the answer
 	}
 	s.ok.Add(1)
-	answer(w, http.StatusOK, "OK")
+	s.answerRequest(w, req, http.StatusOK, "OK")
+}
+
+// answerRequest writes the answer to a well-formed request and reports it to
+// Config.Answered.
+func (s *Server) answerRequest(w http.ResponseWriter, req Request, status int, message string) {
+	answer(w, status, message)
+	if s.cfg.Answered != nil {
+		s.cfg.Answered(req, status)
+	}
 }
 
 // start records a request that starts now. It returns how many requests

@@ -1,11 +1,14 @@
 package swrvetest
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -115,5 +118,89 @@ func TestServeHTTP(t *testing.T) {
 	}
 	if st := s.Stats(); st != (Stats{Total: 4, OK: 1, TooMany: 1, MaxConcurrent: 1, MaxPerSecond: 3}) {
 		t.Errorf("Stats = %+v", st)
+	}
+}
+
+// TestAnsweredAndInFlight checks what a test learns of each request: Answered
+// gets every well-formed request that was answered, with its status (200, an
+// injected failure, 429), but not a malformed one nor one whose client gave up
+// before its answer was due; Stats.InFlight counts the requests being handled.
+func TestAnsweredAndInFlight(t *testing.T) {
+	t.Parallel()
+	type answered struct {
+		message string
+		status  int
+	}
+	var (
+		mu  sync.Mutex
+		got []answered
+	)
+	record := func(r Request, status int) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, answered{r.Message, status})
+	}
+	answers := func() []answered {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
+	post := func(ctx context.Context, s *Server, form url.Values) int {
+		req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/push", strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, req)
+		return w.Code
+	}
+	push := func(message string) url.Values {
+		return url.Values{"push_key": {"campaign"}, "user": {"device"}, "message": {message}}
+	}
+
+	s := NewServer(Config{MaxPerSecond: 2, Scale: 0.0001, Answered: record})
+	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	s.now = func() time.Time { return at }
+	ctx := context.Background()
+	if code := post(ctx, s, push("accepted")); code != http.StatusOK {
+		t.Fatalf("first request answered %d, want 200", code)
+	}
+	s.FailNext(1, http.StatusBadGateway, 0)
+	if code := post(ctx, s, push("failed")); code != http.StatusBadGateway {
+		t.Fatalf("injected failure answered %d, want 502", code)
+	}
+	if code := post(ctx, s, push("too many")); code != http.StatusTooManyRequests {
+		t.Fatalf("third request within the second answered %d, want 429", code)
+	}
+	at = at.Add(time.Second)
+	if code := post(ctx, s, url.Values{"push_key": {"campaign"}, "user": {"device"}}); code != http.StatusBadRequest {
+		t.Fatalf("request without a message answered %d, want 400", code)
+	}
+	want := []answered{{"accepted", http.StatusOK}, {"failed", http.StatusBadGateway}, {"too many", http.StatusTooManyRequests}}
+	if a := answers(); !slices.Equal(a, want) {
+		t.Fatalf("Answered saw %v, want %v", a, want)
+	}
+	if st := s.Stats(); st.InFlight != 0 {
+		t.Fatalf("InFlight = %d with no request open, want 0", st.InFlight)
+	}
+
+	// Latencies of at least 100 s × 10^4: the request stays open until its
+	// client gives up.
+	slow := NewServer(Config{Scale: 1e4, Answered: record})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() { done <- post(ctx, slow, push("abandoned")) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for slow.Stats().InFlight != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("InFlight = %d while a request waits for its answer, want 1", slow.Stats().InFlight)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-done
+	if st := slow.Stats(); st.InFlight != 0 || st.OK != 0 || st.Total != 1 {
+		t.Errorf("after the client gave up: Stats %+v, want InFlight 0, OK 0, Total 1", st)
+	}
+	if a := answers(); !slices.Equal(a, want) {
+		t.Errorf("Answered saw %v after a client gave up, want still %v", a, want)
 	}
 }
