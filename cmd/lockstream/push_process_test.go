@@ -326,10 +326,13 @@ func waitMetrics(n *deliveryNode, url string) {
 // the pool; the retrier's goroutines stay under a bound that does not grow
 // with the number of pushes. Every 100th push goes through POST /v1/pushes
 // instead of the legacy POST /push (which answers no id), so that a sample can
-// be checked through GET /v1/pushes/{id}. It takes about 70 s: 20,000 pushes
-// at about 283 a second.
+// be checked through GET /v1/pushes/{id}. It takes about 80 s: 20,000 pushes
+// at about 264 a second.
+//
+// Not parallel: what Swrve sees depends on how late the processes' goroutines
+// run, and the other process tests of this package (one keeps hundreds of
+// requests open at Swrve's real latency) would add their load to the delays.
 func TestPushLoadThroughProcesses(t *testing.T) {
-	t.Parallel()
 	const (
 		senders     = 20
 		perSender   = 1000
@@ -340,8 +343,9 @@ func TestPushLoadThroughProcesses(t *testing.T) {
 		// counts a request when its handler runs, which on a loaded 2-core
 		// machine (and this test process runs under -race) lags the start by
 		// tens of milliseconds now and then, more than the sender's 20 ms
-		// margin at 300.
-		swrveRate = 290
+		// margin at 300. At 290 a run beside the SIGKILL test still saw 301
+		// in a second; 270 leaves about 130 ms.
+		swrveRate = 270
 	)
 	record := newSwrveRecord()
 	fake := swrvetest.NewServer(swrvetest.Config{Scale: 0.01, MaxPerSecond: swrvetest.DefaultMaxPerSecond, Seed: 3,
@@ -358,7 +362,7 @@ func TestPushLoadThroughProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := swrve.Config{Rate: swrveRate}.WithDefaults().PoolSize() // 290/s × 2 s = 580
+	pool := swrve.Config{Rate: swrveRate}.WithDefaults().PoolSize() // 270/s × 2 s = 540
 	if got := metric(t, m, seriesPoolSize); got != float64(pool) {
 		t.Fatalf("the retrier's Swrve pool is %v, want %d (rate %d × the default expected latency)", got, pool, swrveRate)
 	}
@@ -449,13 +453,15 @@ func TestPushLoadThroughProcesses(t *testing.T) {
 	if samples.maxInFlight > float64(pool) {
 		t.Errorf("lockstream_swrve_in_flight_sends reached %v, above the pool of %d", samples.maxInFlight, pool)
 	}
-	// An attempt in flight is one retrier worker goroutine (at most
-	// retrier.DefaultWorkers) waiting on one connection to Swrve, which has a
-	// read and a write goroutine; the transport keeps at most pool connections,
-	// busy or idle. The 100 over that are the process's own: the runtime, the
-	// pgx and ClickHouse pools, the metrics server and its scrapes, the
-	// retrier's loops. None of it grows with the number of pushes.
-	if bound := float64(retrier.DefaultWorkers + 2*pool + 100); samples.maxGoroutines > bound {
+	// A claimed push is one retrier worker goroutine (the push workers are as
+	// many as the pool; the webhook and email workers add
+	// retrier.DefaultWorkers), waiting for its turn or on one connection to
+	// Swrve, which has a read and a write goroutine; the transport keeps at
+	// most pool connections, busy or idle. The 100 over that are the process's
+	// own: the runtime, the pgx and ClickHouse pools, the metrics server and
+	// its scrapes, the retrier's loops. None of it grows with the number of
+	// pushes.
+	if bound := float64(retrier.DefaultWorkers + 3*pool + 100); samples.maxGoroutines > bound {
 		t.Errorf("the retrier ran %v goroutines, above the bound of %v", samples.maxGoroutines, bound)
 	}
 
