@@ -2,8 +2,13 @@ package bench
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,7 +19,10 @@ import (
 	"github.com/lockstream/lockstream/notifier"
 	"github.com/lockstream/lockstream/notifier/swrve"
 	"github.com/lockstream/lockstream/notifier/swrve/swrvetest"
+	"github.com/lockstream/lockstream/retrier"
 	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/storage/storagetest"
+	"github.com/lockstream/lockstream/webapi"
 )
 
 // swrveRampUp is how long after the first request the benchmark starts
@@ -104,6 +112,131 @@ func BenchmarkSwrveThroughput(b *testing.B) {
 	if last.Sub(first) > 0 {
 		b.ReportMetric(float64(len(arrivals)-1)/last.Sub(first).Seconds(), "starts/s")
 	}
+	from := first.Add(swrveRampUp)
+	if last.Sub(from) < 2*time.Second {
+		b.Logf("run too short for sends/s (%s of starts); use -benchtime 6000x", last.Sub(first))
+		return
+	}
+	n := 0
+	for _, t := range answered {
+		if !t.Before(from) && !t.After(last) {
+			n++
+		}
+	}
+	b.ReportMetric(float64(n)/last.Sub(from).Seconds(), "sends/s")
+}
+
+// BenchmarkPushPipeline is the whole push path with Swrve's real latency:
+// 20 callers POST /push b.N pushes to the API (each durable in Postgres
+// before its 200), and a retrier with the default Swrve limits (300 a second,
+// a pool of 600, as many push workers) sends them to the fake Swrve with the
+// measured latency distribution unscaled and Swrve's limit of 300 starts a
+// second. A push answered 429 is retried after Swrve's Retry-After (1 s).
+//
+// It reports sends/s, the sustained rate: pushes answered 200 from 8 s after
+// the first request reached the fake until the last one reached it, divided
+// by that time. Also: the overall rate (b.N over the whole run), posts/s, the
+// fake's 429s, the most requests it saw at once and the most it saw start
+// within one second. Run it with -benchtime 6000x or more.
+func BenchmarkPushPipeline(b *testing.B) {
+	const callers = 20
+	stores := storagetest.New(b)
+	var mu sync.Mutex
+	var arrivals, answered []time.Time
+	var ok atomic.Int64
+	fake := swrvetest.NewServer(swrvetest.Config{Scale: 1, MaxPerSecond: 300, Seed: 7,
+		Observe: func(swrvetest.Request) {
+			now := time.Now()
+			mu.Lock()
+			arrivals = append(arrivals, now)
+			mu.Unlock()
+		},
+		Answered: func(_ swrvetest.Request, status int) {
+			if status != http.StatusOK {
+				return
+			}
+			now := time.Now()
+			mu.Lock()
+			answered = append(answered, now)
+			mu.Unlock()
+			ok.Add(1)
+		},
+	})
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	sender, err := swrve.New(swrve.Config{URL: srv.URL, PushKeys: swrve.PushKeys{"Hello": {storage.PlatformIOS: "campaign"}}},
+		nil, prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sender.Close()
+	r, err := retrier.New(retrier.Config{PushWorkers: sender.PoolSize(), BackoffBase: time.Second},
+		retrier.Deps{Store: stores.Postgres, Attempts: stores.ClickHouse, Push: sender.Notifications(), StandalonePush: sender},
+		prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	const pushToken = "bench-push-token"
+	reg := prometheus.NewRegistry()
+	api, err := webapi.New(webapi.Config{AdminToken: "bench-admin-token", PushToken: pushToken}, stores.Postgres, nil,
+		reg, reg, slog.New(slog.DiscardHandler), webapi.WithPushes(stores.Postgres, stores.ClickHouse))
+	if err != nil {
+		b.Fatal(err)
+	}
+	apiServer := httptest.NewServer(api.Handler())
+	defer apiServer.Close()
+	client := apiServer.Client()
+	client.Transport.(*http.Transport).MaxIdleConnsPerHost = callers
+
+	b.ResetTimer()
+	start := time.Now()
+	stop := runRetrier(b, r)
+	defer stop()
+	var next atomic.Int64
+	var posters sync.WaitGroup
+	for range callers {
+		posters.Go(func() {
+			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+				body := fmt.Sprintf(`{"platform":"IOS","messagePrototypeKey":"Hello","pushKey":"device-%d","message":"push %d"}`, i, i)
+				req, err := http.NewRequest(http.MethodPost, apiServer.URL+"/push", strings.NewReader(body))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				req.Header.Set("Authorization", "Bearer "+pushToken)
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := client.Do(req)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					b.Errorf("POST /push = %d", resp.StatusCode)
+					return
+				}
+			}
+		})
+	}
+	posters.Wait()
+	posted := time.Since(start)
+	// Stalled, not slow: at 250 a second plus the slowest answer, all are in.
+	waitCount(b, stores.Postgres, "pushes answered 200 by the fake Swrve", ok.Load, int64(b.N),
+		time.Duration(b.N/250+30)*time.Second)
+	elapsed := time.Since(start)
+	b.StopTimer()
+
+	st := fake.Stats()
+	b.ReportMetric(float64(b.N)/posted.Seconds(), "posts/s")
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "overall_sends/s")
+	b.ReportMetric(float64(st.TooMany), "429s")
+	b.ReportMetric(float64(st.MaxConcurrent), "max_in_flight")
+	b.ReportMetric(float64(st.MaxPerSecond), "max_starts_in_1s")
+	mu.Lock()
+	defer mu.Unlock()
+	slices.SortFunc(arrivals, time.Time.Compare)
+	first, last := arrivals[0], arrivals[len(arrivals)-1]
 	from := first.Add(swrveRampUp)
 	if last.Sub(from) < 2*time.Second {
 		b.Logf("run too short for sends/s (%s of starts); use -benchtime 6000x", last.Sub(first))
