@@ -102,8 +102,16 @@ func BenchmarkSwrveThroughput(b *testing.B) {
 	if n := failed.Load(); n > 0 {
 		b.Fatalf("%d of %d pushes not sent", n, b.N)
 	}
-	st := fake.Stats()
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "overall_sends/s")
+	reportSwrveRun(b, fake.Stats(), arrivals, answered)
+}
+
+// reportSwrveRun reports what the fake Swrve saw of a run (429s, the most
+// requests at once and starting within one second), the rate requests started
+// at (arrivals, the times they reached the fake), and sends/s: the pushes
+// answered 200 (at the times in answered) from swrveRampUp after the first
+// arrival until the last one, divided by that time.
+func reportSwrveRun(b *testing.B, st swrvetest.Stats, arrivals, answered []time.Time) {
 	b.ReportMetric(float64(st.TooMany), "429s")
 	b.ReportMetric(float64(st.MaxConcurrent), "max_in_flight")
 	b.ReportMetric(float64(st.MaxPerSecond), "max_starts_in_1s")
@@ -135,7 +143,7 @@ func BenchmarkSwrveThroughput(b *testing.B) {
 //
 // It reports sends/s, the sustained rate: pushes answered 200 from 8 s after
 // the first request reached the fake until the last one reached it, divided
-// by that time. Also: the overall rate (b.N over the whole run), posts/s, the
+// by that time. Also: the overall rate (b.N over the whole run), posts/s, starts/s, the
 // fake's 429s, the most requests it saw at once and the most it saw start
 // within one second. Run it with -benchtime 6000x or more.
 func BenchmarkPushPipeline(b *testing.B) {
@@ -227,26 +235,9 @@ func BenchmarkPushPipeline(b *testing.B) {
 	elapsed := time.Since(start)
 	b.StopTimer()
 
-	st := fake.Stats()
 	b.ReportMetric(float64(b.N)/posted.Seconds(), "posts/s")
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "overall_sends/s")
-	b.ReportMetric(float64(st.TooMany), "429s")
-	b.ReportMetric(float64(st.MaxConcurrent), "max_in_flight")
-	b.ReportMetric(float64(st.MaxPerSecond), "max_starts_in_1s")
 	mu.Lock()
 	defer mu.Unlock()
-	slices.SortFunc(arrivals, time.Time.Compare)
-	first, last := arrivals[0], arrivals[len(arrivals)-1]
-	from := first.Add(swrveRampUp)
-	if last.Sub(from) < 2*time.Second {
-		b.Logf("run too short for sends/s (%s of starts); use -benchtime 6000x", last.Sub(first))
-		return
-	}
-	n := 0
-	for _, t := range answered {
-		if !t.Before(from) && !t.After(last) {
-			n++
-		}
-	}
-	b.ReportMetric(float64(n)/last.Sub(from).Seconds(), "sends/s")
+	reportSwrveRun(b, fake.Stats(), arrivals, answered)
 }
