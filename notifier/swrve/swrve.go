@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
@@ -65,13 +66,15 @@ const (
 
 // pacingJitter is the jitter the limits leave room for. Requests are paced
 // at (Rate-1) per (1s + pacingJitter) with a burst of one, so that any window
-// of 1s + pacingJitter holds at most Rate starts; and since a goroutine can
-// wake late from the limiter (a GC pause, a loaded machine) and start together
-// with the ones due after it, a log of the last Rate start times, taken when
-// each request really starts, holds back any start that would make Rate + 1
-// within 1s + pacingJitter. Swrve then sees more than Rate in one second only
-// if a request is delayed on its way by pacingJitter more than one sent about
-// a second later. With the defaults the pace is 293 requests a second.
+// of 1s + pacingJitter holds at most Rate starts. A goroutine can still wake
+// late from the limiter, or stall between its turn and its write (a GC pause,
+// a loaded machine), and then go out together with the ones due after it; so
+// a log of the last Rate requests, each timed when it was written to the
+// connection, holds back any request that would make Rate + 1 writes within
+// 1s + pacingJitter (and waits for one still on its way). Swrve then sees
+// more than Rate in one second only if a request is delayed between its write
+// and Swrve by pacingJitter more than one written about a second later. With
+// the defaults the pace is 293 requests a second.
 const pacingJitter = 20 * time.Millisecond
 
 // PacedRate is the steady rate, in requests a second, at which a Sender
@@ -80,33 +83,58 @@ func PacedRate(rate float64) float64 {
 	return (rate - 1) / (1 + pacingJitter.Seconds())
 }
 
-// startLog remembers when the last n requests started, to refuse a start
-// that would make n + 1 within span.
+// startLog remembers when the last n requests were written, to refuse a
+// start that would make n + 1 writes within span.
 type startLog struct {
 	span time.Duration
 
-	mu     sync.Mutex
-	starts []time.Time // ring, oldest at next
-	next   int
+	mu      sync.Mutex
+	starts  []time.Time // ring, oldest at next: when each request started, then when it was written
+	pending []bool      // the request started and is not written yet
+	next    int
 }
+
+// writeWaitPoll is how often a start that waits for a request still on its
+// way looks again. Such a request started a whole span ago, so this is rare.
+const writeWaitPoll = 2 * time.Millisecond
 
 func newStartLog(n int, span time.Duration) *startLog {
-	return &startLog{span: span, starts: make([]time.Time, n)}
+	return &startLog{span: span, starts: make([]time.Time, n), pending: make([]bool, n)}
 }
 
-// admit records a start at now and returns 0, or, if the start would be one
-// too many, records nothing and returns how long to wait before trying again.
-func (l *startLog) admit(now time.Time) time.Duration {
+// admit records a start at now and returns its ticket for written, or, if
+// the start would be one too many, records nothing and returns how long to
+// wait before trying again.
+func (l *startLog) admit(now time.Time) (ticket int, wait time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.pending[l.next] {
+		// The request n starts ago has not been written yet: its write time,
+		// which decides, is still to come.
+		return 0, writeWaitPoll
+	}
 	if oldest := l.starts[l.next]; !oldest.IsZero() {
 		if age := now.Sub(oldest); age < l.span {
-			return l.span - age
+			return 0, l.span - age
 		}
 	}
-	l.starts[l.next] = now
+	ticket = l.next
+	l.starts[ticket], l.pending[ticket] = now, true
 	l.next = (l.next + 1) % len(l.starts)
-	return 0
+	return ticket, 0
+}
+
+// written records that the request of ticket was written at (or failed
+// before it could be) at time at; calls after the first are ignored.
+func (l *startLog) written(ticket int, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pending[ticket] {
+		if at.After(l.starts[ticket]) {
+			l.starts[ticket] = at
+		}
+		l.pending[ticket] = false
+	}
 }
 
 // Push is one message to one device.
@@ -262,7 +290,7 @@ func (s *Sender) send(ctx context.Context, p Push) notifier.Result {
 	}
 
 	s.m.waiting.Inc()
-	release, err := s.acquire(ctx)
+	ticket, release, err := s.acquire(ctx)
 	s.m.waiting.Dec()
 	if err != nil {
 		return notifier.Result{Outcome: notifier.Retry, ErrorType: ErrorTypeBusy, Err: err}
@@ -272,54 +300,62 @@ func (s *Sender) send(ctx context.Context, p Push) notifier.Result {
 	s.m.inFlight.Inc()
 	defer s.m.inFlight.Dec()
 	start := time.Now()
-	res := s.post(ctx, url.Values{"push_key": {campaign}, "user": {p.PushKey}, "message": {p.Message}})
+	wrote := func() { s.starts.written(ticket, time.Now()) }
+	res := s.post(ctx, url.Values{"push_key": {campaign}, "user": {p.PushKey}, "message": {p.Message}}, wrote)
 	res.Duration = time.Since(start)
 	s.m.responseTime.Observe(res.Duration.Seconds())
 	return res
 }
 
 // acquire takes a slot in the pool and then waits for the limiter and the
-// start log. The slot comes first: a send that got its turn and then waited
+// start log; the request must then report its write to the start log with
+// the ticket. The slot comes first: a send that got its turn and then waited
 // for a slot would start together with every other such send the moment slots
 // free up, a burst the limiter was meant to prevent.
-func (s *Sender) acquire(ctx context.Context) (release func(), err error) {
+func (s *Sender) acquire(ctx context.Context) (ticket int, release func(), err error) {
 	select {
 	case s.slots <- struct{}{}:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for a free slot in the Swrve pool: %w", ctx.Err())
+		return 0, nil, fmt.Errorf("waiting for a free slot in the Swrve pool: %w", ctx.Err())
 	}
-	if err := s.waitTurn(ctx); err != nil {
+	if ticket, err = s.waitTurn(ctx); err != nil {
 		<-s.slots
-		return nil, fmt.Errorf("waiting for a turn under the Swrve rate: %w", err)
+		return 0, nil, fmt.Errorf("waiting for a turn under the Swrve rate: %w", err)
 	}
-	return func() { <-s.slots }, nil
+	return ticket, func() { <-s.slots }, nil
 }
 
-// waitTurn waits until the request may start under the rate.
-func (s *Sender) waitTurn(ctx context.Context) error {
+// waitTurn waits until the request may start under the rate, and returns its
+// ticket in the start log.
+func (s *Sender) waitTurn(ctx context.Context) (int, error) {
 	if err := s.limiter.Wait(ctx); err != nil {
-		return err
+		return 0, err
 	}
 	for {
-		wait := s.starts.admit(time.Now())
+		ticket, wait := s.starts.admit(time.Now())
 		if wait == 0 {
-			return nil
+			return ticket, nil
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return ctx.Err()
+			return 0, ctx.Err()
 		}
 	}
 }
 
-// post sends the form and classifies the answer.
-func (s *Sender) post(ctx context.Context, form url.Values) notifier.Result {
+// post sends the form and classifies the answer. It calls wrote once the
+// request is written to the connection, or, failing that, when it returns.
+func (s *Sender) post(ctx context.Context, form url.Values, wrote func()) notifier.Result {
+	defer wrote() // ignored if the write was recorded already
 	attemptCtx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(attemptCtx, http.MethodPost, s.url, strings.NewReader(form.Encode()))
+	traced := httptrace.WithClientTrace(attemptCtx, &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) { wrote() },
+	})
+	req, err := http.NewRequestWithContext(traced, http.MethodPost, s.url, strings.NewReader(form.Encode()))
 	if err != nil {
 		return failed(ErrorTypeOther, fmt.Errorf("building Swrve request: %w", err))
 	}
