@@ -350,12 +350,19 @@ func (r *ingestRun) full(ctx context.Context) error {
 		return fmt.Errorf("ingest bench: %w", err)
 	}
 	elapsed, err := runUntil(ctx, c.Run, func() (bool, error) {
-		v, err := counters(reg, "lockstream_readings_consumed_total", "lockstream_readings_changed_total")
+		consumed, err := counters(reg, "lockstream_readings_consumed_total")
+		if err != nil || int(consumed[0]) < cfg.Readings {
+			return false, err
+		}
+		// The consumer counts a batch's changes before the batch as consumed,
+		// so a read after seeing every reading consumed has every change.
+		// (One Gather reads its metrics in no set order.)
+		changed, err := counters(reg, "lockstream_readings_changed_total")
 		if err != nil {
 			return false, err
 		}
-		r.res.Changes = int(v[1])
-		return int(v[0]) >= cfg.Readings, nil
+		r.res.Changes = int(changed[0])
+		return true, nil
 	})
 	if err != nil {
 		return fmt.Errorf("ingest bench: full consumer: %w", err)
