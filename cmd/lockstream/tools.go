@@ -142,6 +142,7 @@ func statColumns() []statColumn {
 		{"restored", "lockstream_heartbeat_restored_total"},
 		{"notifications", "lockstream_notifications_created_total"},
 		{"delivered", `lockstream_deliveries_total{outcome="sent"}`},
+		{"pushed", `lockstream_swrve_sends_total{outcome="sent"}`},
 	}
 }
 

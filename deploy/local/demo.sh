@@ -2,8 +2,9 @@
 # demo.sh runs the whole lockstream pipeline on this machine with its embedded
 # defaults and shows what happens: `lockstream all` (embedded Kafka broker, consumer,
 # history writer, heartbeat, delivery, API), a demo client whose webhooks go to a
-# signature-verifying sink, and a simulated fleet. `make demo` calls it after
-# `make services` and `make build`. Ctrl-C stops it all.
+# signature-verifying sink and whose phone gets pushes through a fake Swrve, and a
+# simulated fleet. `make demo` calls it after `make services` and `make build`.
+# Ctrl-C stops it all.
 #
 # LOCKSTREAM_DEMO_SECONDS=N stops the demo after N seconds (for scripted runs).
 set -euo pipefail
@@ -13,6 +14,7 @@ BIN=./bin/lockstream
 random_token() { head -c 18 /dev/urandom | base64 | tr '+/' '-_'; }
 export LOCKSTREAM_ADMIN_TOKEN=${LOCKSTREAM_ADMIN_TOKEN:-$(random_token)}
 export LOCKSTREAM_INGEST_TOKEN=${LOCKSTREAM_INGEST_TOKEN:-$(random_token)}
+export LOCKSTREAM_PUSH_TOKEN=${LOCKSTREAM_PUSH_TOKEN:-$(random_token)}
 export LOCKSTREAM_WEBHOOK_ALLOW_PRIVATE=${LOCKSTREAM_WEBHOOK_ALLOW_PRIVATE:-true}
 export LOCKSTREAM_HTTP_ADDR=${LOCKSTREAM_HTTP_ADDR:-127.0.0.1:8080}
 export LOCKSTREAM_STATS_INTERVAL=${LOCKSTREAM_STATS_INTERVAL:-1s}
@@ -20,6 +22,10 @@ export LOCKSTREAM_STATS_INTERVAL=${LOCKSTREAM_STATS_INTERVAL:-1s}
 export LOCKSTREAM_HEARTBEAT_TIMEOUT=${LOCKSTREAM_HEARTBEAT_TIMEOUT:-20s}
 export LOCKSTREAM_DATA_DIR=${LOCKSTREAM_DATA_DIR:-./data}
 SINK_ADDR=${LOCKSTREAM_SINK_ADDR:-127.0.0.1:9999}
+# Pushes go to the fake Swrve (measured latencies, 300/s limit) unless told otherwise.
+FAKE_SWRVE_ADDR=${LOCKSTREAM_FAKE_SWRVE_ADDR:-127.0.0.1:9998}
+export LOCKSTREAM_SWRVE_URL=${LOCKSTREAM_SWRVE_URL:-http://$FAKE_SWRVE_ADDR/push}
+export LOCKSTREAM_SWRVE_PUSH_KEYS=${LOCKSTREAM_SWRVE_PUSH_KEYS:-$LOCKSTREAM_DATA_DIR/swrve-push-keys.yaml}
 API="http://$LOCKSTREAM_HTTP_ADDR"
 AUTH="Authorization: Bearer $LOCKSTREAM_ADMIN_TOKEN"
 LOG="$LOCKSTREAM_DATA_DIR/demo.log"
@@ -45,6 +51,25 @@ if [ -z "${LOCKSTREAM_PG_URL:-}${LOCKSTREAM_CLICKHOUSE_URL:-}${LOCKSTREAM_REDIS_
 fi
 mkdir -p "$LOCKSTREAM_DATA_DIR"
 : >"$LOG"
+if [ ! -f "$LOCKSTREAM_SWRVE_PUSH_KEYS" ]; then
+  # The campaign keys of the message prototypes: the fake Swrve takes any.
+  cat >"$LOCKSTREAM_SWRVE_PUSH_KEYS" <<'YAML'
+swrve:
+  messagePrototypePushKeys:
+    'Hello':
+      IOS: demo-campaign-hello-ios
+      ANDROID: demo-campaign-hello-android
+    'sensor.state_changed':
+      IOS: demo-campaign-state-ios
+      ANDROID: demo-campaign-state-android
+    'sensor.connection_lost':
+      IOS: demo-campaign-lost-ios
+      ANDROID: demo-campaign-lost-android
+    'sensor.connection_restored':
+      IOS: demo-campaign-restored-ios
+      ANDROID: demo-campaign-restored-android
+YAML
+fi
 
 pids=()
 stop() {
@@ -56,9 +81,15 @@ stop() {
 }
 trap stop EXIT INT TERM
 
+if [ "$LOCKSTREAM_SWRVE_URL" = "http://$FAKE_SWRVE_ADDR/push" ]; then
+  "$BIN" fake-swrve --fake-swrve-addr "$FAKE_SWRVE_ADDR" >>"$LOG" 2>&1 &
+  pids+=($!)
+fi
+
 # The stats lines of `all` go to the terminal, its log to $LOG.
 "$BIN" all 2>>"$LOG" > >(sed -u 's/^/pipeline  /') &
-pids+=($!)
+all_pid=$!
+pids+=($all_pid)
 for _ in $(seq 1 240); do
   curl -fsS "$API/healthz" >/dev/null 2>&1 && break
   sleep 0.5
@@ -80,7 +111,7 @@ for old in $(curl -fsS "$API/v1/clients?limit=1000" -H "$AUTH" | grep -o '"id":"
   curl -fsS -o /dev/null -X DELETE "$API/v1/clients/$old" -H "$AUTH"
 done
 client=$(curl -fsS -X POST "$API/v1/clients" -H "$AUTH" \
-  -d "{\"name\":\"Demo Security\",\"webhook_url\":\"http://$SINK_ADDR/hook\"}")
+  -d "{\"name\":\"Demo Security\",\"webhook_url\":\"http://$SINK_ADDR/hook\",\"push_targets\":[{\"platform\":\"IOS\",\"push_key\":\"demo-phone\"}]}")
 client_id=$(printf '%s' "$client" | sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
 secret=$(printf '%s' "$client" | sed -n 's/.*"secret":"\([^"]*\)".*/\1/p')
 for id in $demo_sensors; do
@@ -89,6 +120,15 @@ done
 
 LOCKSTREAM_SINK_SECRET=$secret "$BIN" webhook-sink --sink-addr "$SINK_ADDR" 2>>"$LOG" > >(sed -u 's/^/client    /') &
 pids+=($!)
+# Two standalone pushes: one now (the legacy route), one when the next 10-second window
+# opens (SCHEDULED until then).
+PUSH_AUTH="Authorization: Bearer $LOCKSTREAM_PUSH_TOKEN"
+curl -fsS -o /dev/null -X POST "$API/push" -H "$PUSH_AUTH" \
+  -d '{"platform":"ANDROID","messagePrototypeKey":"Hello","pushKey":"demo-tablet","message":"Welcome to the lockstream demo"}'
+scheduled_push=$(curl -fsS -X POST "$API/v1/pushes" -H "$PUSH_AUTH" \
+  -d '{"platform":"IOS","messagePrototypeKey":"Hello","pushKey":"demo-phone","message":"Scheduled hello","cronExpression":"*/10 * * * * *"}' |
+  sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
+
 # 1,000 sensors, 1,000 readings/s; 2 % of them fall silent after 15 s.
 "$BIN" simulate --sensors 1000 --rate 1000 --flip 0.05 --silent 0.02 --silent-after 15s >>"$LOG" 2>&1 &
 pids+=($!)
@@ -99,11 +139,13 @@ lockstream is running with the API on $API; the daemons log to $LOG.
 A simulated fleet of 1,000 sensors publishes 1,000 readings/s to the embedded broker
 (127.0.0.1:9092: kcat -b 127.0.0.1:9092 -t lockstream.events -C); 20 of them are
 registered and linked to "Demo Security" ($client_id), whose webhooks the sink below
-verifies and prints. 2 % of the fleet falls silent after 15 s; with a 20 s heartbeat
-timeout their connection_lost events follow.
+verifies and prints, and whose phone gets a push for each of them through the fake
+Swrve ("pushed" counts them). 2 % of the fleet falls silent after 15 s; with a 20 s
+heartbeat timeout their connection_lost events follow.
 
   export LOCKSTREAM_ADMIN_TOKEN=$LOCKSTREAM_ADMIN_TOKEN
   export LOCKSTREAM_INGEST_TOKEN=$LOCKSTREAM_INGEST_TOKEN
+  export LOCKSTREAM_PUSH_TOKEN=$LOCKSTREAM_PUSH_TOKEN
 
 Try:
   curl -s $API/v1/sensors/sim1 -H "Authorization: Bearer \$LOCKSTREAM_ADMIN_TOKEN"
@@ -111,6 +153,7 @@ Try:
   curl -s -X POST $API/v1/readings -H "Authorization: Bearer \$LOCKSTREAM_INGEST_TOKEN" \\
        -d '{"sensor_id":"xa7v9Dfadr7H","data":1}'
   curl -s "$API/v1/clients/$client_id/deliveries" -H "Authorization: Bearer \$LOCKSTREAM_ADMIN_TOKEN"
+  curl -s $API/v1/pushes/$scheduled_push -H "Authorization: Bearer \$LOCKSTREAM_PUSH_TOKEN"
 
 Ctrl-C stops the demo.
 
@@ -119,5 +162,5 @@ MSG
 if [ -n "${LOCKSTREAM_DEMO_SECONDS:-}" ]; then
   sleep "$LOCKSTREAM_DEMO_SECONDS"
 else
-  wait "${pids[0]}"
+  wait "$all_pid"
 fi
