@@ -111,7 +111,11 @@ type attemptBody struct {
 	HTTPStatus *int    `json:"http_status"`
 	ErrorType  *string `json:"error_type"`
 	Error      *string `json:"error"`
-	DurationMS int64   `json:"duration_ms"`
+	// AnswerCode and AnswerMessage are the receiver's own code and message
+	// from its answer body (Swrve's {"code","message"}); null when it gave none.
+	AnswerCode    *int    `json:"answer_code"`
+	AnswerMessage *string `json:"answer_message"`
+	DurationMS    int64   `json:"duration_ms"`
 	// At is when the attempt ended, to the second.
 	At time.Time `json:"at"`
 }
@@ -217,13 +221,15 @@ func (s *Server) getDelivery(w http.ResponseWriter, r *http.Request) error {
 	body := deliveryDetailBody{deliveryBody: renderDelivery(d), AttemptLog: make([]attemptBody, 0, len(attempts))}
 	for _, a := range attempts {
 		body.AttemptLog = append(body.AttemptLog, attemptBody{
-			Attempt:    a.Attempt,
-			Status:     string(a.Status),
-			HTTPStatus: nullable(a.HTTPStatus),
-			ErrorType:  nullable(a.ErrorType),
-			Error:      nullable(a.Error),
-			DurationMS: a.Duration.Milliseconds(),
-			At:         a.At.UTC(),
+			Attempt:       a.Attempt,
+			Status:        string(a.Status),
+			HTTPStatus:    nullable(a.HTTPStatus),
+			ErrorType:     nullable(a.ErrorType),
+			Error:         nullable(a.Error),
+			AnswerCode:    nullable(a.AnswerCode),
+			AnswerMessage: nullable(a.AnswerMessage),
+			DurationMS:    a.Duration.Milliseconds(),
+			At:            a.At.UTC(),
 		})
 	}
 	return writeJSON(w, http.StatusOK, body)

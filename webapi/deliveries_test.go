@@ -42,13 +42,15 @@ type deliveryJSON struct {
 }
 
 type attemptJSON struct {
-	Attempt    int       `json:"attempt"`
-	Status     string    `json:"status"`
-	HTTPStatus *int      `json:"http_status"`
-	ErrorType  *string   `json:"error_type"`
-	Error      *string   `json:"error"`
-	DurationMS int64     `json:"duration_ms"`
-	At         time.Time `json:"at"`
+	Attempt       int       `json:"attempt"`
+	Status        string    `json:"status"`
+	HTTPStatus    *int      `json:"http_status"`
+	ErrorType     *string   `json:"error_type"`
+	Error         *string   `json:"error"`
+	AnswerCode    *int      `json:"answer_code"`
+	AnswerMessage *string   `json:"answer_message"`
+	DurationMS    int64     `json:"duration_ms"`
+	At            time.Time `json:"at"`
 }
 
 type deliveryDetailJSON struct {
@@ -213,6 +215,8 @@ func newDeliveryFixture(t *testing.T) *deliveryFixture {
 		f.attempt("a/e1/webhook", 1, storage.DeliveryRetry, 503, "HTTP_STATUS", "503 Service Unavailable", 1500*time.Millisecond, f.base.Add(time.Minute)),
 		f.attempt("a/e1/webhook", 2, storage.DeliverySent, 200, "", "", 20*time.Millisecond, f.base.Add(2*time.Minute)),
 		f.attempt("a/e2/webhook", 1, storage.DeliveryFailed, 400, "HTTP_STATUS", "400 Bad Request", 35*time.Millisecond, f.base.Add(time.Hour+time.Minute)),
+		swrveAnswer(f.attempt("c/e3/swrve", 1, storage.DeliveryRetry, 429, "SWRVE", "swrve answered 429", time.Millisecond,
+			f.base.Add(3*time.Hour+time.Minute)), 429, "Too Many Requests"),
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -225,6 +229,12 @@ func (f *deliveryFixture) attempt(key string, n int, status storage.DeliveryStat
 	return storage.DeliveryAttempt{DeliveryID: d.ID, ClientID: d.ClientID, SensorID: d.SensorID, EventID: d.EventID,
 		Channel: d.Channel, Attempt: n, Status: status, HTTPStatus: httpStatus, ErrorType: errType, Error: errText,
 		Duration: took, At: at}
+}
+
+// swrveAnswer gives a an answer body's code and message, as Swrve's carry.
+func swrveAnswer(a storage.DeliveryAttempt, code int, message string) storage.DeliveryAttempt {
+	a.AnswerCode, a.AnswerMessage = code, message
+	return a
 }
 
 // id returns the id of the delivery with that key.
@@ -498,6 +508,13 @@ func TestGetDelivery(t *testing.T) {
 	f.api.request("GET", "/v1/deliveries/"+f.id("c/e3/swrve"), nil).expect(http.StatusOK).decode(&swrve)
 	if swrve.Channel != "swrve" || deref(swrve.Target) != "IOS:k1" || swrve.State != "IN_FLIGHT" {
 		t.Fatalf("c/e3/swrve = %+v", swrve.deliveryJSON)
+	}
+	if len(swrve.AttemptLog) != 1 || deref(swrve.AttemptLog[0].AnswerCode) != 429 ||
+		deref(swrve.AttemptLog[0].AnswerMessage) != "Too Many Requests" {
+		t.Fatalf("c/e3/swrve attempt log = %+v, want Swrve's 429 and message", swrve.AttemptLog)
+	}
+	if a := got.AttemptLog[0]; a.AnswerCode != nil || a.AnswerMessage != nil {
+		t.Errorf("a webhook attempt shows answer %v %v, want null", a.AnswerCode, a.AnswerMessage)
 	}
 
 	f.api.request("GET", "/v1/deliveries/0190f4a0-0000-7000-8000-000000000000", nil).
