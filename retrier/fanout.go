@@ -266,7 +266,6 @@ func (f *Fanout) write(ctx context.Context, inputs []storage.NotificationInput) 
 		created, err := f.store.CreateNotifications(wctx, inputs)
 		cancel()
 		if err == nil {
-			f.events.Add(float64(len(inputs)))
 			f.notifications.Add(float64(created.Notifications))
 			for ch, n := range created.Deliveries {
 				f.created.WithLabelValues(string(ch)).Add(float64(n))
@@ -274,6 +273,8 @@ func (f *Fanout) write(ctx context.Context, inputs []storage.NotificationInput) 
 			for ch, n := range created.Superseded {
 				f.deliveries.WithLabelValues(string(ch), "superseded").Add(float64(n))
 			}
+			// Last, so that whoever sees the events counted sees what they made.
+			f.events.Add(float64(len(inputs)))
 			return true
 		}
 		f.writeErrors.Inc()

@@ -136,7 +136,11 @@ func TestFanoutCreatesDeliveriesOncePerEvent(t *testing.T) {
 	cfg := retrier.FanoutConfig{Stream: scfg, RetryBackoff: 10 * time.Millisecond}
 	reg, stop := runFanout(t, cfg, pg)
 	waitFor(t, "the first events' deliveries", func() bool { return len(deliveries()) == 4 })
-	if got := counterValue(t, reg, "lockstream_fanout_rejected_total", map[string]string{"reason": "decode"}); got != 1 {
+	rejected := func() float64 {
+		return counterValue(t, reg, "lockstream_fanout_rejected_total", map[string]string{"reason": "decode"})
+	}
+	waitFor(t, "the bad record's rejection", func() bool { return rejected() >= 1 })
+	if got := rejected(); got != 1 {
 		t.Fatalf("rejected records = %v, want 1", got)
 	}
 
@@ -155,10 +159,17 @@ func TestFanoutCreatesDeliveriesOncePerEvent(t *testing.T) {
 			t.Errorf("deliveries of %s: %v, want webhook and email %s", id, states, want)
 		}
 	}
-	if got := counterValue(t, reg, "lockstream_deliveries_total", map[string]string{"channel": "email", "outcome": "superseded"}); got != 1 {
+	// The fan-out counts a batch just after committing it: wait for the counts
+	// to reach what the deliveries show, then check they did not pass it.
+	superseded := func() float64 {
+		return counterValue(t, reg, "lockstream_deliveries_total", map[string]string{"channel": "email", "outcome": "superseded"})
+	}
+	created := func() float64 { return counterValue(t, reg, "lockstream_notifications_created_total", nil) }
+	waitFor(t, "the fan-out's counts", func() bool { return superseded() >= 1 && created() >= 3 })
+	if got := superseded(); got != 1 {
 		t.Errorf("superseded email deliveries = %v, want 1", got)
 	}
-	if got := counterValue(t, reg, "lockstream_notifications_created_total", nil); got != 3 {
+	if got := created(); got != 3 {
 		t.Errorf("notifications created = %v, want 3", got)
 	}
 	stop()
