@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lockstream/lockstream/migrations"
@@ -62,19 +63,11 @@ func TestMigrateConcurrentlyAndTwice(t *testing.T) {
 		t.Error("goose recorded no postgres migration")
 	}
 
-	opts, err := clickhouse.ParseDSN(chURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch, err := clickhouse.Open(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
+	ch, database := openClickHouse(t, chURL)
 	for _, table := range []string{"readings", "events"} {
 		var n uint64
 		if err := ch.QueryRow(ctx, `SELECT count() FROM system.tables WHERE database = ? AND name = ?`,
-			opts.Auth.Database, table).Scan(&n); err != nil || n != 1 {
+			database, table).Scan(&n); err != nil || n != 1 {
 			t.Errorf("clickhouse table %s: count=%d err=%v", table, n, err)
 		}
 	}
@@ -105,21 +98,13 @@ func TestMigrateRepeatsClickHouseStatementsSafely(t *testing.T) {
 	t.Parallel()
 	pgURL := storagetest.NewPostgresDatabase(t)
 	chURL := storagetest.NewClickHouseDatabase(t)
-	var log strings.Builder
-	logger := slog.New(slog.NewTextHandler(&syncWriter{w: &log}, nil))
+	var log strings.Builder // the handler serialises its writes
+	logger := slog.New(slog.NewTextHandler(&log, nil))
 	ctx := context.Background()
 	if err := migrations.Migrate(ctx, pgURL, chURL, logger); err != nil {
 		t.Fatal(err)
 	}
-	opts, err := clickhouse.ParseDSN(chURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch, err := clickhouse.Open(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
+	ch, database := openClickHouse(t, chURL)
 	if err := ch.Exec(ctx, `DROP TABLE schema_migrations`); err != nil {
 		t.Fatal(err)
 	}
@@ -131,19 +116,23 @@ func TestMigrateRepeatsClickHouseStatementsSafely(t *testing.T) {
 	}
 	var n uint64
 	if err := ch.QueryRow(ctx, `SELECT count() FROM system.columns WHERE database = ? AND table = 'delivery_attempts'
-		AND name IN ('answer_code', 'answer_message')`, opts.Auth.Database).Scan(&n); err != nil || n != 2 {
+		AND name IN ('answer_code', 'answer_message')`, database).Scan(&n); err != nil || n != 2 {
 		t.Fatalf("delivery_attempts answer columns: %d, %v; want 2", n, err)
 	}
 }
 
-// syncWriter lets the logger of concurrent migrations share one buffer.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
+// openClickHouse connects to the ClickHouse database of url, closed when t
+// ends, and returns the database's name.
+func openClickHouse(t *testing.T, url string) (driver.Conn, string) {
+	t.Helper()
+	opts, err := clickhouse.ParseDSN(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := clickhouse.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ch.Close() })
+	return ch, opts.Auth.Database
 }
