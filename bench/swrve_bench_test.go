@@ -46,15 +46,9 @@ const swrveRampUp = 8 * time.Second
 // It needs a run of well over 8 s: -bench SwrveThroughput -benchtime 6000x.
 func BenchmarkSwrveThroughput(b *testing.B) {
 	const workers = 700
-	var mu sync.Mutex
-	var arrivals, answered []time.Time
+	var arrivals, answered stamps
 	fake := swrvetest.NewServer(swrvetest.Config{Scale: 1, MaxPerSecond: 300, Seed: 42,
-		Observe: func(swrvetest.Request) {
-			now := time.Now()
-			mu.Lock()
-			arrivals = append(arrivals, now)
-			mu.Unlock()
-		},
+		Observe: func(swrvetest.Request) { arrivals.add() },
 	})
 	srv := httptest.NewServer(fake)
 	defer srv.Close()
@@ -88,10 +82,7 @@ func BenchmarkSwrveThroughput(b *testing.B) {
 						break
 					}
 				}
-				now := time.Now()
-				mu.Lock()
-				answered = append(answered, now)
-				mu.Unlock()
+				answered.add()
 			}
 		})
 	}
@@ -103,19 +94,46 @@ func BenchmarkSwrveThroughput(b *testing.B) {
 		b.Fatalf("%d of %d pushes not sent", n, b.N)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "overall_sends/s")
-	reportSwrveRun(b, fake.Stats(), arrivals, answered)
+	reportSwrveRun(b, fake.Stats(), arrivals.sorted(), answered.sorted())
+}
+
+// stamps collects the times of something many goroutines report.
+type stamps struct {
+	mu    sync.Mutex
+	times []time.Time
+}
+
+// add records that it happened now.
+func (s *stamps) add() {
+	now := time.Now()
+	s.mu.Lock()
+	s.times = append(s.times, now)
+	s.mu.Unlock()
+}
+
+// count returns how many times it happened.
+func (s *stamps) count() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return int64(len(s.times))
+}
+
+// sorted returns the times recorded, in order.
+func (s *stamps) sorted() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.SortedFunc(slices.Values(s.times), time.Time.Compare)
 }
 
 // reportSwrveRun reports what the fake Swrve saw of a run (429s, the most
 // requests at once and starting within one second), the rate requests started
-// at (arrivals, the times they reached the fake), and sends/s: the pushes
+// at (arrivals, the times they reached the fake, in order), and sends/s: the pushes
 // answered 200 (at the times in answered) from swrveRampUp after the first
 // arrival until the last one, divided by that time.
 func reportSwrveRun(b *testing.B, st swrvetest.Stats, arrivals, answered []time.Time) {
 	b.ReportMetric(float64(st.TooMany), "429s")
 	b.ReportMetric(float64(st.MaxConcurrent), "max_in_flight")
 	b.ReportMetric(float64(st.MaxPerSecond), "max_starts_in_1s")
-	slices.SortFunc(arrivals, time.Time.Compare)
 	first, last := arrivals[0], arrivals[len(arrivals)-1]
 	if last.Sub(first) > 0 {
 		b.ReportMetric(float64(len(arrivals)-1)/last.Sub(first).Seconds(), "starts/s")
@@ -149,25 +167,13 @@ func reportSwrveRun(b *testing.B, st swrvetest.Stats, arrivals, answered []time.
 func BenchmarkPushPipeline(b *testing.B) {
 	const callers = 20
 	stores := storagetest.New(b)
-	var mu sync.Mutex
-	var arrivals, answered []time.Time
-	var ok atomic.Int64
+	var arrivals, answered stamps
 	fake := swrvetest.NewServer(swrvetest.Config{Scale: 1, MaxPerSecond: 300, Seed: 7,
-		Observe: func(swrvetest.Request) {
-			now := time.Now()
-			mu.Lock()
-			arrivals = append(arrivals, now)
-			mu.Unlock()
-		},
+		Observe: func(swrvetest.Request) { arrivals.add() },
 		Answered: func(_ swrvetest.Request, status int) {
-			if status != http.StatusOK {
-				return
+			if status == http.StatusOK {
+				answered.add()
 			}
-			now := time.Now()
-			mu.Lock()
-			answered = append(answered, now)
-			mu.Unlock()
-			ok.Add(1)
 		},
 	})
 	srv := httptest.NewServer(fake)
@@ -230,14 +236,12 @@ func BenchmarkPushPipeline(b *testing.B) {
 	posters.Wait()
 	posted := time.Since(start)
 	// Stalled, not slow: at 250 a second plus the slowest answer, all are in.
-	waitCount(b, stores.Postgres, "pushes answered 200 by the fake Swrve", ok.Load, int64(b.N),
+	waitCount(b, stores.Postgres, "pushes answered 200 by the fake Swrve", answered.count, int64(b.N),
 		time.Duration(b.N/250+30)*time.Second)
 	elapsed := time.Since(start)
 	b.StopTimer()
 
 	b.ReportMetric(float64(b.N)/posted.Seconds(), "posts/s")
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "overall_sends/s")
-	mu.Lock()
-	defer mu.Unlock()
-	reportSwrveRun(b, fake.Stats(), arrivals, answered)
+	reportSwrveRun(b, fake.Stats(), arrivals.sorted(), answered.sorted())
 }
