@@ -135,6 +135,8 @@ type node struct {
 
 	// tracker is shared by the consumer and the API; see heartbeatTracker.
 	tracker *heartbeat.Tracker
+	// probe pings the open stores for lockstream_store_up and GET /readyz.
+	probe *storeProbe
 }
 
 // storeSet says which stores a command's daemons use.
@@ -175,6 +177,8 @@ func openNode(ctx context.Context, v *values, logger *slog.Logger, need storeSet
 			return nil, err
 		}
 	}
+	n.probe = newStoreProbe(n)
+	n.reg.MustRegister(n.probe)
 	return n, nil
 }
 
@@ -340,8 +344,9 @@ func historyDaemon(_ context.Context, n *node) (daemon, error) {
 	return daemon{name: "history", run: h.Run}, nil
 }
 
-// metricsDaemon serves /metrics and /healthz on LOCKSTREAM_METRICS_ADDR for processes
-// without the API; with no address it does nothing.
+// metricsDaemon serves /metrics, /healthz and /readyz (a ping of every store the
+// process uses) on LOCKSTREAM_METRICS_ADDR for processes without the API; with no
+// address it does nothing.
 func metricsDaemon(_ context.Context, n *node) (daemon, error) {
 	addr := n.v.str("metrics-addr")
 	if addr == "" {
@@ -353,6 +358,7 @@ func metricsDaemon(_ context.Context, n *node) (daemon, error) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}`))
 	})
+	mux.HandleFunc("GET /readyz", n.probe.readyz)
 	return daemon{name: "metrics", run: func(ctx context.Context) error {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
