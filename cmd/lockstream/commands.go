@@ -293,9 +293,13 @@ func apiDaemon(_ context.Context, n *node) (daemon, error) {
 		return daemon{}, err
 	}
 	hooks := heartbeatHooks{tracker: tracker, pg: n.pg}
+	con, err := newConsole(n, token, hooks)
+	if err != nil {
+		return daemon{}, err
+	}
 	opts := []webapi.Option{webapi.WithHistory(n.ch), webapi.WithDeliveries(n.pg, n.ch), webapi.WithPushes(n.pg, n.ch),
 		webapi.WithSensorStatus(tracker),
-		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks)}
+		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks), webapi.WithConsole(con.Handler())}
 	d := daemon{name: "api"}
 	if len(n.stream.Brokers) > 0 {
 		client, err := kgo.NewClient(append(stream.ClientOpts(n.stream), stream.WithLogger(n.logger))...)
@@ -314,7 +318,14 @@ func apiDaemon(_ context.Context, n *node) (daemon, error) {
 		}
 		return daemon{}, err
 	}
-	d.run = srv.Run
+	d.run = func(ctx context.Context) error {
+		// The console's Run ends its live streams when ctx ends, so the server's
+		// shutdown does not wait for them.
+		g, ctx := errgroup.WithContext(ctx)
+		g.Go(func() error { return con.Run(ctx) })
+		g.Go(func() error { return srv.Run(ctx) })
+		return g.Wait()
+	}
 	return d, nil
 }
 
