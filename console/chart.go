@@ -22,10 +22,10 @@ type chart struct {
 	Width, Height int
 	// Top is the y of the plot's top, Plot of its baseline, LabelY of the day labels.
 	Top, Plot, LabelY int
-	Bars  []chartBar
-	Days  []chartTick
-	Max   int
-	Total int
+	Bars              []chartBar
+	Days              []chartTick
+	Max               int
+	Total             int
 }
 
 // chartBar is one hour.
