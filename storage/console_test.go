@@ -43,10 +43,15 @@ func TestCountAndSearchSensors(t *testing.T) {
 	pg := storagetest.New(t).Postgres
 	ctx := context.Background()
 	ids := []string{"ab", "Ab", "abc", "abZ", "ab9", "abd1", "ac", "a", "b"}
+	var sensors []storage.Sensor
 	for _, id := range ids {
-		if _, err := pg.CreateSensor(ctx, storage.Sensor{ID: id, Address: "x"}); err != nil {
-			t.Fatal(err)
-		}
+		sensors = append(sensors, storage.Sensor{ID: id, Address: "x"})
+	}
+	if n, err := pg.ImportSensors(ctx, sensors); err != nil || n != int64(len(ids)) {
+		t.Fatalf("ImportSensors = %d, %v", n, err)
+	}
+	if _, err := pg.ImportSensors(ctx, sensors[:1]); !errors.Is(err, storage.ErrConflict) {
+		t.Fatalf("importing a taken id = %v, want ErrConflict", err)
 	}
 	if n, exact, err := pg.CountSensors(ctx); err != nil || n != int64(len(ids)) || !exact {
 		t.Fatalf("CountSensors = %d %v %v, want %d exact", n, exact, err, len(ids))
