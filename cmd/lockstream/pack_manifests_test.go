@@ -202,9 +202,13 @@ func checkContainer(t *testing.T, where string, c corev1.Container, settings map
 		return cmd
 	}
 	// The port the probes use must be the one the settings make the process serve.
+	// (TestEveryDaemonCommandStartsAndStops probes each daemon command there.)
 	addrSetting := "LOCKSTREAM_METRICS_ADDR"
 	if cmd == "api" {
 		addrSetting = "LOCKSTREAM_HTTP_ADDR"
+	}
+	if ok && !slices.Contains(known, addrSetting) {
+		t.Errorf("%s: lockstream %s does not read %s, so nothing would answer its probes", where, cmd, addrSetting)
 	}
 	_, port, err := net.SplitHostPort(env[addrSetting])
 	if err != nil || !strings.HasPrefix(env[addrSetting], "0.0.0.0:") {
