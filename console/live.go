@@ -35,7 +35,7 @@ var errLiveClosed = errors.New("the console is stopping")
 // errLiveFull is subscribe's answer when MaxLiveViews are open.
 var errLiveFull = errors.New("too many live views are open")
 
-// view is one open live view.
+// liveView is one open live view.
 type liveView struct {
 	events  chan event.Event
 	mu      sync.Mutex

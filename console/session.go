@@ -37,9 +37,6 @@ type session struct {
 // CSRFToken is the token the session's forms carry.
 func (s *session) CSRFToken() string { return s.CSRF }
 
-// IsAdmin reports whether the session may see the whole fleet.
-func (s *session) IsAdmin() bool { return s.Role == roleAdmin }
-
 // randomToken returns n random bytes, base64url.
 func randomToken(n int) string {
 	b := make([]byte, n)

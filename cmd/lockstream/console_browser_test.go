@@ -36,27 +36,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	browser := startBrowser(t)
 	env := startConsoleNode(t)
 
-	// A sensor silent past the 3 s fleet timeout, whose state changes reach a
-	// client whose webhook refuses them (400: FAILED), and three sensors with a
-	// timeout of an hour: online.
-	env.call("POST", "/v1/sensors", map[string]any{"id": "frontDoor", "address": "1 Main Street"}, http.StatusCreated)
-	for _, id := range []string{"backDoor", "garage", "window1"} {
-		env.call("POST", "/v1/sensors", map[string]any{"id": id, "address": "1 Main Street", "heartbeat_timeout": "1h"}, http.StatusCreated)
-	}
-	client := env.call("POST", "/v1/clients", map[string]any{"name": "Acme Security", "webhook_url": env.refuser.URL + "/hook"}, http.StatusCreated)
-	clientID := client["id"].(string)
-	env.call("PUT", "/v1/clients/"+clientID+"/sensors/frontDoor", nil, http.StatusNoContent)
-	seeded := env.seedChanges(t, "frontDoor")
-	weekAgo := time.Now().UTC().Add(-7 * 24 * time.Hour).Format(time.RFC3339)
-	for _, data := range []int{1, 0, 1} {
-		env.ingest(fmt.Sprintf(`{"sensor_id":"frontDoor","data":%d}`, data))
-	}
-	waitUntil(t, "frontDoor is lost, its 3 changes are in the history and a delivery failed", func() bool {
-		s := env.call("GET", "/v1/sensors/frontDoor", nil, http.StatusOK)
-		events := env.call("GET", "/v1/sensors/frontDoor/events?limit=1000&from="+weekAgo, nil, http.StatusOK)
-		failed := env.call("GET", "/v1/clients/"+clientID+"/deliveries?status=FAILED", nil, http.StatusOK)
-		return s["connection"] == "lost" && countType(events, "state_changed") == seeded+3 && len(items(failed)) > 0
-	})
+	clientID, seeded := env.seedFleet(t)
 
 	base := env.base
 	nav := func(path string) {
@@ -109,29 +89,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	env.redeliverInBrowser(t, browser, clientID)
 	env.liveEventInBrowser(t, browser)
 
-	// Sign out: the browser is back at sign-in, and the session's cookie is dead.
-	cookies, err := chromedp.Call(browser, network.GetCookies, network.GetCookiesParams{URLs: []string{base + "/console/"}})
-	if err != nil || len(cookies.Cookies) != 1 || !cookies.Cookies[0].HTTPOnly || cookies.Cookies[0].SameSite != network.CookieSameSiteStrict {
-		t.Fatalf("session cookie = %+v, %v; want one HttpOnly SameSite=Strict cookie", cookies, err)
-	}
-	old := cookies.Cookies[0]
-	if resp := submit(t, browser, chromedp.ID("sign-out")); !strings.Contains(resp.URL, "/console/login?signed_out=1") {
-		t.Fatalf("sign-out ended at %s", resp.URL)
-	}
-	nav("/console/")
-	if loc := value(t, browser, chromedp.Location()); !strings.HasPrefix(loc, base+"/console/login") {
-		t.Fatalf("after sign-out, /console/ went to %s", loc)
-	}
-	req, _ := http.NewRequest("GET", base+"/console/", nil)
-	req.AddCookie(&http.Cookie{Name: old.Name, Value: old.Value})
-	resp, err := noRedirect.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/console/login") {
-		t.Fatalf("the signed-out cookie still opens the console: %d %s", resp.StatusCode, resp.Header.Get("Location"))
-	}
+	env.signOutInBrowser(t, browser)
 }
 
 // redeliverInBrowser opens the client from the client list and redelivers its
@@ -363,4 +321,62 @@ func countType(list map[string]any, typ string) int {
 		}
 	}
 	return n
+}
+
+// seedFleet registers the test's fleet and client through the API and waits until
+// the pipeline made of it what the console must show; it returns the client's id and
+// how many earlier changes it wrote into the history.
+func (env *consoleNode) seedFleet(t *testing.T) (clientID string, seeded int) {
+	t.Helper()
+	// A sensor silent past the 3 s fleet timeout, whose state changes reach a
+	// client whose webhook refuses them (400: FAILED), and three sensors with a
+	// timeout of an hour: online.
+	env.call("POST", "/v1/sensors", map[string]any{"id": "frontDoor", "address": "1 Main Street"}, http.StatusCreated)
+	for _, id := range []string{"backDoor", "garage", "window1"} {
+		env.call("POST", "/v1/sensors", map[string]any{"id": id, "address": "1 Main Street", "heartbeat_timeout": "1h"}, http.StatusCreated)
+	}
+	client := env.call("POST", "/v1/clients", map[string]any{"name": "Acme Security", "webhook_url": env.refuser.URL + "/hook"}, http.StatusCreated)
+	clientID = client["id"].(string)
+	env.call("PUT", "/v1/clients/"+clientID+"/sensors/frontDoor", nil, http.StatusNoContent)
+	seeded = env.seedChanges(t, "frontDoor")
+	weekAgo := time.Now().UTC().Add(-7 * 24 * time.Hour).Format(time.RFC3339)
+	for _, data := range []int{1, 0, 1} {
+		env.ingest(fmt.Sprintf(`{"sensor_id":"frontDoor","data":%d}`, data))
+	}
+	waitUntil(t, "frontDoor is lost, its 3 changes are in the history and a delivery failed", func() bool {
+		s := env.call("GET", "/v1/sensors/frontDoor", nil, http.StatusOK)
+		events := env.call("GET", "/v1/sensors/frontDoor/events?limit=1000&from="+weekAgo, nil, http.StatusOK)
+		failed := env.call("GET", "/v1/clients/"+clientID+"/deliveries?status=FAILED", nil, http.StatusOK)
+		return s["connection"] == "lost" && countType(events, "state_changed") == seeded+3 && len(items(failed)) > 0
+	})
+	return clientID, seeded
+}
+
+// signOutInBrowser signs out: the browser is back at sign-in, and the session's
+// cookie, replayed, no longer opens the console.
+func (env *consoleNode) signOutInBrowser(t *testing.T, browser context.Context) {
+	t.Helper()
+	base := env.base
+	cookies, err := chromedp.Call(browser, network.GetCookies, network.GetCookiesParams{URLs: []string{base + "/console/"}})
+	if err != nil || len(cookies.Cookies) != 1 || !cookies.Cookies[0].HTTPOnly || cookies.Cookies[0].SameSite != network.CookieSameSiteStrict {
+		t.Fatalf("session cookie = %+v, %v; want one HttpOnly SameSite=Strict cookie", cookies, err)
+	}
+	old := cookies.Cookies[0]
+	if resp := submit(t, browser, chromedp.ID("sign-out")); !strings.Contains(resp.URL, "/console/login?signed_out=1") {
+		t.Fatalf("sign-out ended at %s", resp.URL)
+	}
+	do(t, browser, chromedp.Navigate(base+"/console/"))
+	if loc := value(t, browser, chromedp.Location()); !strings.HasPrefix(loc, base+"/console/login") {
+		t.Fatalf("after sign-out, /console/ went to %s", loc)
+	}
+	req, _ := http.NewRequest("GET", base+"/console/", nil)
+	req.AddCookie(&http.Cookie{Name: old.Name, Value: old.Value})
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/console/login") {
+		t.Fatalf("the signed-out cookie still opens the console: %d %s", resp.StatusCode, resp.Header.Get("Location"))
+	}
 }
