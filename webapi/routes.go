@@ -22,6 +22,14 @@ func (s *Server) routes() *chi.Mux {
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
 	r.Get("/openapi.yaml", serveOpenAPI)
 
+	// The operator console: HTML pages with a session of their own (see WithConsole).
+	// Its live stream has a route of its own so its long requests stay out of the
+	// pages' latency histogram.
+	r.Get("/console", s.serveConsole)
+	r.Get("/console/*", s.serveConsole)
+	r.Post("/console/*", s.serveConsole)
+	r.Get("/console/live/events", s.serveConsole)
+
 	// Ingest: sensors and their gateways, with the ingest token only.
 	r.Group(func(r chi.Router) {
 		r.Use(s.requireIngest)

@@ -262,6 +262,9 @@ type Server struct {
 	pushes       PushStore
 	pushAttempts DeliveryAttempts
 	pushMetrics  *pushMetrics
+
+	// console serves /console; see WithConsole.
+	console http.Handler
 }
 
 // New builds the server. checks names the stores GET /readyz pings (for instance

@@ -135,6 +135,8 @@ type node struct {
 
 	// tracker is shared by the consumer and the API; see heartbeatTracker.
 	tracker *heartbeat.Tracker
+	// probe pings the open stores for lockstream_store_up and GET /readyz.
+	probe *storeProbe
 }
 
 // storeSet says which stores a command's daemons use.
@@ -175,6 +177,8 @@ func openNode(ctx context.Context, v *values, logger *slog.Logger, need storeSet
 			return nil, err
 		}
 	}
+	n.probe = newStoreProbe(n)
+	n.reg.MustRegister(n.probe)
 	return n, nil
 }
 
@@ -289,9 +293,13 @@ func apiDaemon(_ context.Context, n *node) (daemon, error) {
 		return daemon{}, err
 	}
 	hooks := heartbeatHooks{tracker: tracker, pg: n.pg}
+	con, err := newConsole(n, token, hooks)
+	if err != nil {
+		return daemon{}, err
+	}
 	opts := []webapi.Option{webapi.WithHistory(n.ch), webapi.WithDeliveries(n.pg, n.ch), webapi.WithPushes(n.pg, n.ch),
 		webapi.WithSensorStatus(tracker),
-		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks)}
+		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks), webapi.WithConsole(con.Handler())}
 	d := daemon{name: "api"}
 	if len(n.stream.Brokers) > 0 {
 		client, err := kgo.NewClient(append(stream.ClientOpts(n.stream), stream.WithLogger(n.logger))...)
@@ -310,7 +318,14 @@ func apiDaemon(_ context.Context, n *node) (daemon, error) {
 		}
 		return daemon{}, err
 	}
-	d.run = srv.Run
+	d.run = func(ctx context.Context) error {
+		// The console's Run ends its live streams when ctx ends, so the server's
+		// shutdown does not wait for them.
+		g, ctx := errgroup.WithContext(ctx)
+		g.Go(func() error { return con.Run(ctx) })
+		g.Go(func() error { return srv.Run(ctx) })
+		return g.Wait()
+	}
 	return d, nil
 }
 
@@ -340,8 +355,9 @@ func historyDaemon(_ context.Context, n *node) (daemon, error) {
 	return daemon{name: "history", run: h.Run}, nil
 }
 
-// metricsDaemon serves /metrics and /healthz on LOCKSTREAM_METRICS_ADDR for processes
-// without the API; with no address it does nothing.
+// metricsDaemon serves /metrics, /healthz and /readyz (a ping of every store the
+// process uses) on LOCKSTREAM_METRICS_ADDR for processes without the API; with no
+// address it does nothing.
 func metricsDaemon(_ context.Context, n *node) (daemon, error) {
 	addr := n.v.str("metrics-addr")
 	if addr == "" {
@@ -353,6 +369,7 @@ func metricsDaemon(_ context.Context, n *node) (daemon, error) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}`))
 	})
+	mux.HandleFunc("GET /readyz", n.probe.readyz)
 	return daemon{name: "metrics", run: func(ctx context.Context) error {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {

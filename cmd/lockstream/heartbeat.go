@@ -75,8 +75,18 @@ type heartbeatHooks struct {
 }
 
 // SensorCreated starts the sensor's deadline at registration, so one that never
-// reports is still declared lost.
+// reports is still declared lost; a timeout given at creation applies from the
+// start (the tracker's cache of timeouts does not know the sensor yet).
 func (h heartbeatHooks) SensorCreated(ctx context.Context, sensorID string, createdAt time.Time) error {
+	s, err := h.pg.GetSensor(ctx, sensorID)
+	if err != nil {
+		return err
+	}
+	if s.HeartbeatTimeout > 0 {
+		if err := h.tracker.SetTimeout(ctx, sensorID, s.HeartbeatTimeout); err != nil {
+			return err
+		}
+	}
 	return h.tracker.Register(ctx, sensorID, createdAt)
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # services.sh makes the local services lockstream needs available on 127.0.0.1:
-# PostgreSQL (5432), Redis (6379), ClickHouse (9000 native, 8123 HTTP), plus kcat.
+# PostgreSQL (5432), Redis (6379), ClickHouse (9000 native, 8123 HTTP), plus kcat and
+# headless Chromium (with fonts) for the console's browser test.
 #
 # It is idempotent: it installs with apt-get only what is missing, starts only what is
 # not answering, and creates the lockstream role and database only if absent. It runs
@@ -40,6 +41,10 @@ command -v redis-cli >/dev/null || missing+=(redis-tools)
 command -v clickhouse-server >/dev/null || missing+=(clickhouse-server)
 command -v clickhouse-client >/dev/null || missing+=(clickhouse-client)
 command -v kcat >/dev/null || missing+=(kcat)
+# Chromium drives the console's browser test (cmd/lockstream, chromedp); without a font
+# its screenshot would show boxes for text.
+command -v chromium >/dev/null || missing+=(chromium)
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -100,4 +105,4 @@ if ! port_open 127.0.0.1 9000; then
 fi
 wait_for ClickHouse clickhouse-client --host 127.0.0.1 --port 9000 --query 'SELECT 1'
 
-log "all services answer: postgres 127.0.0.1:5432, redis 127.0.0.1:6379, clickhouse 127.0.0.1:9000"
+log "all services answer: postgres 127.0.0.1:5432, redis 127.0.0.1:6379, clickhouse 127.0.0.1:9000 (chromium: $(command -v chromium))"
