@@ -20,6 +20,7 @@ import (
 
 	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/heartbeat"
+	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/migrations"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
@@ -348,7 +349,7 @@ func historyDaemon(_ context.Context, n *node) (daemon, error) {
 	if err := n.requireBrokers(); err != nil {
 		return daemon{}, err
 	}
-	h, err := consumer.NewHistory(consumer.HistoryConfig{Stream: n.stream}, n.ch, n.reg, n.logger.With("daemon", "history"))
+	h, err := history.New(history.Config{Stream: n.stream}, n.ch, n.reg, n.logger.With("daemon", "history"))
 	if err != nil {
 		return daemon{}, err
 	}
