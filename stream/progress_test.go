@@ -46,7 +46,9 @@ func (w *progressWorld) produce(t *testing.T, partition int32, first, n int) {
 	}
 }
 
-func (w *progressWorld) at(seconds int) time.Time { return w.base.Add(time.Duration(seconds) * time.Second) }
+func (w *progressWorld) at(seconds int) time.Time {
+	return w.base.Add(time.Duration(seconds) * time.Second)
+}
 
 // commit commits the group's offset of each partition.
 func (w *progressWorld) commit(t *testing.T, offsets map[int32]int64) {
