@@ -27,13 +27,15 @@ func (c *requestCounter) OnBrokerWrite(_ kgo.BrokerMetadata, _ int16, _ int, _, 
 // one call of stream.Progress.Watermark, in time and in Kafka requests, when
 //
 //   - caught-up: the state group committed every partition to its end;
+//
 //   - stalled: every partition lags and the committed offsets stand still (the
 //     record at each was read before, so nothing is fetched);
+//
 //   - moving: every partition lags and its committed offset moved since the last
 //     call, with Refetch at 1 ns so each call reads the 12 records anew (the worst
 //     case; with the default Refetch of 5 s a partition is read at most every 5 s).
 //
-//	go test -run '^$' -bench Watermark ./bench/
+//     go test -run '^$' -bench Watermark ./bench/
 func BenchmarkWatermark(b *testing.B) {
 	const partitions, perPartition = 12, 1000
 	cfg := streamtest.Config(b, partitions)
