@@ -186,15 +186,7 @@ func (t *Tracker) Record(ctx context.Context, seen map[string]time.Time) ([]even
 		if r.Unpublished {
 			events = append(events, lostEvent(r.SensorID, r.Missed))
 		}
-		// Computed from what Redis remembers only, so a replay is the same event.
-		lastSeen := t.tm.lastSeen(r.Missed, timeouts[i])
-		events = append(events, event.Event{
-			ID:        id,
-			Type:      event.ConnectionRestored,
-			SensorID:  r.SensorID,
-			At:        r.RestoredAt,
-			SilentFor: max(0, int64(r.RestoredAt.Sub(lastSeen)/time.Second)),
-		})
+		events = append(events, restoredEvent(r.SensorID, r.Missed, r.RestoredAt, t.tm.lastSeen(r.Missed, timeouts[i])))
 		t.emitted.put(id, r.RestoredAt.UnixMilli())
 	}
 	t.restored.Add(float64(fresh))
@@ -369,6 +361,29 @@ func (t *Tracker) timeoutLocked(sensorID string) time.Duration {
 		return d
 	}
 	return t.cfg.Timeout
+}
+
+// restoredEvent is the connection_restored of a sensor seen at seen after missing
+// the deadline missed, having last been seen at lastSeen before it. It is computed
+// from what Redis remembers only, so a replay is the same event.
+//
+// It is never timed before its loss: deliveries to a client go in event-time order,
+// so a restore timed earlier would reach the client before the loss it ends. A
+// sighting earlier than the deadline can end a loss only if it was recorded after
+// the sweep passed the deadline, which the watermark prevents unless record times
+// go backwards within a partition (producer clocks on a broker that keeps them).
+func restoredEvent(sensorID string, missed, seen, lastSeen time.Time) event.Event {
+	at := seen
+	if at.Before(missed) {
+		at = missed
+	}
+	return event.Event{
+		ID:        event.ConnectionRestoredID(sensorID, missed),
+		Type:      event.ConnectionRestored,
+		SensorID:  sensorID,
+		At:        at,
+		SilentFor: max(0, int64(at.Sub(lastSeen)/time.Second)),
+	}
 }
 
 func lostEvent(sensorID string, deadline time.Time) event.Event {

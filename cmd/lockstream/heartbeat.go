@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
@@ -56,10 +57,19 @@ func heartbeatDaemon(_ context.Context, n *node) (daemon, error) {
 	if err != nil {
 		return daemon{}, fmt.Errorf("heartbeat: kafka client: %w", err)
 	}
+	logger := n.logger.With("daemon", "heartbeat")
+	// Deadlines are judged by how far the state consumer has got, so a consumer
+	// that lags or stalls never makes reporting sensors look lost.
+	progress, err := stream.NewProgress(stream.ProgressConfig{Stream: n.stream, Group: consumer.DefaultGroup}, client, logger)
+	if err != nil {
+		client.Close()
+		return daemon{}, err
+	}
 	d, err := heartbeat.New(cfg, heartbeat.Deps{
 		Store: n.redis, Registry: n.pg, History: n.ch,
 		Publisher: stream.NewEventPublisher(client, n.stream),
-	}, n.reg, n.logger.With("daemon", "heartbeat"))
+		Progress:  progress,
+	}, n.reg, logger)
 	if err != nil {
 		client.Close()
 		return daemon{}, err
