@@ -94,26 +94,49 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 	})
 }
 
-// requireAdmin lets through only requests bearing the admin token. Both tokens are
-// hashed before the constant-time comparison so that neither their content nor their
-// length leaks through timing.
-func (s *Server) requireAdmin(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token, ok := bearerToken(r)
-		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="lockstream"`)
-			writeProblem(w, newProblem(http.StatusUnauthorized, problemUnauthorized,
-				"this route needs an Authorization: Bearer <admin token> header"))
-			return
-		}
-		got := sha256.Sum256([]byte(token))
-		if subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="lockstream", error="invalid_token"`)
-			writeProblem(w, newProblem(http.StatusUnauthorized, problemUnauthorized, "the bearer token is not valid"))
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+// bearerAuth describes one of the API's bearer tokens: which routes it opens and
+// the setting that configures it, for the answers of requireToken.
+type bearerAuth struct {
+	// name is what the token is called in answers: "admin", "ingest", "push".
+	name string
+	// setting is the environment variable that configures it.
+	setting string
+	// disabled is the detail of the 503 answered while no token is configured.
+	disabled string
+	// realm is the WWW-Authenticate realm of a 401.
+	realm string
+}
+
+// requireToken lets through only requests bearing token; any other token, the
+// API's other tokens included, is a 401 problem. With no token configured the
+// routes are disabled and answer 503 whatever the request carries. Both sides are
+// hashed before the constant-time comparison so that neither the token's content
+// nor its length leaks through timing.
+func (s *Server) requireToken(auth bearerAuth, token string) func(http.Handler) http.Handler {
+	want := sha256.Sum256([]byte(token))
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if token == "" {
+				writeProblem(w, unavailable("%s (%s)", auth.disabled, auth.setting))
+				return
+			}
+			got, ok := bearerToken(r)
+			if !ok {
+				w.Header().Set("WWW-Authenticate", fmt.Sprintf("Bearer realm=%q", auth.realm))
+				writeProblem(w, newProblem(http.StatusUnauthorized, problemUnauthorized,
+					"this route needs an Authorization: Bearer <%s token> header", auth.name))
+				return
+			}
+			gotHash := sha256.Sum256([]byte(got))
+			if subtle.ConstantTimeCompare(gotHash[:], want[:]) != 1 {
+				w.Header().Set("WWW-Authenticate", fmt.Sprintf("Bearer realm=%q, error=\"invalid_token\"", auth.realm))
+				writeProblem(w, newProblem(http.StatusUnauthorized, problemUnauthorized,
+					"the bearer token is not the %s token", auth.name))
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
 }
 
 // bearerToken returns the token of an "Authorization: Bearer <token>" header; the

@@ -32,14 +32,16 @@ func (s *Server) routes() *chi.Mux {
 
 	// Ingest: sensors and their gateways, with the ingest token only.
 	r.Group(func(r chi.Router) {
-		r.Use(s.requireIngest)
+		r.Use(s.requireToken(bearerAuth{name: "ingest", setting: "LOCKSTREAM_INGEST_TOKEN", realm: "lockstream-ingest",
+			disabled: "ingest is disabled: the server has no ingest token"}, s.cfg.IngestToken))
 
 		r.Post("/v1/readings", s.handle(s.ingestReadings))
 	})
 
 	// Push: the standalone push service, with the push token only.
 	r.Group(func(r chi.Router) {
-		r.Use(s.requirePush)
+		r.Use(s.requireToken(bearerAuth{name: "push", setting: "LOCKSTREAM_PUSH_TOKEN", realm: "lockstream-push",
+			disabled: "pushes are disabled: the server has no push token"}, s.cfg.PushToken))
 
 		r.Post("/push", s.handle(s.legacyPush))
 		r.Post("/v1/pushes", s.handle(s.createPush))
@@ -48,7 +50,8 @@ func (s *Server) routes() *chi.Mux {
 
 	// Admin: the registry, the history and the deliveries.
 	r.Group(func(r chi.Router) {
-		r.Use(s.requireAdmin)
+		r.Use(s.requireToken(bearerAuth{name: "admin", setting: "LOCKSTREAM_ADMIN_TOKEN", realm: "lockstream",
+			disabled: "the admin API is disabled: the server has no admin token"}, s.cfg.AdminToken))
 
 		r.Post("/v1/sensors", s.handle(s.createSensor))
 		r.Get("/v1/sensors", s.handle(s.listSensors))

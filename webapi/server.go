@@ -9,7 +9,6 @@ package webapi
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -250,7 +249,6 @@ type Server struct {
 	lost      LostSensors
 	publisher ReadingPublisher
 	history   History
-	tokenHash [sha256.Size]byte
 	metrics   *metrics
 	handler   http.Handler
 
@@ -305,7 +303,6 @@ func New(cfg Config, registry Registry, checks map[string]Pinger, reg prometheus
 		checks:    checks,
 		gatherer:  gatherer,
 		logger:    logger,
-		tokenHash: sha256.Sum256([]byte(cfg.AdminToken)),
 		metrics:   m,
 
 		pushMetrics: pm,
