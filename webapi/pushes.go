@@ -313,4 +313,3 @@ func (s *Server) getPush(w http.ResponseWriter, r *http.Request) error {
 func pushesDisabled() error {
 	return unavailable("pushes are disabled: the server has no push store")
 }
-

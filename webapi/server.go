@@ -298,12 +298,12 @@ func New(cfg Config, registry Registry, checks map[string]Pinger, reg prometheus
 		return nil, err
 	}
 	s := &Server{
-		cfg:       cfg,
-		registry:  registry,
-		checks:    checks,
-		gatherer:  gatherer,
-		logger:    logger,
-		metrics:   m,
+		cfg:      cfg,
+		registry: registry,
+		checks:   checks,
+		gatherer: gatherer,
+		logger:   logger,
+		metrics:  m,
 
 		pushMetrics: pm,
 	}
