@@ -348,5 +348,5 @@ func (s *Server) listClientSensors(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return fmt.Errorf("listing sensors of client: %w", err)
 	}
-	return writeJSON(w, http.StatusOK, newPageBody(sensors, p.limit, sensorKey, s.sensorRenderer(r.Context())))
+	return writeJSON(w, http.StatusOK, s.sensorPage(r.Context(), sensors, p.limit))
 }

@@ -170,12 +170,20 @@ const (
 	ConnectionUnknown = "unknown"
 )
 
-// SensorStatus reports what the heartbeat knows of a sensor: when it was last seen
-// (zero when never) and its connection, one of ConnectionOnline, ConnectionLost or
-// ConnectionUnknown. Without one (see WithSensorStatus) every sensor shows
-// "last_seen": null and "connection": "unknown".
+// SensorConnection is what the heartbeat knows of one sensor.
+type SensorConnection struct {
+	// LastSeen is when the sensor was last seen; zero when never.
+	LastSeen time.Time
+	// Connection is ConnectionOnline, ConnectionLost or ConnectionUnknown.
+	Connection string
+}
+
+// SensorStatus reports what the heartbeat knows of sensors, a page at a time: one
+// call (and one store round trip) per page of a sensor list, whatever its length.
+// A sensor missing from the answer shows "connection": "unknown". Without one (see
+// WithSensorStatus) every sensor shows "last_seen": null and "connection": "unknown".
 type SensorStatus interface {
-	Status(ctx context.Context, sensorID string) (lastSeen time.Time, connection string, err error)
+	SensorStatuses(ctx context.Context, sensorIDs []string) (map[string]SensorConnection, error)
 }
 
 // SensorObserver is told after a sensor's registration changed, so that a component

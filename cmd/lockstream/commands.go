@@ -299,7 +299,7 @@ func apiDaemon(_ context.Context, n *node) (daemon, error) {
 		return daemon{}, err
 	}
 	opts := []webapi.Option{webapi.WithHistory(n.ch), webapi.WithDeliveries(n.pg, n.ch), webapi.WithPushes(n.pg, n.ch),
-		webapi.WithSensorStatus(tracker),
+		webapi.WithSensorStatus(hooks),
 		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks), webapi.WithConsole(con.Handler())}
 	d := daemon{name: "api"}
 	if len(n.stream.Brokers) > 0 {

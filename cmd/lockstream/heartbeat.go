@@ -11,6 +11,7 @@ import (
 	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
+	"github.com/lockstream/lockstream/webapi"
 )
 
 // heartbeatConfig is the heartbeat configuration of a node.
@@ -112,6 +113,19 @@ func (h heartbeatHooks) SensorUpdated(ctx context.Context, sensorID string) erro
 // SensorDeleted stops tracking the sensor.
 func (h heartbeatHooks) SensorDeleted(ctx context.Context, sensorID string) error {
 	return h.tracker.Forget(ctx, sensorID)
+}
+
+// SensorStatuses asks the tracker about a page of sensors at once.
+func (h heartbeatHooks) SensorStatuses(ctx context.Context, sensorIDs []string) (map[string]webapi.SensorConnection, error) {
+	statuses, err := h.tracker.Statuses(ctx, sensorIDs)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]webapi.SensorConnection, len(statuses))
+	for id, st := range statuses {
+		out[id] = webapi.SensorConnection{LastSeen: st.LastSeen, Connection: st.Connection}
+	}
+	return out, nil
 }
 
 // LostSensorIDs lists the sensors whose connection is lost.
