@@ -216,4 +216,3 @@ func TestHeartbeatStatusesIsOneRoundTrip(t *testing.T) {
 		t.Errorf("s00700 was never tracked: %+v", st)
 	}
 }
-
