@@ -1,7 +1,9 @@
 package webapi
 
 import (
+	"context"
 	"crypto/sha256"
+	"errors"
 	"crypto/subtle"
 	"fmt"
 	"log/slog"
@@ -90,6 +92,30 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 			writeProblem(w, newProblem(http.StatusInternalServerError, problemInternal,
 				"the server failed to handle the request; the error is logged"))
 		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// bounded gives the handler's context the RequestTimeout deadline: a store that
+// hangs makes the request fail as a 503 problem (storage reports the deadline as
+// unavailable) before WriteTimeout would cut the connection.
+func (s *Server) bounded(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+		defer cancel()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// streaming lifts the server's read and write deadlines for a route that answers
+// for longer than WriteTimeout (server-sent events): use it in place of bounded.
+// Such a handler must end by itself when its context ends (client gone, shutdown).
+func (s *Server) streaming(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		if err := errors.Join(rc.SetReadDeadline(time.Time{}), rc.SetWriteDeadline(time.Time{})); err != nil {
+			s.logger.WarnContext(r.Context(), "lifting the deadlines of a streaming route", "route", routePattern(r), "err", err)
+		}
 		next.ServeHTTP(w, r)
 	})
 }

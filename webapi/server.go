@@ -26,6 +26,8 @@ const (
 	DefaultAddr              = "127.0.0.1:8080"
 	DefaultShutdownTimeout   = 10 * time.Second
 	DefaultReadHeaderTimeout = 5 * time.Second
+	DefaultReadTimeout       = 30 * time.Second
+	DefaultWriteTimeout      = 30 * time.Second
 	DefaultIdleTimeout       = 2 * time.Minute
 	DefaultReadyTimeout      = 2 * time.Second
 	DefaultMaxBodyBytes      = 1 << 20
@@ -61,6 +63,19 @@ type Config struct {
 	// ReadHeaderTimeout bounds reading a request's headers, against slow-loris
 	// clients. Defaults to DefaultReadHeaderTimeout.
 	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading a whole request, body included, against clients
+	// that trickle a body. Defaults to DefaultReadTimeout.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds a request from the end of its headers to the end of its
+	// answer; a connection still writing then is closed. Routes that stream for
+	// longer (server-sent events) lift it for themselves (see Server.streaming).
+	// Defaults to DefaultWriteTimeout.
+	WriteTimeout time.Duration
+	// RequestTimeout is the deadline of a handler's context, so that a store that
+	// hangs turns into a 503 problem while the answer can still be written, rather
+	// than a connection cut by WriteTimeout. It must be shorter than WriteTimeout.
+	// Defaults to two thirds of WriteTimeout.
+	RequestTimeout time.Duration
 	// IdleTimeout closes keep-alive connections idle for longer. Defaults to
 	// DefaultIdleTimeout.
 	IdleTimeout time.Duration
@@ -84,6 +99,9 @@ func (c Config) WithDefaults() Config {
 	c.Addr = cmp.Or(c.Addr, DefaultAddr)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
 	c.ReadHeaderTimeout = cmp.Or(c.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	c.ReadTimeout = cmp.Or(c.ReadTimeout, DefaultReadTimeout)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, c.WriteTimeout*2/3)
 	c.IdleTimeout = cmp.Or(c.IdleTimeout, DefaultIdleTimeout)
 	c.ReadyTimeout = cmp.Or(c.ReadyTimeout, DefaultReadyTimeout)
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes)
@@ -112,6 +130,9 @@ func (c Config) Validate() error {
 	}{
 		{"ShutdownTimeout", c.ShutdownTimeout},
 		{"ReadHeaderTimeout", c.ReadHeaderTimeout},
+		{"ReadTimeout", c.ReadTimeout},
+		{"WriteTimeout", c.WriteTimeout},
+		{"RequestTimeout", c.RequestTimeout},
 		{"IdleTimeout", c.IdleTimeout},
 		{"ReadyTimeout", c.ReadyTimeout},
 		{"PublishTimeout", c.PublishTimeout},
@@ -119,6 +140,9 @@ func (c Config) Validate() error {
 		if d.value <= 0 {
 			return fmt.Errorf("webapi: %s must be positive, got %s", d.name, d.value)
 		}
+	}
+	if c.RequestTimeout >= c.WriteTimeout {
+		return fmt.Errorf("webapi: RequestTimeout (%s) must be shorter than WriteTimeout (%s)", c.RequestTimeout, c.WriteTimeout)
 	}
 	if c.MaxBodyBytes <= 0 {
 		return fmt.Errorf("webapi: MaxBodyBytes must be positive, got %d", c.MaxBodyBytes)
@@ -339,18 +363,26 @@ func (s *Server) Run(ctx context.Context) error {
 	return s.Serve(ctx, ln)
 }
 
-// Serve is Run on a listener the caller opened (and Serve closes); tests use it to
-// listen on a free port.
-func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{
-		Handler:           s.handler,
+// httpServer is the http.Server of Serve: every timeout set, so that slow or
+// stalled clients cost a bounded amount of time.
+func (s *Server) httpServer(ctx context.Context, handler http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           handler,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
 		// Requests must outlive the cancellation of ctx so that shutdown drains them
 		// instead of aborting their queries half-way.
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
+}
+
+// Serve is Run on a listener the caller opened (and Serve closes); tests use it to
+// listen on a free port.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := s.httpServer(ctx, s.handler)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	s.logger.InfoContext(ctx, "http server listening", "addr", ln.Addr().String())

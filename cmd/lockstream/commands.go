@@ -42,7 +42,8 @@ type command struct {
 func commands() []command {
 	storeSettings := []string{"pg-url", "redis-url", "redis-prefix", "clickhouse-url", "metrics-addr"}
 	kafkaSettings := []string{"kafka-brokers", "kafka-partitions", "kafka-topic-prefix"}
-	apiSettings := []string{"http-addr", "admin-token", "ingest-token", "push-token"}
+	apiSettings := []string{"http-addr", "admin-token", "ingest-token", "push-token",
+		"http-read-timeout", "http-write-timeout", "http-idle-timeout"}
 	heartbeatSettings := []string{"heartbeat-timeout", "heartbeat-sweep-interval"}
 	return []command{
 		{
@@ -57,7 +58,7 @@ func commands() []command {
 			name:     "api",
 			summary:  "serve the HTTP API (admin, history, ingest, health, metrics)",
 			settings: concat(apiSettings, heartbeatSettings, storeSettings, kafkaSettings),
-			run:      runDaemonsCommand(usesAll, apiDaemon),
+			run:      runDaemonsCommand(usesPostgres|usesRedis|usesClickHouseLazily, apiDaemon),
 		},
 		{
 			name:     "consume",
@@ -148,6 +149,9 @@ const (
 	usesPostgres storeSet = 1 << iota
 	usesRedis
 	usesClickHouse
+	// usesClickHouseLazily opens ClickHouse without waiting for it: the API
+	// starts and serves while it is down, its history routes answering 503.
+	usesClickHouseLazily
 	usesAll = usesPostgres | usesRedis | usesClickHouse
 )
 
@@ -172,10 +176,19 @@ func openNode(ctx context.Context, v *values, logger *slog.Logger, need storeSet
 			return nil, err
 		}
 	}
-	if need&usesClickHouse != 0 {
+	switch {
+	case need&usesClickHouse != 0:
 		if n.ch, err = storage.OpenClickHouse(ctx, v.str("clickhouse-url")); err != nil {
 			n.close()
 			return nil, err
+		}
+	case need&usesClickHouseLazily != 0:
+		if n.ch, err = storage.OpenClickHouseLazy(v.str("clickhouse-url")); err != nil {
+			n.close()
+			return nil, err
+		}
+		if err := n.ch.Ping(ctx); err != nil {
+			logger.Warn("ClickHouse is unreachable; serving without history until it is back", "err", err)
 		}
 	}
 	n.probe = newStoreProbe(n)
@@ -310,9 +323,14 @@ func apiDaemon(_ context.Context, n *node) (daemon, error) {
 		d.close = client.Close
 		opts = append(opts, webapi.WithReadingPublisher(stream.NewReadingPublisher(client, n.stream)))
 	}
-	srv, err := webapi.New(webapi.Config{Addr: n.v.str("http-addr"), AdminToken: token, IngestToken: n.v.str("ingest-token"),
-		PushToken: n.v.str("push-token")},
-		n.pg, checks, n.reg, n.reg, n.logger, opts...)
+	cfg, err := n.apiConfig()
+	if err != nil {
+		if d.close != nil {
+			d.close()
+		}
+		return daemon{}, err
+	}
+	srv, err := webapi.New(cfg, n.pg, checks, n.reg, n.reg, n.logger, opts...)
 	if err != nil {
 		if d.close != nil {
 			d.close()
@@ -328,6 +346,26 @@ func apiDaemon(_ context.Context, n *node) (daemon, error) {
 		return g.Wait()
 	}
 	return d, nil
+}
+
+// apiConfig is the HTTP API's configuration from the node's settings.
+func (n *node) apiConfig() (webapi.Config, error) {
+	cfg := webapi.Config{Addr: n.v.str("http-addr"), AdminToken: n.v.str("admin-token"),
+		IngestToken: n.v.str("ingest-token"), PushToken: n.v.str("push-token")}
+	var err error
+	for _, d := range []struct {
+		name string
+		dst  *time.Duration
+	}{
+		{"http-read-timeout", &cfg.ReadTimeout},
+		{"http-write-timeout", &cfg.WriteTimeout},
+		{"http-idle-timeout", &cfg.IdleTimeout},
+	} {
+		if *d.dst, err = n.v.duration(d.name); err != nil {
+			return webapi.Config{}, err
+		}
+	}
+	return cfg, nil
 }
 
 func consumerDaemon(_ context.Context, n *node) (daemon, error) {
