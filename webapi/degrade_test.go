@@ -183,4 +183,3 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
-

@@ -3,8 +3,8 @@ package webapi
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
