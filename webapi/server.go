@@ -35,6 +35,10 @@ const (
 	// whitespace and RFC 3339 device times.
 	DefaultMaxIngestBodyBytes = 4 << 20
 	DefaultPublishTimeout     = 10 * time.Second
+	// DefaultSecretOverlap is how long a rotated-out signing secret keeps signing
+	// webhooks: a day covers a delivery's whole back-off (about 2 h) with room for
+	// a receiver to deploy the new secret.
+	DefaultSecretOverlap = 24 * time.Hour
 )
 
 // Config configures the HTTP server.
@@ -88,6 +92,10 @@ type Config struct {
 	// MaxIngestBodyBytes is the largest body POST /v1/readings accepts; larger
 	// ones get 413. Defaults to DefaultMaxIngestBodyBytes (4 MiB).
 	MaxIngestBodyBytes int64
+	// SecretOverlap is how long POST /v1/clients/{id}/secret keeps the secret it
+	// replaces: webhooks are signed with both until then. Defaults to
+	// DefaultSecretOverlap.
+	SecretOverlap time.Duration
 	// PublishTimeout bounds how long POST /v1/readings waits for the broker to
 	// acknowledge a request's readings before answering 503. Defaults to
 	// DefaultPublishTimeout.
@@ -107,6 +115,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes)
 	c.MaxIngestBodyBytes = cmp.Or(c.MaxIngestBodyBytes, DefaultMaxIngestBodyBytes)
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, DefaultPublishTimeout)
+	c.SecretOverlap = cmp.Or(c.SecretOverlap, DefaultSecretOverlap)
 	return c
 }
 
@@ -136,6 +145,7 @@ func (c Config) Validate() error {
 		{"IdleTimeout", c.IdleTimeout},
 		{"ReadyTimeout", c.ReadyTimeout},
 		{"PublishTimeout", c.PublishTimeout},
+		{"SecretOverlap", c.SecretOverlap},
 	} {
 		if d.value <= 0 {
 			return fmt.Errorf("webapi: %s must be positive, got %s", d.name, d.value)
@@ -166,7 +176,7 @@ type Registry interface {
 	GetClient(ctx context.Context, id string) (storage.Client, error)
 	ListClients(ctx context.Context, page storage.Page) ([]storage.Client, error)
 	UpdateClient(ctx context.Context, id string, u storage.ClientUpdate) (storage.Client, error)
-	RotateClientSecret(ctx context.Context, id, secret string) (storage.Client, error)
+	RotateClientSecret(ctx context.Context, id, secret string, keepPreviousUntil time.Time) (storage.Client, error)
 	DeleteClient(ctx context.Context, id string) error
 
 	LinkSensor(ctx context.Context, clientID, sensorID string) error

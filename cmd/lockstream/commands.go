@@ -43,7 +43,7 @@ func commands() []command {
 	storeSettings := []string{"pg-url", "redis-url", "redis-prefix", "clickhouse-url", "metrics-addr"}
 	kafkaSettings := []string{"kafka-brokers", "kafka-partitions", "kafka-topic-prefix"}
 	apiSettings := []string{"http-addr", "admin-token", "ingest-token", "push-token",
-		"http-read-timeout", "http-write-timeout", "http-idle-timeout"}
+		"http-read-timeout", "http-write-timeout", "http-idle-timeout", "secret-key", "secret-overlap", "data-dir"}
 	heartbeatSettings := []string{"heartbeat-timeout", "heartbeat-sweep-interval"}
 	return []command{
 		{
@@ -58,7 +58,7 @@ func commands() []command {
 			name:     "api",
 			summary:  "serve the HTTP API (admin, history, ingest, health, metrics)",
 			settings: concat(apiSettings, heartbeatSettings, storeSettings, kafkaSettings),
-			run:      runDaemonsCommand(usesPostgres|usesRedis|usesClickHouseLazily, apiDaemon),
+			run:      runDaemonsCommand(usesPostgres|usesRedis|usesClickHouseLazily|usesSecretKey, apiDaemon),
 		},
 		{
 			name:     "consume",
@@ -88,9 +88,9 @@ func commands() []command {
 			name:    "retrier",
 			summary: "the retrier: due deliveries → webhooks, email and Swrve pushes, with logarithmic back-off",
 			settings: concat([]string{"retry-max-attempts", "retry-backoff-base", "retry-lease", "webhook-allow-private", "smtp-url",
-				"swrve-url", "swrve-rate", "swrve-push-keys"},
+				"swrve-url", "swrve-rate", "swrve-push-keys", "secret-key", "data-dir"},
 				storeSettings, kafkaSettings),
-			run: runDaemonsCommand(usesPostgres|usesClickHouse, retrierDaemon, metricsDaemon),
+			run: runDaemonsCommand(usesPostgres|usesClickHouse|usesSecretKey, retrierDaemon, metricsDaemon),
 		},
 		simulateCommand(kafkaSettings),
 		benchCommand(kafkaSettings),
@@ -152,6 +152,9 @@ const (
 	// usesClickHouseLazily opens ClickHouse without waiting for it: the API
 	// starts and serves while it is down, its history routes answering 503.
 	usesClickHouseLazily
+	// usesSecretKey opens Postgres with the key of client signing secrets (see
+	// secretBox): for the daemons that store or send them.
+	usesSecretKey
 	usesAll = usesPostgres | usesRedis | usesClickHouse
 )
 
@@ -166,7 +169,15 @@ func openNode(ctx context.Context, v *values, logger *slog.Logger, need storeSet
 	n := &node{v: v, logger: logger, reg: newRegistry(),
 		stream: stream.Config{Brokers: v.list("kafka-brokers"), Partitions: partitions, TopicPrefix: v.str("kafka-topic-prefix")}}
 	if need&usesPostgres != 0 {
-		if n.pg, err = storage.OpenPostgres(ctx, v.str("pg-url")); err != nil {
+		var opts []storage.PostgresOption
+		if need&usesSecretKey != 0 {
+			box, err := secretBox(v, logger)
+			if err != nil {
+				return nil, err
+			}
+			opts = append(opts, storage.WithSecretBox(box))
+		}
+		if n.pg, err = storage.OpenPostgres(ctx, v.str("pg-url"), opts...); err != nil {
 			return nil, err
 		}
 	}
@@ -296,10 +307,18 @@ func (n *node) ensureTopics(ctx context.Context) error {
 }
 
 // apiDaemon serves the HTTP API, with ingest when Kafka is configured.
-func apiDaemon(_ context.Context, n *node) (daemon, error) {
+func apiDaemon(ctx context.Context, n *node) (daemon, error) {
 	token := n.v.str("admin-token")
 	if token == "" {
 		return daemon{}, errors.New("LOCKSTREAM_ADMIN_TOKEN / --admin-token is required: the admin API has no other protection")
+	}
+	// Secrets stored before they were encrypted at rest are encrypted now; until
+	// then (and should this fail) they are read as they are.
+	if encrypted, err := n.pg.EncryptPlaintextSecrets(ctx); err != nil {
+		n.logger.Warn("encrypting client secrets stored in plaintext failed; they stay readable and are tried again at the next start",
+			"err", err)
+	} else if encrypted > 0 {
+		n.logger.Info("encrypted client secrets stored in plaintext", "clients", encrypted)
 	}
 	checks := map[string]webapi.Pinger{"postgres": n.pg, "redis": n.redis, "clickhouse": n.ch}
 	tracker, err := n.heartbeatTracker()
@@ -357,6 +376,7 @@ func (n *node) apiConfig() (webapi.Config, error) {
 		name string
 		dst  *time.Duration
 	}{
+		{"secret-overlap", &cfg.SecretOverlap},
 		{"http-read-timeout", &cfg.ReadTimeout},
 		{"http-write-timeout", &cfg.WriteTimeout},
 		{"http-idle-timeout", &cfg.IdleTimeout},
@@ -423,7 +443,7 @@ func runAll(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logge
 	if err := migrations.Migrate(ctx, v.str("pg-url"), v.str("clickhouse-url"), logger); err != nil {
 		return err
 	}
-	n, err := openNode(ctx, v, logger, usesAll)
+	n, err := openNode(ctx, v, logger, usesAll|usesSecretKey)
 	if err != nil {
 		return err
 	}
