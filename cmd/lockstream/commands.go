@@ -29,8 +29,11 @@ import (
 
 // command is one subcommand: the settings it reads and how it runs.
 type command struct {
-	name     string
-	summary  string
+	name    string
+	summary string
+	// args names the command's arguments in its usage line (" <benchmark>"); most
+	// take none.
+	args     string
 	settings []string
 	// flags registers the command's own flags, beyond its settings; may be nil.
 	flags func(fs *flag.FlagSet)
