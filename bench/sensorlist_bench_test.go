@@ -132,13 +132,5 @@ func (h trackerHooks) SensorStatuses(ctx context.Context, ids []string) (map[str
 }
 
 func (h trackerHooks) LostSensorIDs(ctx context.Context, page storage.Page) ([]string, error) {
-	lost, err := h.t.Lost(ctx, page)
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]string, len(lost))
-	for i, l := range lost {
-		ids[i] = l.SensorID
-	}
-	return ids, nil
+	return h.t.LostIDs(ctx, page)
 }

@@ -28,6 +28,7 @@ type TrackerStore interface {
 	ForgetHeartbeat(ctx context.Context, sensorID string) error
 	HeartbeatStatuses(ctx context.Context, sensorIDs []string) (map[string]storage.HeartbeatStatus, error)
 	LostHeartbeats(ctx context.Context, page storage.Page) ([]storage.HeartbeatDeadline, error)
+	LostHeartbeatIDs(ctx context.Context, page storage.Page) ([]string, error)
 	ShiftHeartbeatDeadline(ctx context.Context, sensorID string, delta time.Duration) error
 	LoadHeartbeatDeadlines(ctx context.Context, deadlines []storage.HeartbeatDeadline) (int, error)
 }
@@ -258,6 +259,17 @@ func (t *Tracker) Lost(ctx context.Context, page storage.Page) ([]LostSensor, er
 		}
 	}
 	return out, nil
+}
+
+// LostIDs returns up to page.Limit ids of lost sensors ordered by id, after
+// page.After, in one Redis round trip whatever the number of lost sensors: a page
+// of a list whose connections are then asked for with Statuses.
+func (t *Tracker) LostIDs(ctx context.Context, page storage.Page) ([]string, error) {
+	ids, err := t.store.LostHeartbeatIDs(ctx, page)
+	if err != nil {
+		return nil, fmt.Errorf("listing lost sensors: %w", err)
+	}
+	return ids, nil
 }
 
 // Register starts tracking a newly registered sensor from its registration time, so

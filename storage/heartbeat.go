@@ -511,6 +511,20 @@ func (r *Redis) LostHeartbeats(ctx context.Context, page Page) ([]HeartbeatDeadl
 	return lost, nil
 }
 
+// LostHeartbeatIDs returns up to page.Limit ids of lost sensors ordered by id,
+// after page.After: a page of the lost index, in one round trip however many
+// sensors are lost.
+func (r *Redis) LostHeartbeatIDs(ctx context.Context, page Page) ([]string, error) {
+	if page.Limit <= 0 {
+		return nil, nil
+	}
+	ids, err := r.lostIDs(ctx, page)
+	if err != nil {
+		return nil, fmt.Errorf("listing lost sensors: %w", err)
+	}
+	return ids, nil
+}
+
 // lostIDs reads a page of the lost index, building the index first when it is
 // not built yet (one EXISTS, pipelined with the read).
 func (r *Redis) lostIDs(ctx context.Context, page Page) ([]string, error) {

@@ -140,6 +140,18 @@ func TestLostPageIsBoundedWork(t *testing.T) {
 		}
 		page.After = got[len(got)-1].SensorID
 	}
+
+	// The ids alone are one round trip and a page of them.
+	ids, err := r.LostHeartbeatIDs(ctx, page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != limit || ids[0] <= page.After {
+		t.Fatalf("ids after %q: %d, first %q", page.After, len(ids), ids[0])
+	}
+	if trips, elements, commands := hook.take(); trips != 1 || elements > limit+1 {
+		t.Fatalf("a page of ids took %d round trips and %d elements: %q", trips, elements, commands)
+	}
 }
 
 // Losses kept from before the lost index existed are indexed on the first

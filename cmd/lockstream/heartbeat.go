@@ -128,15 +128,8 @@ func (h heartbeatHooks) SensorStatuses(ctx context.Context, sensorIDs []string) 
 	return out, nil
 }
 
-// LostSensorIDs lists the sensors whose connection is lost.
+// LostSensorIDs lists the sensors whose connection is lost, a page of the lost
+// index; the API then asks for their connections with the page's other sensors.
 func (h heartbeatHooks) LostSensorIDs(ctx context.Context, page storage.Page) ([]string, error) {
-	lost, err := h.tracker.Lost(ctx, page)
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]string, len(lost))
-	for i, l := range lost {
-		ids[i] = l.SensorID
-	}
-	return ids, nil
+	return h.tracker.LostIDs(ctx, page)
 }
