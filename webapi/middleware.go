@@ -109,6 +109,8 @@ func (s *Server) bounded(next http.Handler) http.Handler {
 
 // streaming lifts the server's read and write deadlines for a route that answers
 // for longer than WriteTimeout (server-sent events): use it in place of bounded.
+// (net/http itself clears the read deadline once a request's body is read; lifting
+// it here too keeps a streaming route that reads a long body safe.)
 // Such a handler must end by itself when its context ends (client gone, shutdown).
 func (s *Server) streaming(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

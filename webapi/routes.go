@@ -32,10 +32,15 @@ func (s *Server) routes() *chi.Mux {
 	// The operator console: HTML pages with a session of their own (see WithConsole).
 	// Its live stream has a route of its own so its long requests stay out of the
 	// pages' latency histogram.
-	r.Get("/console", s.serveConsole)
-	r.Get("/console/*", s.serveConsole)
-	r.Post("/console/*", s.serveConsole)
-	r.Get("/console/live/events", s.serveConsole)
+	r.Group(func(r chi.Router) {
+		r.Use(s.bounded)
+
+		r.Get("/console", s.serveConsole)
+		r.Get("/console/*", s.serveConsole)
+		r.Post("/console/*", s.serveConsole)
+	})
+	// Server-sent events: no read or write deadline, it ends with the viewer.
+	r.With(s.streaming).Get("/console/live/events", s.serveConsole)
 
 	// Ingest: sensors and their gateways, with the ingest token only.
 	r.Group(func(r chi.Router) {

@@ -45,11 +45,11 @@ func TestServerHasEveryTimeout(t *testing.T) {
 }
 
 // WriteTimeout cuts an answer that goes on for longer; a streaming route lifts it
-// and keeps writing.
+// and keeps writing, its context alive past ReadTimeout too.
 func TestStreamingRouteOutlivesWriteTimeout(t *testing.T) {
 	t.Parallel()
 	const writeTimeout = 200 * time.Millisecond
-	s := newTimeoutServer(t, Config{WriteTimeout: writeTimeout, RequestTimeout: writeTimeout / 2})
+	s := newTimeoutServer(t, Config{ReadTimeout: writeTimeout, WriteTimeout: writeTimeout, RequestTimeout: writeTimeout / 2})
 	// Both handlers write a line every 20 ms; the plain one until a write fails
 	// (the deadline cut the connection), the streaming one for five write timeouts.
 	cut := make(chan bool, 1)
@@ -81,6 +81,10 @@ func TestStreamingRouteOutlivesWriteTimeout(t *testing.T) {
 				t.Errorf("streaming flush failed: %v", err)
 				return
 			}
+		}
+		// ReadTimeout has passed too; the request must still be alive.
+		if err := r.Context().Err(); err != nil {
+			t.Errorf("the streaming request's context ended: %v", err)
 		}
 		_, _ = io.WriteString(w, "done\n")
 	})))
