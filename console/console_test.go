@@ -34,7 +34,8 @@ const adminToken = "console-test-admin-token"
 type connections struct{ r *storage.Redis }
 
 func (c connections) Status(ctx context.Context, id string) (time.Time, string, error) {
-	st, err := c.r.HeartbeatStatus(ctx, id)
+	statuses, err := c.r.HeartbeatStatuses(ctx, []string{id})
+	st := statuses[id]
 	switch {
 	case err != nil:
 		return time.Time{}, "", err

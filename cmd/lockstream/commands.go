@@ -29,8 +29,11 @@ import (
 
 // command is one subcommand: the settings it reads and how it runs.
 type command struct {
-	name     string
-	summary  string
+	name    string
+	summary string
+	// args names the command's arguments in its usage line (" <benchmark>"); most
+	// take none.
+	args     string
 	settings []string
 	// flags registers the command's own flags, beyond its settings; may be nil.
 	flags func(fs *flag.FlagSet)
@@ -42,7 +45,8 @@ type command struct {
 func commands() []command {
 	storeSettings := []string{"pg-url", "redis-url", "redis-prefix", "clickhouse-url", "metrics-addr"}
 	kafkaSettings := []string{"kafka-brokers", "kafka-partitions", "kafka-topic-prefix"}
-	apiSettings := []string{"http-addr", "admin-token", "ingest-token", "push-token"}
+	apiSettings := []string{"http-addr", "admin-token", "ingest-token", "push-token",
+		"http-read-timeout", "http-write-timeout", "http-idle-timeout", "secret-key", "secret-overlap", "data-dir"}
 	heartbeatSettings := []string{"heartbeat-timeout", "heartbeat-sweep-interval"}
 	return []command{
 		{
@@ -57,7 +61,7 @@ func commands() []command {
 			name:     "api",
 			summary:  "serve the HTTP API (admin, history, ingest, health, metrics)",
 			settings: concat(apiSettings, heartbeatSettings, storeSettings, kafkaSettings),
-			run:      runDaemonsCommand(usesAll, apiDaemon),
+			run:      runDaemonsCommand(usesPostgres|usesRedis|usesClickHouseLazily|usesSecretKey, apiDaemon),
 		},
 		{
 			name:     "consume",
@@ -87,9 +91,9 @@ func commands() []command {
 			name:    "retrier",
 			summary: "the retrier: due deliveries → webhooks, email and Swrve pushes, with logarithmic back-off",
 			settings: concat([]string{"retry-max-attempts", "retry-backoff-base", "retry-lease", "webhook-allow-private", "smtp-url",
-				"swrve-url", "swrve-rate", "swrve-push-keys"},
+				"swrve-url", "swrve-rate", "swrve-push-keys", "secret-key", "data-dir"},
 				storeSettings, kafkaSettings),
-			run: runDaemonsCommand(usesPostgres|usesClickHouse, retrierDaemon, metricsDaemon),
+			run: runDaemonsCommand(usesPostgres|usesClickHouse|usesSecretKey, retrierDaemon, metricsDaemon),
 		},
 		simulateCommand(kafkaSettings),
 		benchCommand(kafkaSettings),
@@ -148,6 +152,12 @@ const (
 	usesPostgres storeSet = 1 << iota
 	usesRedis
 	usesClickHouse
+	// usesClickHouseLazily opens ClickHouse without waiting for it: the API
+	// starts and serves while it is down, its history routes answering 503.
+	usesClickHouseLazily
+	// usesSecretKey opens Postgres with the key of client signing secrets (see
+	// secretBox): for the daemons that store or send them.
+	usesSecretKey
 	usesAll = usesPostgres | usesRedis | usesClickHouse
 )
 
@@ -162,7 +172,15 @@ func openNode(ctx context.Context, v *values, logger *slog.Logger, need storeSet
 	n := &node{v: v, logger: logger, reg: newRegistry(),
 		stream: stream.Config{Brokers: v.list("kafka-brokers"), Partitions: partitions, TopicPrefix: v.str("kafka-topic-prefix")}}
 	if need&usesPostgres != 0 {
-		if n.pg, err = storage.OpenPostgres(ctx, v.str("pg-url")); err != nil {
+		var opts []storage.PostgresOption
+		if need&usesSecretKey != 0 {
+			box, err := secretBox(v, logger)
+			if err != nil {
+				return nil, err
+			}
+			opts = append(opts, storage.WithSecretBox(box))
+		}
+		if n.pg, err = storage.OpenPostgres(ctx, v.str("pg-url"), opts...); err != nil {
 			return nil, err
 		}
 	}
@@ -172,10 +190,19 @@ func openNode(ctx context.Context, v *values, logger *slog.Logger, need storeSet
 			return nil, err
 		}
 	}
-	if need&usesClickHouse != 0 {
+	switch {
+	case need&usesClickHouse != 0:
 		if n.ch, err = storage.OpenClickHouse(ctx, v.str("clickhouse-url")); err != nil {
 			n.close()
 			return nil, err
+		}
+	case need&usesClickHouseLazily != 0:
+		if n.ch, err = storage.OpenClickHouseLazy(v.str("clickhouse-url")); err != nil {
+			n.close()
+			return nil, err
+		}
+		if err := n.ch.Ping(ctx); err != nil {
+			logger.Warn("ClickHouse is unreachable; serving without history until it is back", "err", err)
 		}
 	}
 	n.probe = newStoreProbe(n)
@@ -283,10 +310,18 @@ func (n *node) ensureTopics(ctx context.Context) error {
 }
 
 // apiDaemon serves the HTTP API, with ingest when Kafka is configured.
-func apiDaemon(_ context.Context, n *node) (daemon, error) {
+func apiDaemon(ctx context.Context, n *node) (daemon, error) {
 	token := n.v.str("admin-token")
 	if token == "" {
 		return daemon{}, errors.New("LOCKSTREAM_ADMIN_TOKEN / --admin-token is required: the admin API has no other protection")
+	}
+	// Secrets stored before they were encrypted at rest are encrypted now; until
+	// then (and should this fail) they are read as they are.
+	if encrypted, err := n.pg.EncryptPlaintextSecrets(ctx); err != nil {
+		n.logger.Warn("encrypting client secrets stored in plaintext failed; they stay readable and are tried again at the next start",
+			"err", err)
+	} else if encrypted > 0 {
+		n.logger.Info("encrypted client secrets stored in plaintext", "clients", encrypted)
 	}
 	checks := map[string]webapi.Pinger{"postgres": n.pg, "redis": n.redis, "clickhouse": n.ch}
 	tracker, err := n.heartbeatTracker()
@@ -299,7 +334,7 @@ func apiDaemon(_ context.Context, n *node) (daemon, error) {
 		return daemon{}, err
 	}
 	opts := []webapi.Option{webapi.WithHistory(n.ch), webapi.WithDeliveries(n.pg, n.ch), webapi.WithPushes(n.pg, n.ch),
-		webapi.WithSensorStatus(tracker),
+		webapi.WithSensorStatus(hooks),
 		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks), webapi.WithConsole(con.Handler())}
 	d := daemon{name: "api"}
 	if len(n.stream.Brokers) > 0 {
@@ -310,9 +345,14 @@ func apiDaemon(_ context.Context, n *node) (daemon, error) {
 		d.close = client.Close
 		opts = append(opts, webapi.WithReadingPublisher(stream.NewReadingPublisher(client, n.stream)))
 	}
-	srv, err := webapi.New(webapi.Config{Addr: n.v.str("http-addr"), AdminToken: token, IngestToken: n.v.str("ingest-token"),
-		PushToken: n.v.str("push-token")},
-		n.pg, checks, n.reg, n.reg, n.logger, opts...)
+	cfg, err := n.apiConfig()
+	if err != nil {
+		if d.close != nil {
+			d.close()
+		}
+		return daemon{}, err
+	}
+	srv, err := webapi.New(cfg, n.pg, checks, n.reg, n.reg, n.logger, opts...)
 	if err != nil {
 		if d.close != nil {
 			d.close()
@@ -328,6 +368,27 @@ func apiDaemon(_ context.Context, n *node) (daemon, error) {
 		return g.Wait()
 	}
 	return d, nil
+}
+
+// apiConfig is the HTTP API's configuration from the node's settings.
+func (n *node) apiConfig() (webapi.Config, error) {
+	cfg := webapi.Config{Addr: n.v.str("http-addr"), AdminToken: n.v.str("admin-token"),
+		IngestToken: n.v.str("ingest-token"), PushToken: n.v.str("push-token")}
+	var err error
+	for _, d := range []struct {
+		name string
+		dst  *time.Duration
+	}{
+		{"secret-overlap", &cfg.SecretOverlap},
+		{"http-read-timeout", &cfg.ReadTimeout},
+		{"http-write-timeout", &cfg.WriteTimeout},
+		{"http-idle-timeout", &cfg.IdleTimeout},
+	} {
+		if *d.dst, err = n.v.duration(d.name); err != nil {
+			return webapi.Config{}, err
+		}
+	}
+	return cfg, nil
 }
 
 func consumerDaemon(_ context.Context, n *node) (daemon, error) {
@@ -385,7 +446,7 @@ func runAll(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logge
 	if err := migrations.Migrate(ctx, v.str("pg-url"), v.str("clickhouse-url"), logger); err != nil {
 		return err
 	}
-	n, err := openNode(ctx, v, logger, usesAll)
+	n, err := openNode(ctx, v, logger, usesAll|usesSecretKey)
 	if err != nil {
 		return err
 	}

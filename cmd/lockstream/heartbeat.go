@@ -11,6 +11,7 @@ import (
 	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
+	"github.com/lockstream/lockstream/webapi"
 )
 
 // heartbeatConfig is the heartbeat configuration of a node.
@@ -114,15 +115,21 @@ func (h heartbeatHooks) SensorDeleted(ctx context.Context, sensorID string) erro
 	return h.tracker.Forget(ctx, sensorID)
 }
 
-// LostSensorIDs lists the sensors whose connection is lost.
-func (h heartbeatHooks) LostSensorIDs(ctx context.Context, page storage.Page) ([]string, error) {
-	lost, err := h.tracker.Lost(ctx, page)
+// SensorStatuses asks the tracker about a page of sensors at once.
+func (h heartbeatHooks) SensorStatuses(ctx context.Context, sensorIDs []string) (map[string]webapi.SensorConnection, error) {
+	statuses, err := h.tracker.Statuses(ctx, sensorIDs)
 	if err != nil {
 		return nil, err
 	}
-	ids := make([]string, len(lost))
-	for i, l := range lost {
-		ids[i] = l.SensorID
+	out := make(map[string]webapi.SensorConnection, len(statuses))
+	for id, st := range statuses {
+		out[id] = webapi.SensorConnection{LastSeen: st.LastSeen, Connection: st.Connection}
 	}
-	return ids, nil
+	return out, nil
+}
+
+// LostSensorIDs lists the sensors whose connection is lost, a page of the lost
+// index; the API then asks for their connections with the page's other sensors.
+func (h heartbeatHooks) LostSensorIDs(ctx context.Context, page storage.Page) ([]string, error) {
+	return h.tracker.LostIDs(ctx, page)
 }
