@@ -295,12 +295,13 @@ func apiDaemon(_ context.Context, n *node) (daemon, error) {
 		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks)}
 	d := daemon{name: "api"}
 	if len(n.stream.Brokers) > 0 {
-		client, err := kgo.NewClient(append(stream.ClientOpts(n.stream), stream.WithLogger(n.logger))...)
+		client, err := kgo.NewClient(append(stream.ClientOpts(n.stream), stream.WithLogger(n.logger),
+			stream.ClientMetrics(n.reg, "api"))...)
 		if err != nil {
 			return daemon{}, fmt.Errorf("api: kafka client: %w", err)
 		}
 		d.close = client.Close
-		opts = append(opts, webapi.WithReadingPublisher(stream.NewReadingPublisher(client, n.stream)))
+		opts = append(opts, webapi.WithReadingPublisher(stream.NewReadingPublisher(n.stream, client)))
 	}
 	srv, err := webapi.New(webapi.Config{Addr: n.v.str("http-addr"), AdminToken: token, IngestToken: n.v.str("ingest-token"),
 		PushToken: n.v.str("push-token")},
