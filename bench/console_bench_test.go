@@ -186,7 +186,7 @@ func seedConsoleFleet(b *testing.B, stores *storagetest.Stores) string {
 		b.Fatal(err)
 	}
 	seedConsoleHistory(b, stores.ClickHouse, now)
-	return seedConsoleOutbox(b, stores.Postgres, now)
+	return seedConsoleOutbox(b, stores.Postgres, stores.PostgresURL, now)
 }
 
 // seedConsoleHistory writes consoleHistory events, consoleHistory/consoleFleet per
@@ -213,7 +213,7 @@ func seedConsoleHistory(b *testing.B, ch *storage.ClickHouse, now time.Time) {
 
 // seedConsoleOutbox creates a client watching consoleClientSensors sensors with
 // consoleDeliveries webhook deliveries, consoleFailed of them FAILED.
-func seedConsoleOutbox(b *testing.B, pg *storage.Postgres, now time.Time) string {
+func seedConsoleOutbox(b *testing.B, pg *storage.Postgres, pgURL string, now time.Time) string {
 	b.Helper()
 	ctx := context.Background()
 	c, err := pg.CreateClient(ctx, storage.Client{Name: "Bench Security", WebhookURL: "https://example.com/hook", Secret: "whsec_c2VjcmV0"})
@@ -237,9 +237,7 @@ func seedConsoleOutbox(b *testing.B, pg *storage.Postgres, now time.Time) string
 			b.Fatal(err)
 		}
 	}
-	if err := pg.AnalyzeOutbox(ctx); err != nil {
-		b.Fatal(err)
-	}
+	storagetest.AnalyzeOutbox(b, pgURL)
 	claimed, err := pg.ClaimDeliveries(ctx, now.Add(time.Hour), consoleFailed, time.Minute)
 	if err != nil {
 		b.Fatal(err)

@@ -218,10 +218,8 @@ func BenchmarkDeliveryThroughput(b *testing.B) {
 		}
 		// Production tables have statistics; a freshly filled one has none until
 		// autovacuum's next look, and the claim is planned badly meanwhile (see
-		// storage.Postgres.AnalyzeOutbox).
-		if err := stores.Postgres.AnalyzeOutbox(ctx); err != nil {
-			b.Fatal(err)
-		}
+		// storagetest.AnalyzeOutbox).
+		storagetest.AnalyzeOutbox(b, stores.PostgresURL)
 		store := &timedStore{Postgres: stores.Postgres}
 		r := newBenchRetrier(b, store, stores)
 		b.StartTimer()
@@ -274,7 +272,7 @@ func BenchmarkDeliveryLatency(b *testing.B) {
 	})
 	clientID, sensors := seedWatcher(ctx, b, stores.Postgres, sink.URL+"/hook", "lat", latencySensors)
 	producer := streamtest.Client(b, kafka)
-	publisher := stream.NewEventPublisher(producer, kafka)
+	publisher := stream.NewEventPublisher(kafka, producer)
 
 	fanReg := prometheus.NewRegistry()
 	fan, err := fanout.New(fanout.Config{Stream: kafka}, stores.Postgres, fanReg,

@@ -66,14 +66,8 @@ func TestIngest(t *testing.T) {
 			if res.HistoryRows != res.Readings+res.Changes {
 				t.Fatalf("history writer stored %d rows, want %d readings and %d events", res.HistoryRows, res.Readings, res.Changes)
 			}
-			readings, err := stores.ClickHouse.AllReadings(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			events, err := stores.ClickHouse.AllEvents(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
+			readings := storagetest.AllReadings(t, stores.ClickHouseURL)
+			events := storagetest.AllEvents(t, stores.ClickHouseURL)
 			if len(readings) != res.Readings || len(events) != res.Changes {
 				t.Fatalf("ClickHouse holds %d readings and %d events, want %d and %d",
 					len(readings), len(events), res.Readings, res.Changes)

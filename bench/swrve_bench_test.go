@@ -55,7 +55,7 @@ func BenchmarkSwrveThroughput(b *testing.B) {
 	sender, err := swrve.New(swrve.Config{
 		URL:      srv.URL,
 		PushKeys: swrve.PushKeys{"Hello": {storage.PlatformIOS: "campaign"}},
-	}, nil, prometheus.NewRegistry())
+	}, prometheus.NewRegistry(), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func BenchmarkPushPipeline(b *testing.B) {
 	srv := httptest.NewServer(fake)
 	defer srv.Close()
 	sender, err := swrve.New(swrve.Config{URL: srv.URL, PushKeys: swrve.PushKeys{"Hello": {storage.PlatformIOS: "campaign"}}},
-		nil, prometheus.NewRegistry())
+		prometheus.NewRegistry(), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -420,7 +420,7 @@ func TestLiveStream(t *testing.T) {
 	}
 	next("event: ready")
 	one := 1
-	pub := stream.NewEventPublisher(streamtest.Client(t, f.stream), f.stream)
+	pub := stream.NewEventPublisher(f.stream, streamtest.Client(t, f.stream))
 	if err := pub.Publish(context.Background(), []event.Event{{ID: "live1", Type: event.StateChanged, SensorID: "door9", Data: &one, At: time.Now()}}); err != nil {
 		t.Fatal(err)
 	}

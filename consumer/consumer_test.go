@@ -210,21 +210,12 @@ func runKnownPattern(t *testing.T, p knownPattern) {
 
 	// ClickHouse: exactly the valid readings and every event.
 	waitFor(t, func() (bool, string) {
-		readings, err := stores.ClickHouse.AllReadings(ctx)
-		if err != nil {
-			return false, err.Error()
-		}
-		events, err := stores.ClickHouse.AllEvents(ctx)
-		if err != nil {
-			return false, err.Error()
-		}
+		readings := storagetest.AllReadings(t, stores.ClickHouseURL)
+		events := storagetest.AllEvents(t, stores.ClickHouseURL)
 		return len(readings) == len(want.valid) && len(events) == wantTotal,
 			fmt.Sprintf("history: %d of %d readings, %d of %d events", len(readings), len(want.valid), len(events), wantTotal)
 	})
-	readings, err := stores.ClickHouse.AllReadings(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	readings := storagetest.AllReadings(t, stores.ClickHouseURL)
 	wantReadings := map[[2]int64]produced{}
 	for _, r := range want.valid {
 		wantReadings[[2]int64{int64(r.partition), r.offset}] = r
@@ -237,10 +228,7 @@ func runKnownPattern(t *testing.T, p knownPattern) {
 		}
 		delete(wantReadings, [2]int64{int64(r.Partition), r.Offset})
 	}
-	events, err := stores.ClickHouse.AllEvents(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	events := storagetest.AllEvents(t, stores.ClickHouseURL)
 	wantEvents := map[string]event.Event{}
 	for _, list := range got {
 		for _, e := range list {

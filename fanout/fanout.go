@@ -40,8 +40,8 @@ type Config struct {
 	// DefaultGroup ("lockstream-fanout").
 	Group string
 
-	// MaxBatch bounds the events one poll takes, and so one transaction writes.
-	// Defaults to DefaultMaxBatch (1000).
+	// MaxBatch bounds the events one poll takes over all partitions; each
+	// partition's share is one transaction. Defaults to DefaultMaxBatch (1000).
 	MaxBatch int
 
 	// WriteTimeout bounds one batch's transaction. Defaults to
@@ -53,8 +53,9 @@ type Config struct {
 	// notifications. Defaults to DefaultRetryBackoff (1s).
 	RetryBackoff time.Duration
 
-	// CommitTimeout bounds committing a batch's offsets. Defaults to
-	// DefaultCommitTimeout (10s).
+	// CommitTimeout is added to WriteTimeout to bound how long shutdown or a
+	// revoke waits for the batches in flight and commits their offsets.
+	// Defaults to DefaultCommitTimeout (10s).
 	CommitTimeout time.Duration
 }
 
@@ -99,7 +100,7 @@ type NotificationStore interface {
 }
 
 // Fanout consumes lockstream.events in its own consumer group and, for each
-// polled batch, creates in one transaction a notification per (event, linked
+// polled batch of a partition, creates in one transaction a notification per (event, linked
 // client) and a delivery per channel, superseding older undelivered states; it
 // commits the batch's offsets only after that transaction. Replays create
 // nothing (event ids are deterministic), so at-least-once consumption yields
@@ -117,6 +118,7 @@ type Fanout struct {
 	deliveries    *prometheus.CounterVec
 	writeErrors   prometheus.Counter
 	batchDuration prometheus.Histogram
+	group         *stream.Group
 }
 
 // New returns a Fanout; Run starts it. A nil logger logs nothing.
@@ -140,6 +142,11 @@ func New(cfg Config, store NotificationStore, reg prometheus.Registerer, logger 
 	}
 	f := &Fanout{cfg: cfg, store: store, logger: logger}
 	var err error
+	if f.group, err = stream.NewGroup(stream.GroupConfig{Stream: cfg.Stream, Group: cfg.Group,
+		Topics: []string{cfg.Stream.EventsTopic()}, MaxPollRecords: cfg.MaxBatch,
+		DrainTimeout: cfg.WriteTimeout + cfg.CommitTimeout, ClientName: "fanout"}, f, reg, logger); err != nil {
+		return nil, fmt.Errorf("fanout: %w", err)
+	}
 	if f.events, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Name: "fanout_events_total",
 		Help: "Events the fan-out consumed and wrote to the outbox.",
@@ -185,56 +192,28 @@ func New(cfg Config, store NotificationStore, reg prometheus.Registerer, logger 
 
 // Run consumes until ctx is cancelled and returns nil then. A batch being
 // written when ctx is cancelled is finished and committed first, on a context
-// that is not cancelled (bounded by WriteTimeout and CommitTimeout).
-//
-// The client blocks rebalances while a batch is processed, so offsets are never
-// committed for partitions this process no longer owns; the catch (see
-// kgo.BlockRebalanceOnPoll) is that a batch that cannot be written for longer
-// than the group's rebalance timeout gets this member removed from the group,
-// and another member processes the batch again, harmlessly.
+// that is not cancelled (bounded by WriteTimeout and CommitTimeout). It
+// returns an error when Kafka cannot be reached at start.
 func (f *Fanout) Run(ctx context.Context) error {
-	topic := f.cfg.Stream.EventsTopic()
-	opts := append(stream.ClientOpts(f.cfg.Stream),
-		kgo.ConsumerGroup(f.cfg.Group),
-		kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.DisableAutoCommit(),
-		kgo.BlockRebalanceOnPoll(),
-		stream.WithLogger(f.logger),
-	)
-	client, err := kgo.NewClient(opts...)
-	if err != nil {
-		return fmt.Errorf("fanout: creating kafka client: %w", err)
-	}
-	// Close leaves the group, so its partitions move on at once.
-	defer client.Close()
-	f.logger.InfoContext(ctx, "fanout started", "topic", topic, "group", f.cfg.Group)
-
-	for {
-		fetches := client.PollRecords(ctx, f.cfg.MaxBatch)
-		if fetches.IsClientClosed() || ctx.Err() != nil {
-			// Records polled with a cancelled context are left for the next run.
-			client.AllowRebalance()
-			f.logger.InfoContext(context.WithoutCancel(ctx), "fanout stopped")
-			return nil
-		}
-		fetches.EachError(func(t string, p int32, err error) {
-			f.logger.WarnContext(ctx, "fetching events failed", "topic", t, "partition", p, "err", err)
-		})
-		if records := fetches.Records(); len(records) > 0 {
-			f.process(ctx, client, records)
-		}
-		client.AllowRebalance()
-	}
+	return f.group.Run(ctx)
 }
 
-// process writes one polled batch to the outbox and commits its offsets. It
-// returns without committing only if ctx is cancelled while the batch's writes
-// keep failing; the batch is then consumed again after a restart.
-func (f *Fanout) process(ctx context.Context, client *kgo.Client, records []*kgo.Record) {
+// Assigned returns the handler of a partition the group assigned
+// (stream.Handler): the fan-out keeps nothing per partition.
+func (f *Fanout) Assigned(*kgo.Client, string, int32) stream.PartitionHandler { return f }
+
+// Close does nothing: the fan-out keeps nothing per partition.
+func (f *Fanout) Close() {}
+
+// Handle writes one partition's batch to the outbox (stream.PartitionHandler).
+// Events of one sensor share a partition, so their order holds across
+// transactions. It returns an error, and the batch is not committed, only if
+// ctx is cancelled while the batch's writes keep failing; the batch is then
+// consumed again.
+func (f *Fanout) Handle(ctx context.Context, b stream.Batch) (stream.Pending, error) {
 	start := time.Now()
-	inputs := make([]storage.NotificationInput, 0, len(records))
-	for _, r := range records {
+	inputs := make([]storage.NotificationInput, 0, len(b.Records))
+	for _, r := range b.Records {
 		e, err := event.Decode(r.Value)
 		if err != nil {
 			f.rejected.WithLabelValues("decode").Inc()
@@ -246,24 +225,18 @@ func (f *Fanout) process(ctx context.Context, client *kgo.Client, records []*kgo
 			EventID: e.ID, Type: string(e.Type), SensorID: e.SensorID, Data: e.Data, Previous: e.Previous, At: e.At,
 		})
 	}
-	if !f.write(ctx, inputs) {
-		return
-	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.CommitTimeout)
-	defer cancel()
-	if err := client.CommitRecords(cctx, records...); err != nil {
-		// The batch is written; whoever consumes it again creates nothing.
-		f.logger.WarnContext(ctx, "committing fanout offsets failed; the batch will be consumed again",
-			"records", len(records), "err", err)
+	if err := f.write(ctx, inputs); err != nil {
+		return nil, err
 	}
 	f.batchDuration.Observe(time.Since(start).Seconds())
+	return nil, nil
 }
 
-// write creates the batch's outbox rows, retrying until it succeeds. It reports
-// false if ctx was cancelled before it could.
-func (f *Fanout) write(ctx context.Context, inputs []storage.NotificationInput) bool {
+// write creates the batch's outbox rows, retrying until it succeeds or ctx is
+// cancelled.
+func (f *Fanout) write(ctx context.Context, inputs []storage.NotificationInput) error {
 	if len(inputs) == 0 {
-		return true
+		return nil
 	}
 	for {
 		// A write already started finishes even if shutdown begins.
@@ -280,7 +253,7 @@ func (f *Fanout) write(ctx context.Context, inputs []storage.NotificationInput) 
 			}
 			// Last, so that whoever sees the events counted sees what they made.
 			f.events.Add(float64(len(inputs)))
-			return true
+			return nil
 		}
 		f.writeErrors.Inc()
 		f.logger.ErrorContext(ctx, "writing notifications failed; retrying", "events", len(inputs), "err", err)
@@ -288,7 +261,7 @@ func (f *Fanout) write(ctx context.Context, inputs []storage.NotificationInput) 
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return false
+			return ctx.Err()
 		case <-timer.C:
 		}
 	}

@@ -1,30 +1,18 @@
 package heartbeat
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockstream/lockstream/internal/metrics"
 )
 
 const metricsNamespace = "lockstream"
 const metricsSubsystem = "heartbeat"
 
-// register registers c with reg, or returns the collector already registered under
-// the same description, so that two Trackers (say, the consumer's and the API's in
-// `lockstream all`) share their metrics instead of failing.
+// register is metrics.Register: two Trackers (say, the consumer's and the
+// API's in `lockstream all`) share their metrics instead of failing.
 func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing, nil
-			}
-		}
-		var zero C
-		return zero, fmt.Errorf("registering heartbeat metrics: %w", err)
-	}
-	return c, nil
+	return metrics.Register(reg, c)
 }
 
 func newCounter(reg prometheus.Registerer, name, help string) (prometheus.Counter, error) {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -127,13 +126,15 @@ type Writer struct {
 	store   Store
 	logger  *slog.Logger
 	metrics *historyMetrics
-	started atomic.Bool
+	group   *stream.Group
 	// The topic names, built once: every record is matched against them.
 	readingsTopic, eventsTopic string
+	// in takes the partition workers' decoded batches to the collector.
+	in chan *part
 }
 
-// New returns a history writer. Its metrics are registered with reg; a nil
-// logger logs nothing.
+// New returns a history writer. Its metrics (the Kafka client's included) are
+// registered with reg; a nil logger logs nothing.
 func New(cfg Config, store Store, reg prometheus.Registerer, logger *slog.Logger) (*Writer, error) {
 	cfg = cfg.WithDefaults()
 	if logger == nil {
@@ -149,206 +150,214 @@ func New(cfg Config, store Store, reg prometheus.Registerer, logger *slog.Logger
 	if err != nil {
 		return nil, err
 	}
-	return &Writer{cfg: cfg, store: store, logger: logger.With("component", "history"), metrics: m,
-		readingsTopic: cfg.Stream.ReadingsTopic(), eventsTopic: cfg.Stream.EventsTopic()}, nil
+	h := &Writer{cfg: cfg, store: store, logger: logger.With("component", "history"), metrics: m,
+		readingsTopic: cfg.Stream.ReadingsTopic(), eventsTopic: cfg.Stream.EventsTopic(), in: make(chan *part)}
+	h.group, err = stream.NewGroup(stream.GroupConfig{
+		Stream: cfg.Stream, Group: cfg.Group, Topics: []string{h.readingsTopic, h.eventsTopic},
+		MaxPollRecords: min(cfg.FlushRows, maxPollRecords), DrainTimeout: cfg.ShutdownTimeout, ClientName: "history",
+	}, h, reg, h.logger)
+	if err != nil {
+		return nil, fmt.Errorf("history: %w", err)
+	}
+	return h, nil
 }
+
+// maxPollRecords bounds a poll of the history writer: a poll round is handed
+// out before a rebalance may go on.
+const maxPollRecords = 100_000
 
 // Run writes history until ctx is cancelled, then writes what it holds and commits
 // it (within ShutdownTimeout), returning nil. It returns an error when Kafka cannot
 // be reached at start. Run may be called once.
 //
-// Records are buffered and written in batches of up to FlushRows, by a flusher
-// goroutine, while the next batch is polled and decoded: decoding and
-// ClickHouse's work overlap. Batches are stored and committed one after the
-// other, in order. While ClickHouse fails, the flusher retries its batch with
-// back-off and, once the next batch is full too, Run polls nothing new, so
-// memory stays bounded (two batches) and no offset moves past an unstored
-// record. After a rebalance the new owner of a partition may store again what
-// was buffered but not yet committed here; the tables collapse such copies.
+// Each partition's worker decodes its batches and hands them to a collector,
+// which gathers every partition's rows into one buffer; a flusher stores full
+// buffers (FlushRows, or FlushInterval after the first record) while the next
+// fills: decoding and ClickHouse's work overlap, and ClickHouse gets few large
+// inserts. A batch is marked for commit once its buffer is stored. While
+// ClickHouse fails, the flusher retries with back-off and, once the next buffer
+// is full too, the workers wait and polling stops, so memory stays bounded (two
+// buffers) and no offset moves past an unstored record. After a rebalance the
+// new owner of a partition may store again what was buffered but not yet
+// committed here; the tables collapse such copies.
 func (h *Writer) Run(ctx context.Context) error {
-	if !h.started.CompareAndSwap(false, true) {
-		return errors.New("history: Run called twice")
-	}
-	client, err := kgo.NewClient(append(stream.ClientOpts(h.cfg.Stream),
-		stream.WithLogger(h.logger),
-		kgo.ConsumerGroup(h.cfg.Group),
-		kgo.ConsumeTopics(h.readingsTopic, h.eventsTopic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.DisableAutoCommit(),
-	)...)
-	if err != nil {
-		return fmt.Errorf("history: creating kafka client: %w", err)
-	}
-	defer client.Close()
-	if err := client.Ping(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("history: reaching kafka: %w", err)
-	}
-	h.logger.Info("history writer started", "group", h.cfg.Group)
-
-	// Two buffers take turns: Run fills one while the flusher stores the other.
 	free := make(chan *historyBuffer, 2)
 	free <- newHistoryBuffer()
 	free <- newHistoryBuffer()
 	full := make(chan *historyBuffer)
-	// left holds, in order, the batches the flusher could not store before ctx
-	// was cancelled; Run reads it once the flusher is done.
-	var left []*historyBuffer
-	flusherDone := make(chan struct{})
+	stop := make(chan struct{})
+	collected, flushed := make(chan struct{}), make(chan struct{})
 	go func() {
-		defer close(flusherDone)
+		defer close(collected)
+		h.collect(ctx, stop, free, full)
+	}()
+	go func() {
+		defer close(flushed)
 		for buf := range full {
-			if len(left) > 0 {
-				left = append(left, buf) // keep the order: nothing overtakes a failed batch
-				continue
-			}
-			if err := h.flush(ctx, client, buf); err != nil {
-				left = append(left, buf) // cancelled while retrying
-				continue
-			}
+			h.flush(ctx, buf)
 			free <- buf
 		}
 	}()
-
-	buf := <-free
-	var deadline time.Time // when the oldest buffered record must be written
-poll:
-	for {
-		pollCtx, cancel := ctx, context.CancelFunc(func() {})
-		if buf.records > 0 {
-			pollCtx, cancel = context.WithDeadline(ctx, deadline)
-		}
-		fetches := client.PollRecords(pollCtx, h.cfg.FlushRows-buf.records)
-		cancel()
-		if fetches.IsClientClosed() || ctx.Err() != nil {
-			break
-		}
-		fetches.EachError(func(topic string, partition int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) {
-				h.logger.Error("fetching", "topic", topic, "partition", partition, "err", err)
-			}
-		})
-		before := buf.records
-		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-			if buf.records == 0 && len(p.Records) > 0 {
-				deadline = time.Now().Add(h.cfg.FlushInterval)
-			}
-			h.add(buf, p)
-		})
-		h.metrics.buffered.Add(float64(buf.records - before))
-		if buf.records >= h.cfg.FlushRows || (buf.records > 0 && !time.Now().Before(deadline)) {
-			select {
-			case full <- buf:
-			case <-ctx.Done():
-				break poll // buf is written by the final flush below
-			}
-			select {
-			case buf = <-free:
-			case <-ctx.Done():
-				buf = nil
-				break poll
-			}
-		}
-	}
-
-	close(full)
-	<-flusherDone
-	if buf != nil && buf.records > 0 {
-		left = append(left, buf)
-	}
-	if len(left) > 0 {
-		final, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.ShutdownTimeout)
-		defer cancel()
-		for _, b := range left {
-			if err := h.flush(final, client, b); err != nil {
-				// Nothing is lost: the records were not committed and are read
-				// again; nothing after them is committed either.
-				h.logger.Warn("final history flush failed; the records will be written after restart",
-					"records", b.records, "err", err)
-				break
-			}
-		}
-	}
+	err := h.group.Run(ctx)
+	close(stop)
+	<-collected
+	<-flushed
 	h.logger.Info("history writer stopped")
-	return nil
+	return err
 }
 
-// add buffers one partition's polled records as the rows they become.
-func (h *Writer) add(buf *historyBuffer, p kgo.FetchTopicPartition) {
-	if len(p.Records) == 0 {
-		return
-	}
-	buf.records += len(p.Records)
-	buf.last[topicPartition{p.Topic, p.Partition}] = p.Records[len(p.Records)-1]
-	switch p.Topic {
-	case h.readingsTopic:
-		for _, r := range p.Records {
-			h.addReading(buf, r)
+// Assigned returns the handler of a partition the group assigned
+// (stream.Handler).
+func (h *Writer) Assigned(_ *kgo.Client, topic string, _ int32) stream.PartitionHandler {
+	return partitionHandler{h: h, topic: topic}
+}
+
+// partitionHandler decodes one partition's batches for the collector.
+type partitionHandler struct {
+	h     *Writer
+	topic string
+}
+
+// part is one batch's rows on their way to a buffer; done is closed once they
+// are stored.
+type part struct {
+	records  int
+	readings []storage.HistoryReading
+	events   []storage.HistoryEvent
+	done     chan struct{}
+}
+
+// Handle decodes a batch and hands it to the collector; the batch is durable
+// when its buffer is stored.
+func (p partitionHandler) Handle(ctx context.Context, b stream.Batch) (stream.Pending, error) {
+	pt := &part{records: len(b.Records), done: make(chan struct{})}
+	switch p.topic {
+	case p.h.readingsTopic:
+		pt.readings = make([]storage.HistoryReading, 0, len(b.Records))
+		for _, r := range b.Records {
+			pt.readings = p.h.appendReading(pt.readings, r)
 		}
-	case h.eventsTopic:
-		for _, r := range p.Records {
-			h.addEvent(buf, r)
+	case p.h.eventsTopic:
+		pt.events = make([]storage.HistoryEvent, 0, len(b.Records))
+		for _, r := range b.Records {
+			pt.events = p.h.appendEvent(pt.events, r)
+		}
+	}
+	select {
+	case p.h.in <- pt:
+		return pt.done, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Close does nothing: the rows of a partition already handed over are stored
+// with their buffer.
+func (partitionHandler) Close() {}
+
+// collect gathers the workers' rows into buffers and hands each to the flusher
+// when it holds FlushRows records or its first record is FlushInterval old.
+// Once ctx is cancelled every record is handed over at once, so the final
+// flush does not wait; collect returns when stop is closed (no worker is left).
+func (h *Writer) collect(ctx context.Context, stop <-chan struct{}, free <-chan *historyBuffer, full chan<- *historyBuffer) {
+	defer close(full)
+	buf := <-free
+	interval := h.cfg.FlushInterval
+	timer := time.NewTimer(interval)
+	timer.Stop()
+	defer timer.Stop()
+	done := ctx.Done()
+	for {
+		handOver := false
+		select {
+		case pt := <-h.in:
+			if buf.records == 0 {
+				timer.Reset(interval)
+			}
+			buf.add(pt)
+			h.metrics.buffered.Add(float64(pt.records))
+			handOver = buf.records >= h.cfg.FlushRows || interval == 0
+		case <-timer.C:
+			handOver = buf.records > 0
+		case <-done:
+			done, interval = nil, 0
+			handOver = buf.records > 0
+		case <-stop:
+			if buf.records > 0 {
+				full <- buf
+			}
+			return
+		}
+		if handOver {
+			timer.Stop()
+			full <- buf
+			buf = <-free
 		}
 	}
 }
 
-func (h *Writer) addReading(buf *historyBuffer, r *kgo.Record) {
+func (h *Writer) appendReading(rows []storage.HistoryReading, r *kgo.Record) []storage.HistoryReading {
 	raw, err := reading.ParseKeyed(r.Key, r.Value)
 	if err != nil {
 		h.metrics.skipped.WithLabelValues(r.Topic).Inc() // the state consumer sent it to the DLQ
-		return
+		return rows
 	}
-	buf.readings = append(buf.readings, storage.HistoryReading{
+	return append(rows, storage.HistoryReading{
 		SensorID: string(raw.ID), Data: raw.Data, TS: raw.TS,
 		ReceivedAt: r.Timestamp, Partition: r.Partition, Offset: r.Offset,
 	})
 }
 
-func (h *Writer) addEvent(buf *historyBuffer, r *kgo.Record) {
+func (h *Writer) appendEvent(rows []storage.HistoryEvent, r *kgo.Record) []storage.HistoryEvent {
 	e, err := event.Decode(r.Value)
 	if err != nil {
 		h.metrics.skipped.WithLabelValues(r.Topic).Inc()
 		h.logger.Error("undecodable event skipped", "partition", r.Partition, "offset", r.Offset, "err", err)
-		return
+		return rows
 	}
-	buf.events = append(buf.events, storage.HistoryEvent{
+	return append(rows, storage.HistoryEvent{
 		ID: e.ID, Type: string(e.Type), SensorID: e.SensorID, Data: e.Data, Previous: e.Previous, At: e.At,
 	})
 }
 
-// flush writes the buffer, retrying with back-off until it is stored or ctx ends,
-// then commits the buffered records' offsets and empties the buffer.
-func (h *Writer) flush(ctx context.Context, client *kgo.Client, buf *historyBuffer) error {
+// flush writes the buffer, retrying with back-off until it is stored, then
+// tells its batches' workers and empties it. Once ctx is cancelled it retries
+// for ShutdownTimeout more at most, then gives up: the records were not
+// committed and are consumed again after a restart.
+func (h *Writer) flush(ctx context.Context, buf *historyBuffer) {
+	defer func() {
+		h.metrics.buffered.Sub(float64(buf.records))
+		buf.reset()
+	}()
 	backoff := h.cfg.MinBackoff
+	var giveUp <-chan time.Time
 	for attempt := 1; ; attempt++ {
 		err := h.insert(ctx, buf)
 		if err == nil {
-			break
+			for _, done := range buf.waiters {
+				close(done)
+			}
+			return
 		}
 		h.metrics.failures.Inc()
 		h.logger.Error("history flush failed; retrying", "attempt", attempt, "retry_in", backoff,
 			"readings", len(buf.readings), "events", len(buf.events), "err", err)
+		if giveUp == nil && ctx.Err() != nil {
+			t := time.NewTimer(h.cfg.ShutdownTimeout)
+			defer t.Stop()
+			giveUp = t.C
+		}
 		timer := time.NewTimer(backoff)
 		select {
-		case <-ctx.Done():
+		case <-giveUp:
 			timer.Stop()
-			return ctx.Err()
+			h.logger.Warn("final history flush failed; the records will be written after restart",
+				"records", buf.records, "err", err)
+			return
 		case <-timer.C:
 		}
 		backoff = min(2*backoff, h.cfg.MaxBackoff)
 	}
-	commitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.InsertTimeout)
-	defer cancel()
-	if err := client.CommitRecords(commitCtx, buf.lastRecords()...); err != nil {
-		// The rows are stored; an uncommitted offset only means they are written
-		// again later, and the tables collapse the copies.
-		h.logger.Warn("committing history offsets failed", "err", err)
-	}
-	h.metrics.buffered.Sub(float64(buf.records))
-	buf.reset()
-	return nil
 }
 
 // insert writes what of the buffer is not written yet. An insert in progress is
@@ -389,39 +398,31 @@ func (h *Writer) timed(ctx context.Context, table string, rows int, insert func(
 	return nil
 }
 
-type topicPartition struct {
-	topic     string
-	partition int32
-}
-
 // historyBuffer holds the rows of records polled but not yet stored.
 type historyBuffer struct {
 	records  int
 	readings []storage.HistoryReading
 	events   []storage.HistoryEvent
-	// last is the newest record per partition: what to commit once stored.
-	last map[topicPartition]*kgo.Record
+	// waiters are the done channels of the buffer's parts.
+	waiters []chan struct{}
 	// readingsDone and eventsDone say which half of a partly failed flush is stored.
 	readingsDone, eventsDone bool
 }
 
-func newHistoryBuffer() *historyBuffer {
-	return &historyBuffer{last: map[topicPartition]*kgo.Record{}}
-}
+func newHistoryBuffer() *historyBuffer { return &historyBuffer{} }
 
-func (b *historyBuffer) lastRecords() []*kgo.Record {
-	out := make([]*kgo.Record, 0, len(b.last))
-	for _, r := range b.last {
-		out = append(out, r)
-	}
-	return out
+func (b *historyBuffer) add(pt *part) {
+	b.records += pt.records
+	b.readings = append(b.readings, pt.readings...)
+	b.events = append(b.events, pt.events...)
+	b.waiters = append(b.waiters, pt.done)
 }
 
 func (b *historyBuffer) reset() {
 	b.records = 0
 	b.readings = b.readings[:0]
 	b.events = b.events[:0]
-	clear(b.last)
+	b.waiters = b.waiters[:0]
 	b.readingsDone, b.eventsDone = false, false
 }
 

@@ -116,10 +116,7 @@ func TestHistoryRidesOutClickHouseOutage(t *testing.T) {
 		}
 		return true, ""
 	})
-	readings, err := stores.ClickHouse.AllReadings(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	readings := storagetest.AllReadings(t, stores.ClickHouseURL)
 	if len(readings) != valid {
 		t.Fatalf("ClickHouse holds %d readings, want %d", len(readings), valid)
 	}
@@ -151,10 +148,7 @@ func TestHistoryFlushesOnShutdown(t *testing.T) {
 	})
 	h.stop(t)
 
-	readings, err := stores.ClickHouse.AllReadings(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	readings := storagetest.AllReadings(t, stores.ClickHouseURL)
 	if len(readings) != valid {
 		t.Fatalf("after shutdown ClickHouse holds %d readings, want %d", len(readings), valid)
 	}

@@ -221,7 +221,7 @@ func TestStandalonePushThroughSwrveSender(t *testing.T) {
 	fake.FailNext(3, http.StatusServiceUnavailable, 0)
 	sender, err := swrve.New(swrve.Config{URL: srv.URL, PushKeys: swrve.PushKeys{
 		"Hello": {storage.PlatformIOS: "campaign-ios"},
-	}}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	}}, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -108,66 +108,6 @@ func int8Ptr(v *int) *int8 {
 	return &i
 }
 
-// AllReadings returns every reading after deduplication (SELECT … FINAL), ordered
-// by partition and offset. It reads the whole table: for tests and audits of small
-// databases, not for serving.
-func (c *ClickHouse) AllReadings(ctx context.Context) ([]HistoryReading, error) {
-	rows, err := c.conn.Query(ctx, `
-		SELECT sensor_id, data, ts, received_at, kafka_partition, kafka_offset
-		FROM readings FINAL ORDER BY kafka_partition, kafka_offset`)
-	if err != nil {
-		return nil, fmt.Errorf("reading all readings: %w", err)
-	}
-	defer rows.Close()
-	var out []HistoryReading
-	for rows.Next() {
-		var (
-			r    HistoryReading
-			data uint8
-		)
-		if err := rows.Scan(&r.SensorID, &data, &r.TS, &r.ReceivedAt, &r.Partition, &r.Offset); err != nil {
-			return nil, fmt.Errorf("reading all readings: %w", err)
-		}
-		r.Data = int(data)
-		if r.TS.Unix() == 0 {
-			r.TS = time.Time{}
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reading all readings: %w", err)
-	}
-	return out, nil
-}
-
-// AllEvents returns every event after deduplication (SELECT … FINAL), ordered by
-// sensor, time and id. It reads the whole table: for tests and audits of small
-// databases, not for serving.
-func (c *ClickHouse) AllEvents(ctx context.Context) ([]HistoryEvent, error) {
-	rows, err := c.conn.Query(ctx, `
-		SELECT id, type, sensor_id, data, previous, at FROM events FINAL ORDER BY sensor_id, at, id`)
-	if err != nil {
-		return nil, fmt.Errorf("reading all events: %w", err)
-	}
-	defer rows.Close()
-	var out []HistoryEvent
-	for rows.Next() {
-		var (
-			e              HistoryEvent
-			data, previous *int8
-		)
-		if err := rows.Scan(&e.ID, &e.Type, &e.SensorID, &data, &previous, &e.At); err != nil {
-			return nil, fmt.Errorf("reading all events: %w", err)
-		}
-		e.Data, e.Previous = intPtr(data), intPtr(previous)
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reading all events: %w", err)
-	}
-	return out, nil
-}
-
 func intPtr(v *int8) *int {
 	if v == nil {
 		return nil

@@ -35,10 +35,7 @@ func TestHistoryInsertsCollapseReplays(t *testing.T) {
 		}
 	}
 
-	gotReadings, err := ch.AllReadings(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	gotReadings := storagetest.AllReadings(t, stores.ClickHouseURL)
 	if len(gotReadings) != len(readings) {
 		t.Fatalf("%d readings after a replay, want %d: %+v", len(gotReadings), len(readings), gotReadings)
 	}
@@ -49,10 +46,7 @@ func TestHistoryInsertsCollapseReplays(t *testing.T) {
 			t.Errorf("reading %d = %+v, want %+v", i, r, w)
 		}
 	}
-	gotEvents, err := ch.AllEvents(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	gotEvents := storagetest.AllEvents(t, stores.ClickHouseURL)
 	if len(gotEvents) != len(events) {
 		t.Fatalf("%d events after a replay, want %d", len(gotEvents), len(events))
 	}

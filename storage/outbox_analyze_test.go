@@ -33,9 +33,7 @@ func TestAnalyzeOutbox(t *testing.T) {
 			t.Fatalf("%s: reltuples %v before, want -1 (never analyzed)", table, n)
 		}
 	}
-	if err := stores.Postgres.AnalyzeOutbox(ctx); err != nil {
-		t.Fatal(err)
-	}
+	storagetest.AnalyzeOutbox(t, stores.PostgresURL)
 	for _, table := range []string{"deliveries", "notifications"} {
 		if n := reltuples(table); n != 0 {
 			t.Fatalf("%s: reltuples %v after AnalyzeOutbox, want 0 (analyzed, empty)", table, n)

@@ -15,10 +15,7 @@ func TestAllSensorStatesReadsEveryRowInIDOrder(t *testing.T) {
 	ctx := context.Background()
 	pg := stores.Postgres
 
-	got, err := pg.AllSensorStates(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := storagetest.AllSensorStates(t, stores.PostgresURL)
 	if len(got) != 0 {
 		t.Fatalf("empty table: got %+v", got)
 	}
@@ -31,10 +28,7 @@ func TestAllSensorStatesReadsEveryRowInIDOrder(t *testing.T) {
 	if err := pg.ApplyStateChanges(ctx, changes); err != nil {
 		t.Fatal(err)
 	}
-	got, err = pg.AllSensorStates(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got = storagetest.AllSensorStates(t, stores.PostgresURL)
 	want := []storage.StateChange{changes[1], changes[0]}
 	if len(got) != len(want) {
 		t.Fatalf("got %d states %+v, want %+v", len(got), got, want)

@@ -18,7 +18,7 @@ type EventPublisher struct {
 
 // NewEventPublisher returns a publisher producing through client to cfg's events
 // topic. The client must be an idempotent producer (ClientOpts makes one).
-func NewEventPublisher(client *kgo.Client, cfg Config) *EventPublisher {
+func NewEventPublisher(cfg Config, client *kgo.Client) *EventPublisher {
 	return &EventPublisher{client: client, topic: cfg.EventsTopic()}
 }
 

@@ -15,7 +15,7 @@ func TestEventPublisher(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cfg := streamtest.Config(t, 3)
-	p := stream.NewEventPublisher(streamtest.Client(t, cfg), cfg)
+	p := stream.NewEventPublisher(cfg, streamtest.Client(t, cfg))
 	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	events := []event.Event{
 		{ID: event.ConnectionLostID("s1", at), Type: event.ConnectionLost, SensorID: "s1", At: at},

@@ -17,7 +17,7 @@ type ReadingPublisher struct {
 
 // NewReadingPublisher returns a publisher producing through client to cfg's
 // readings topic. The client is the caller's to close.
-func NewReadingPublisher(client *kgo.Client, cfg Config) *ReadingPublisher {
+func NewReadingPublisher(cfg Config, client *kgo.Client) *ReadingPublisher {
 	return &ReadingPublisher{client: client, topic: cfg.ReadingsTopic()}
 }
 

@@ -14,7 +14,7 @@ func TestReadingPublisher(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cfg := streamtest.Config(t, 3)
-	p := stream.NewReadingPublisher(streamtest.Client(t, cfg), cfg)
+	p := stream.NewReadingPublisher(cfg, streamtest.Client(t, cfg))
 	keys := [][]byte{[]byte("a"), []byte("b"), []byte("a")}
 	values := [][]byte{[]byte(`{"sensor_id":"a","data":1}`), []byte(`{"sensor_id":"b","data":0}`), []byte(`{"sensor_id":"a","data":0}`)}
 	if err := p.PublishReadings(ctx, keys, values); err != nil {

@@ -108,81 +108,30 @@ func Simulate(ctx context.Context, client *kgo.Client, cfg SimulateConfig, out i
 		ctx, cancel = context.WithTimeout(ctx, cfg.Duration)
 		defer cancel()
 	}
-	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
-	state := make([]int8, cfg.Sensors) // -1: not reported yet
-	for i := range state {
-		state[i] = -1
-	}
-	silent := int(float64(cfg.Sensors) * max(cfg.SilentFraction, 0))
-	// The last `silent` sensors fall silent.
-	talking := cfg.Sensors
-
-	var sent, flips, acked atomic.Int64
-	var produceErr atomic.Pointer[error]
-	promise := func(_ *kgo.Record, err error) {
-		if err != nil {
-			produceErr.CompareAndSwap(nil, &err)
-			return
-		}
-		acked.Add(1)
-	}
-
-	// Readings already handed to the client are delivered even when ctx ends.
-	produceCtx := context.WithoutCancel(ctx)
+	sim := newSimulator(cfg, client, out)
 	start := time.Now()
 	const tick = 10 * time.Millisecond
 	ticker := time.NewTicker(tick)
 	defer ticker.Stop()
 	progress := time.NewTicker(time.Second)
 	defer progress.Stop()
-	var (
-		owed      float64
-		lastSent  int64
-		lastFlips int64
-	)
-	report := func(prefix string, elapsed time.Duration, readings, changes int64) {
-		fmt.Fprintf(out, "%s: %d readings sent, %d acknowledged (%.0f/s), %d changes (%.0f/s), %d of %d sensors talking\n",
-			prefix, sent.Load(), acked.Load(), float64(readings)/elapsed.Seconds(), flips.Load(),
-			float64(changes)/elapsed.Seconds(), talking, cfg.Sensors)
-	}
+	var lastSent, lastFlips int64
 	lastReport := start
+	// Readings already handed to the client are delivered even when ctx ends.
+	produceCtx := context.WithoutCancel(ctx)
 loop:
 	for {
 		select {
 		case <-ctx.Done():
 			break loop
 		case now := <-progress.C:
-			report("simulate", now.Sub(lastReport), sent.Load()-lastSent, flips.Load()-lastFlips)
-			lastSent, lastFlips, lastReport = sent.Load(), flips.Load(), now
+			sim.report("simulate", now.Sub(lastReport), sim.sent.Load()-lastSent, sim.flips.Load()-lastFlips)
+			lastSent, lastFlips, lastReport = sim.sent.Load(), sim.flips.Load(), now
 		case now := <-ticker.C:
-			if err := produceErr.Load(); err != nil {
+			if err := sim.produceErr.Load(); err != nil {
 				return fmt.Errorf("simulate: producing: %w", *err)
 			}
-			if silent > 0 && talking == cfg.Sensors && now.Sub(start) >= cfg.SilentAfter {
-				talking = cfg.Sensors - silent
-				fmt.Fprintf(out, "simulate: %d sensors fall silent\n", silent)
-			}
-			if talking == 0 {
-				continue
-			}
-			owed += cfg.Rate * tick.Seconds()
-			for ; owed >= 1; owed-- {
-				i := rng.IntN(talking)
-				data := state[i]
-				switch {
-				case data < 0:
-					data = int8(rng.IntN(2))
-					flips.Add(1)
-				case rng.Float64() < cfg.Flip:
-					data = 1 - data
-					flips.Add(1)
-				}
-				state[i] = data
-				id := SimSensorID(i)
-				value := fmt.Appendf(nil, `{"sensor_id":%q,"data":%d,"ts":%d}`, id, data, now.UnixMilli())
-				client.Produce(produceCtx, &kgo.Record{Topic: cfg.Topic, Key: []byte(id), Value: value}, promise)
-				sent.Add(1)
-			}
+			sim.tick(produceCtx, now, now.Sub(start), tick)
 		}
 	}
 
@@ -191,10 +140,83 @@ loop:
 	if err := client.Flush(flushCtx); err != nil {
 		return fmt.Errorf("simulate: flushing: %w", err)
 	}
-	if err := produceErr.Load(); err != nil {
+	if err := sim.produceErr.Load(); err != nil {
 		return fmt.Errorf("simulate: producing: %w", *err)
 	}
-	elapsed := time.Since(start)
-	report("simulate done", elapsed, sent.Load(), flips.Load())
+	sim.report("simulate done", time.Since(start), sim.sent.Load(), sim.flips.Load())
 	return nil
+}
+
+// simulator is the state of a simulated fleet.
+type simulator struct {
+	cfg    SimulateConfig
+	client *kgo.Client
+	out    io.Writer
+	rng    *rand.Rand
+	state  []int8 // per sensor; -1: not reported yet
+	// The last `silent` sensors fall silent after SilentAfter; talking is how
+	// many still report.
+	silent, talking int
+	owed            float64 // readings due but not yet sent
+	sent, flips     atomic.Int64
+	acked           atomic.Int64
+	produceErr      atomic.Pointer[error]
+}
+
+func newSimulator(cfg SimulateConfig, client *kgo.Client, out io.Writer) *simulator {
+	s := &simulator{cfg: cfg, client: client, out: out,
+		rng:     rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		state:   make([]int8, cfg.Sensors),
+		silent:  int(float64(cfg.Sensors) * max(cfg.SilentFraction, 0)),
+		talking: cfg.Sensors,
+	}
+	for i := range s.state {
+		s.state[i] = -1
+	}
+	return s
+}
+
+// promise counts an acknowledged reading, or keeps the first error.
+func (s *simulator) promise(_ *kgo.Record, err error) {
+	if err != nil {
+		s.produceErr.CompareAndSwap(nil, &err)
+		return
+	}
+	s.acked.Add(1)
+}
+
+// tick sends the readings due in one tick of length d, elapsed after start.
+func (s *simulator) tick(ctx context.Context, now time.Time, elapsed, d time.Duration) {
+	cfg := s.cfg
+	if s.silent > 0 && s.talking == cfg.Sensors && elapsed >= cfg.SilentAfter {
+		s.talking = cfg.Sensors - s.silent
+		fmt.Fprintf(s.out, "simulate: %d sensors fall silent\n", s.silent)
+	}
+	if s.talking == 0 {
+		return
+	}
+	s.owed += cfg.Rate * d.Seconds()
+	for ; s.owed >= 1; s.owed-- {
+		i := s.rng.IntN(s.talking)
+		data := s.state[i]
+		switch {
+		case data < 0:
+			data = int8(s.rng.IntN(2))
+			s.flips.Add(1)
+		case s.rng.Float64() < cfg.Flip:
+			data = 1 - data
+			s.flips.Add(1)
+		}
+		s.state[i] = data
+		id := SimSensorID(i)
+		value := fmt.Appendf(nil, `{"sensor_id":%q,"data":%d,"ts":%d}`, id, data, now.UnixMilli())
+		s.client.Produce(ctx, &kgo.Record{Topic: cfg.Topic, Key: []byte(id), Value: value}, s.promise)
+		s.sent.Add(1)
+	}
+}
+
+func (s *simulator) report(prefix string, elapsed time.Duration, readings, changes int64) {
+	fmt.Fprintf(s.out, "%s: %d readings sent, %d acknowledged (%.0f/s), %d changes (%.0f/s), %d of %d sensors talking\n",
+		prefix, s.sent.Load(), s.acked.Load(), float64(readings)/elapsed.Seconds(), s.flips.Load(),
+		float64(changes)/elapsed.Seconds(), s.talking, s.cfg.Sensors)
 }

@@ -19,7 +19,7 @@ import (
 func TestTailEvents(t *testing.T) {
 	t.Parallel()
 	cfg := streamtest.Config(t, 2)
-	pub := stream.NewEventPublisher(streamtest.Client(t, cfg), cfg)
+	pub := stream.NewEventPublisher(cfg, streamtest.Client(t, cfg))
 	ctx := context.Background()
 	one := 1
 	publish := func(id, sensor string) {

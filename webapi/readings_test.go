@@ -74,7 +74,7 @@ func (a *testAPI) ingest(body any) *response {
 func kafkaPublisher(t *testing.T) (stream.Config, *stream.ReadingPublisher) {
 	t.Helper()
 	cfg := streamtest.Config(t, 4)
-	return cfg, stream.NewReadingPublisher(streamtest.Client(t, cfg), cfg)
+	return cfg, stream.NewReadingPublisher(cfg, streamtest.Client(t, cfg))
 }
 
 func TestIngestPublishesEveryReadingToKafka(t *testing.T) {
@@ -329,7 +329,7 @@ func TestIngestBrokerFailureIs503(t *testing.T) {
 	}
 	t.Cleanup(client.Close)
 	api := newStreamAPI(t, streamAPIOptions{opts: []webapi.Option{
-		webapi.WithReadingPublisher(stream.NewReadingPublisher(client, rejecting))}})
+		webapi.WithReadingPublisher(stream.NewReadingPublisher(rejecting, client))}})
 	resp := api.ingest(reading)
 	resp.expectProblem(http.StatusServiceUnavailable, "unavailable", "2 readings")
 	if resp.header.Get("Retry-After") == "" {
@@ -349,7 +349,7 @@ func TestIngestBrokerFailureIs503(t *testing.T) {
 	}
 	t.Cleanup(goneClient.Close)
 	api = newStreamAPI(t, streamAPIOptions{cfg: webapi.Config{PublishTimeout: time.Second}, opts: []webapi.Option{
-		webapi.WithReadingPublisher(stream.NewReadingPublisher(goneClient, goneCfg))}})
+		webapi.WithReadingPublisher(stream.NewReadingPublisher(goneCfg, goneClient))}})
 	api.ingest(reading).expectProblem(http.StatusServiceUnavailable, "unavailable")
 }
 

@@ -338,12 +338,13 @@ func apiDaemon(ctx context.Context, n *node) (daemon, error) {
 		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks), webapi.WithConsole(con.Handler())}
 	d := daemon{name: "api"}
 	if len(n.stream.Brokers) > 0 {
-		client, err := kgo.NewClient(append(stream.ClientOpts(n.stream), stream.WithLogger(n.logger))...)
+		client, err := kgo.NewClient(append(stream.ClientOpts(n.stream), stream.WithLogger(n.logger),
+			stream.ClientMetrics(n.reg, "api"))...)
 		if err != nil {
 			return daemon{}, fmt.Errorf("api: kafka client: %w", err)
 		}
 		d.close = client.Close
-		opts = append(opts, webapi.WithReadingPublisher(stream.NewReadingPublisher(client, n.stream)))
+		opts = append(opts, webapi.WithReadingPublisher(stream.NewReadingPublisher(n.stream, client)))
 	}
 	cfg, err := n.apiConfig()
 	if err != nil {

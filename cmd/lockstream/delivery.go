@@ -58,7 +58,7 @@ func retrierDaemon(_ context.Context, n *node) (daemon, error) {
 		return daemon{}, err
 	}
 	push, err := swrve.New(swrve.Config{URL: n.v.str("swrve-url"), Rate: swrveRate, PushKeysFile: n.v.str("swrve-push-keys")},
-		logger, n.reg)
+		n.reg, logger)
 	if err != nil {
 		webhooks.Close()
 		return daemon{}, err

@@ -54,7 +54,8 @@ func heartbeatDaemon(_ context.Context, n *node) (daemon, error) {
 	if err != nil {
 		return daemon{}, err
 	}
-	client, err := kgo.NewClient(append(stream.ClientOpts(n.stream), stream.WithLogger(n.logger))...)
+	client, err := kgo.NewClient(append(stream.ClientOpts(n.stream), stream.WithLogger(n.logger),
+		stream.ClientMetrics(n.reg, "heartbeat"))...)
 	if err != nil {
 		return daemon{}, fmt.Errorf("heartbeat: kafka client: %w", err)
 	}
@@ -68,7 +69,7 @@ func heartbeatDaemon(_ context.Context, n *node) (daemon, error) {
 	}
 	d, err := heartbeat.New(cfg, heartbeat.Deps{
 		Store: n.redis, Registry: n.pg, History: n.ch,
-		Publisher: stream.NewEventPublisher(client, n.stream),
+		Publisher: stream.NewEventPublisher(n.stream, client),
 		Progress:  progress,
 	}, n.reg, logger)
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/reading"
 	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream"
 	"github.com/lockstream/lockstream/stream/streamtest"
 )
@@ -606,14 +607,9 @@ func readingTimes(t *testing.T, cfg stream.Config) map[pos]time.Time {
 
 // checkState fails t unless sensor_state holds exactly the expected final states:
 // one row per sensor that had a valid reading, none for anything else.
-func checkState(t *testing.T, pg *storage.Postgres, want outcome) {
+func checkState(t *testing.T, pgURL string, want outcome) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	states, err := pg.AllSensorStates(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	states := storagetest.AllSensorStates(t, pgURL)
 	wrong := 0
 	for _, s := range states {
 		w, ok := want.final[s.SensorID]
@@ -781,15 +777,9 @@ func parseSource(source, topic string) (pos, bool) {
 // checkHistory fails t unless ClickHouse holds every valid reading and every
 // expected change exactly once after deduplication (SELECT … FINAL), and nothing
 // else.
-func checkHistory(t *testing.T, ch *storage.ClickHouse, want outcome) {
+func checkHistory(t *testing.T, chURL string, want outcome) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-
-	events, err := ch.AllEvents(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	events := storagetest.AllEvents(t, chURL)
 	count := map[string]int{}
 	for _, e := range events {
 		count[e.ID]++
@@ -809,10 +799,7 @@ func checkHistory(t *testing.T, ch *storage.ClickHouse, want outcome) {
 		t.Fatalf("ClickHouse events FINAL: count() %d, uniqExact(id) %d, want %d changes", len(events), len(count), len(want.byID))
 	}
 
-	readings, err := ch.AllReadings(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	readings := storagetest.AllReadings(t, chURL)
 	seen := map[pos]bool{}
 	for _, r := range readings {
 		where := pos{r.Partition, r.Offset}

@@ -12,7 +12,6 @@ import (
 	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/migrations"
-	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream/streamtest"
 )
@@ -98,7 +97,7 @@ func TestProcessConsumerSurvivesSIGKILL(t *testing.T) {
 	proc.stop()
 
 	want := expectOutcome(records, readingTimes(t, kafka))
-	checkState(t, stores.Postgres, want)
+	checkState(t, stores.PostgresURL, want)
 	events := checkEvents(t, kafka, want)
 	checkDLQ(t, kafka, want)
 
@@ -133,7 +132,7 @@ func TestProcessConsumerSurvivesSIGKILL(t *testing.T) {
 		return o.caughtUp(history.DefaultGroup, kafka.ReadingsTopic(), kafka.EventsTopic())
 	})
 	hist.stop()
-	checkHistory(t, stores.ClickHouse, want)
+	checkHistory(t, stores.ClickHouseURL, want)
 }
 
 // TestProcessHistoryRidesOutClickHouseOutage runs `lockstream consume` and
@@ -173,7 +172,7 @@ func TestProcessHistoryRidesOutClickHouseOutage(t *testing.T) {
 	// Outage 1: the writer rides it out.
 	ch.kill()
 	outageEnd := time.Now().Add(outage)
-	statesBefore := stateOffsets(t, stores.Postgres)
+	statesBefore := stateOffsets(t, stores.PostgresURL)
 	prod.allowFraction(0.7) // more of the stream arrives during the outage
 	h.waitFor("the history writer to notice the outage", func() (bool, string) {
 		return countLines(hist.out.String(), failedFlush) > 0, "no failed flush logged"
@@ -189,7 +188,7 @@ func TestProcessHistoryRidesOutClickHouseOutage(t *testing.T) {
 		t.Errorf("history committed events offsets %v during the outage (were %v)", got, eventsAt)
 	}
 	moved := 0
-	for id, off := range stateOffsets(t, stores.Postgres) {
+	for id, off := range stateOffsets(t, stores.PostgresURL) {
 		if before, ok := statesBefore[id]; !ok || off > before {
 			moved++
 		}
@@ -227,14 +226,9 @@ func TestProcessHistoryRidesOutClickHouseOutage(t *testing.T) {
 	hist.stop()
 
 	want := expectOutcome(records, readingTimes(t, kafka))
-	checkState(t, stores.Postgres, want)
+	checkState(t, stores.PostgresURL, want)
 	checkEvents(t, kafka, want)
-	chStore, err := storage.OpenClickHouse(ctx, chURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer chStore.Close()
-	checkHistory(t, chStore, want)
+	checkHistory(t, chURL, want)
 }
 
 // TestProcessConsumeStartsWhileClickHouseIsDown starts `lockstream consume` while
@@ -259,7 +253,7 @@ func TestProcessConsumeStartsWhileClickHouseIsDown(t *testing.T) {
 	})
 	consume.stop()
 	want := expectOutcome(records, readingTimes(t, kafka))
-	checkState(t, stores.Postgres, want)
+	checkState(t, stores.PostgresURL, want)
 	checkEvents(t, kafka, want)
 }
 
@@ -320,20 +314,15 @@ func TestProcessConsumerRebalance(t *testing.T) {
 	a.stop()
 
 	want := expectOutcome(records, readingTimes(t, kafka))
-	checkState(t, stores.Postgres, want)
+	checkState(t, stores.PostgresURL, want)
 	checkEvents(t, kafka, want)
 	checkDLQ(t, kafka, want)
 }
 
 // stateOffsets returns each sensor's stored source offset.
-func stateOffsets(t *testing.T, pg *storage.Postgres) map[string]int64 {
+func stateOffsets(t *testing.T, pgURL string) map[string]int64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	states, err := pg.AllSensorStates(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	states := storagetest.AllSensorStates(t, pgURL)
 	out := make(map[string]int64, len(states))
 	for _, s := range states {
 		out[s.SensorID] = s.Offset

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	lsmetrics "github.com/lockstream/lockstream/internal/metrics"
 )
 
 // metrics are a Sender's instruments, all named lockstream_swrve_*.
@@ -50,10 +52,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, code := range []string{"200", "429"} {
 		m.responses.WithLabelValues(code)
 	}
-	for _, c := range []prometheus.Collector{m.inFlight, m.waiting, m.poolSize, m.responseTime, m.sends, m.responses} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("registering Swrve metrics (one Sender per process): %w", err)
-		}
+	if err := lsmetrics.RegisterAll(reg, m.inFlight, m.waiting, m.poolSize, m.responseTime, m.sends, m.responses); err != nil {
+		return nil, fmt.Errorf("registering Swrve metrics (one Sender per process): %w", err)
 	}
 	return m, nil
 }

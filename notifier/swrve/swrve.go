@@ -195,7 +195,7 @@ type Sender struct {
 
 // New returns a Sender, loading the push keys from cfg.PushKeysFile when set.
 // It registers the lockstream_swrve_* metrics with reg; logger may be nil.
-func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Sender, error) {
+func New(cfg Config, reg prometheus.Registerer, logger *slog.Logger) (*Sender, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err

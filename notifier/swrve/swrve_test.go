@@ -65,7 +65,7 @@ func setup(t *testing.T, fakeCfg swrvetest.Config, cfg swrve.Config) *fixture {
 
 func newSender(t *testing.T, cfg swrve.Config, reg prometheus.Registerer) *swrve.Sender {
 	t.Helper()
-	s, err := swrve.New(cfg, nil, reg)
+	s, err := swrve.New(cfg, reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,16 +437,16 @@ func TestConfigValidate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Validate(%+v) = %v, want an error naming %s", tc.cfg, err, tc.want)
 		}
-		if _, err := swrve.New(tc.cfg, nil, prometheus.NewRegistry()); err == nil {
+		if _, err := swrve.New(tc.cfg, prometheus.NewRegistry(), nil); err == nil {
 			t.Errorf("New(%+v) succeeded, want an error", tc.cfg)
 		}
 	}
-	if _, err := swrve.New(swrve.Config{PushKeysFile: writeFile(t, "bad.yaml", "swrve: {}\n")}, nil, prometheus.NewRegistry()); err == nil ||
+	if _, err := swrve.New(swrve.Config{PushKeysFile: writeFile(t, "bad.yaml", "swrve: {}\n")}, prometheus.NewRegistry(), nil); err == nil ||
 		!strings.Contains(err.Error(), "bad.yaml") {
 		t.Errorf("New with a bad keys file: %v, want an error naming it", err)
 	}
 	path := writeFile(t, "keys.yaml", "swrve:\n  messagePrototypePushKeys:\n    Hello:\n      IOS: k\n")
-	s, err := swrve.New(swrve.Config{PushKeysFile: path}, nil, prometheus.NewRegistry())
+	s, err := swrve.New(swrve.Config{PushKeysFile: path}, prometheus.NewRegistry(), nil)
 	if err != nil || s.PoolSize() != 600 {
 		t.Fatalf("New with a keys file = %v, %v; want a Sender with a pool of 600", s, err)
 	}

@@ -166,3 +166,29 @@ func EndOffsets(ctx context.Context, client *kgo.Client, topic string) (map[int3
 	}
 	return ends, nil
 }
+
+// Committed returns group's committed offset per partition of topic (partitions
+// with none are left out).
+func Committed(ctx context.Context, client *kgo.Client, group, topic string) (map[int32]int64, error) {
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Group = group
+	resp, err := req.RequestWith(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return nil, err
+	}
+	out := map[int32]int64{}
+	for _, rt := range resp.Topics {
+		if rt.Topic != topic {
+			continue
+		}
+		for _, p := range rt.Partitions {
+			if p.Offset >= 0 {
+				out[p.Partition] = p.Offset
+			}
+		}
+	}
+	return out, nil
+}
