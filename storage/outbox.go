@@ -205,7 +205,7 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 				INSERT INTO notifications (id, event_id, client_id, sensor_id, type, data, previous, event_at)
 				SELECT lockstream_uuid_v7(), ev.event_id, cs.client_id, ev.sensor_id, ev.type, ev.data, ev.previous, ev.at
 				FROM ev JOIN client_sensors cs ON cs.sensor_id = ev.sensor_id
-				ON CONFLICT (event_id, client_id) DO NOTHING
+				ON CONFLICT (event_id, client_id, event_at) DO NOTHING
 				RETURNING id, event_id, client_id, sensor_id, type, event_at
 			), d AS (
 				INSERT INTO deliveries (id, notification_id, client_id, sensor_id, event_type, channel, target,
@@ -220,7 +220,7 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 				) AS ch (channel, target)
 				-- Inserted in the events' order, so seq (the column default) follows it.
 				ORDER BY ev.ord
-				ON CONFLICT (notification_id, channel, target) DO NOTHING
+				ON CONFLICT (notification_id, channel, target, event_at) DO NOTHING
 				RETURNING client_id, sensor_id, event_type, channel, target, event_at
 			)
 			SELECT (SELECT count(*) FROM n), client_id::text, sensor_id, event_type, channel, target, event_at FROM d`,
@@ -313,7 +313,7 @@ func (p *Postgres) ClaimDeliveries(ctx context.Context, now time.Time, limit int
 	}
 	rows, err := p.pool.Query(ctx, `
 		WITH due AS (
-			SELECT d.id, d.notification_id
+			SELECT d.id, d.notification_id, d.event_at
 			FROM deliveries d
 			WHERE d.state IN ('SCHEDULED', 'PENDING', 'RETRY') AND d.next_attempt_at <= $1
 			  AND ($4::text[] IS NULL OR d.channel = ANY ($4::text[]))
@@ -330,8 +330,8 @@ func (p *Postgres) ClaimDeliveries(ctx context.Context, now time.Time, limit int
 		UPDATE deliveries d
 		SET state = 'IN_FLIGHT', attempts = d.attempts + 1, leased_until = $1::timestamptz + $3::interval,
 		    updated_at = now()
-		FROM due LEFT JOIN notifications n ON n.id = due.notification_id
-		WHERE d.id = due.id
+		FROM due LEFT JOIN notifications n ON n.id = due.notification_id AND n.event_at = due.event_at
+		WHERE d.id = due.id AND d.event_at = due.event_at
 		RETURNING `+deliveryColumns,
 		now, limit, lease, channelFilter)
 	if err != nil {
@@ -478,7 +478,7 @@ func (p *Postgres) FinishDeliveries(ctx context.Context, finishes []DeliveryFini
 			       u.id IS NOT NULL, f.http_status, f.error_type, f.error, f.answer_code, f.answer_message,
 			       f.duration_ms, f.at
 			FROM f JOIN deliveries d ON d.id = f.id
-			LEFT JOIN notifications n ON n.id = d.notification_id
+			LEFT JOIN notifications n ON n.id = d.notification_id AND n.event_at = d.event_at
 			LEFT JOIN u ON u.id = f.id
 			WHERE NOT f.not_sent
 			ORDER BY f.at, f.id
@@ -616,7 +616,7 @@ func (p *Postgres) GetDelivery(ctx context.Context, id string) (Delivery, error)
 		return Delivery{}, fmt.Errorf("getting delivery %s: %w", id, ErrNotFound)
 	}
 	d, err := scanDelivery(p.pool.QueryRow(ctx, `SELECT `+deliveryColumns+`
-		FROM deliveries d LEFT JOIN notifications n ON n.id = d.notification_id WHERE d.id = $1`, id))
+		FROM deliveries d LEFT JOIN notifications n ON n.id = d.notification_id AND n.event_at = d.event_at WHERE d.id = $1`, id))
 	if err != nil {
 		return Delivery{}, fmt.Errorf("getting delivery %s: %w", id, mapError(err))
 	}
@@ -656,7 +656,7 @@ func (p *Postgres) ListClientDeliveries(ctx context.Context, clientID string, f 
 		to = &f.To
 	}
 	rows, err := p.pool.Query(ctx, `SELECT `+deliveryColumns+`
-		FROM deliveries d LEFT JOIN notifications n ON n.id = d.notification_id
+		FROM deliveries d LEFT JOIN notifications n ON n.id = d.notification_id AND n.event_at = d.event_at
 		WHERE d.client_id = $1 AND d.id > $2
 		  AND ($3::timestamptz IS NULL OR d.event_at >= $3)
 		  AND ($4::timestamptz IS NULL OR d.event_at < $4)
