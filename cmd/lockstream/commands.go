@@ -95,6 +95,12 @@ func commands() []command {
 				storeSettings, kafkaSettings),
 			run: runDaemonsCommand(usesPostgres|usesClickHouse|usesSecretKey, retrierDaemon, metricsDaemon),
 		},
+		{
+			name:     "maintain",
+			summary:  "keep the stores bounded: month partitions made ahead, whole months dropped past the retention",
+			settings: concat([]string{"retention", "history-retention", "maintain-interval"}, storeSettings, kafkaSettings),
+			run:      runDaemonsCommand(usesPostgres|usesClickHouse, maintainDaemon, metricsDaemon),
+		},
 		simulateCommand(kafkaSettings),
 		benchCommand(kafkaSettings),
 		{
@@ -462,7 +468,7 @@ func runAll(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logge
 		logger.Info("embedded Kafka broker started", "addr", embeddedBrokerAddr, "dir", dir)
 	}
 	return n.run(ctx, apiDaemon, consumerDaemon, historyDaemon, heartbeatDaemon, fanoutDaemon, retrierDaemon,
-		statsDaemon(stdout))
+		maintainDaemon, statsDaemon(stdout))
 }
 
 // embeddedBrokerAddr is where `all` serves its embedded broker, so kcat and
