@@ -225,7 +225,7 @@ func (p *Postgres) ClientFailedDeliveries(ctx context.Context, clientID string, 
 		return nil, fmt.Errorf("listing failed deliveries before %q: not a delivery id", before)
 	}
 	rows, err := p.pool.Query(ctx, `SELECT `+deliveryColumns+`
-		FROM deliveries d LEFT JOIN notifications n ON n.id = d.notification_id
+		FROM deliveries d LEFT JOIN notifications n ON n.id = d.notification_id AND n.event_at = d.event_at
 		WHERE d.client_id = $1 AND d.state IN ('FAILED', 'GIVEN_UP') AND d.id < $2
 		ORDER BY d.id DESC LIMIT $3`, clientID, before, page.Limit)
 	if err != nil {

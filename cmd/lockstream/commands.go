@@ -95,6 +95,12 @@ func commands() []command {
 				storeSettings, kafkaSettings),
 			run: runDaemonsCommand(usesPostgres|usesClickHouse|usesSecretKey, retrierDaemon, metricsDaemon),
 		},
+		{
+			name:     "maintain",
+			summary:  "keep the stores bounded: month partitions made ahead, whole months dropped past the retention",
+			settings: concat([]string{"retention", "history-retention", "maintain-interval"}, storeSettings, kafkaSettings),
+			run:      runDaemonsCommand(usesPostgres|usesClickHouse, maintainDaemon, metricsDaemon),
+		},
 		simulateCommand(kafkaSettings),
 		benchCommand(kafkaSettings),
 		{
@@ -333,7 +339,7 @@ func apiDaemon(ctx context.Context, n *node) (daemon, error) {
 	if err != nil {
 		return daemon{}, err
 	}
-	opts := []webapi.Option{webapi.WithHistory(n.ch), webapi.WithDeliveries(n.pg, n.ch), webapi.WithPushes(n.pg, n.ch),
+	opts := []webapi.Option{webapi.WithHistory(n.ch), webapi.WithDeliveries(n.pg, n.pg), webapi.WithPushes(n.pg, n.pg),
 		webapi.WithSensorStatus(hooks),
 		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks), webapi.WithConsole(con.Handler())}
 	d := daemon{name: "api"}
@@ -463,7 +469,7 @@ func runAll(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logge
 		logger.Info("embedded Kafka broker started", "addr", embeddedBrokerAddr, "dir", dir)
 	}
 	return n.run(ctx, apiDaemon, consumerDaemon, historyDaemon, heartbeatDaemon, fanoutDaemon, retrierDaemon,
-		statsDaemon(stdout))
+		maintainDaemon, statsDaemon(stdout))
 }
 
 // embeddedBrokerAddr is where `all` serves its embedded broker, so kcat and
