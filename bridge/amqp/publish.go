@@ -261,4 +261,3 @@ func (p *NotificationPublisher) PublishNotification(ctx context.Context, typ str
 
 // Close releases the publisher's connection.
 func (p *NotificationPublisher) Close() { p.pub.close() }
-

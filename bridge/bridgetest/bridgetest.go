@@ -124,7 +124,9 @@ func (a *AMQP) Exchange(name string) {
 	if err := ch.ExchangeDeclare(name, "topic", true, false, false, false, nil); err != nil {
 		a.t.Fatalf("declaring exchange %s: %v", name, err)
 	}
-	a.t.Cleanup(func() { a.deleteAfter(func(ch *amqp091.Channel) error { return ch.ExchangeDelete(name, false, false) }) })
+	a.t.Cleanup(func() {
+		a.deleteAfter(func(ch *amqp091.Channel) error { return ch.ExchangeDelete(name, false, false) })
+	})
 }
 
 // DeleteQueueAtEnd deletes queue name when the test ends (the bridge declares it).

@@ -202,8 +202,8 @@ func (b *Bridge) subscribe(ctx context.Context, cm *autopaho.ConnectionManager, 
 type message struct {
 	parsed  bridge.Parsed
 	records []*kgo.Record
-	client *paho.Client
-	packet *paho.Publish
+	client  *paho.Client
+	packet  *paho.Publish
 }
 
 // receive takes one message (paho calls it for each, in order, on one
