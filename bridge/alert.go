@@ -113,8 +113,11 @@ func (a *Alerter) Run(ctx context.Context) error {
 		if len(counts) == 0 {
 			continue
 		}
+		res := a.mailer.SendText(ctx, a.cfg.To, subject(a.cfg.Bridge, counts), body(a.cfg.Bridge, counts, examples))
+		// Counted from the end of the conversation, so that the next email
+		// reaches the server at least Interval after this one did.
 		last = time.Now()
-		if res := a.mailer.SendText(ctx, a.cfg.To, subject(a.cfg.Bridge, counts), body(a.cfg.Bridge, counts, examples)); res.Outcome != notifier.Sent {
+		if res.Outcome != notifier.Sent {
 			a.logger.WarnContext(ctx, "alert email failed; its counts go into the next one", "to", a.cfg.To, "err", res.Err)
 			a.putBack(counts, examples)
 		}

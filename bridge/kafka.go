@@ -26,6 +26,10 @@ func NewKafkaClient(cfg stream.Config, timeout time.Duration, logger *slog.Logge
 	}
 	opts := append(stream.ClientOpts(cfg),
 		kgo.RecordDeliveryTimeout(timeout),
+		// A record still waiting at the timeout fails even when a request carrying it
+		// went unanswered (the broker died): the message it came from is delivered
+		// again and may be produced twice, which is harmless; waiting forever is not.
+		kgo.AllowIdempotentProduceCancellation(),
 		stream.WithLogger(logger),
 	)
 	client, err := kgo.NewClient(opts...)

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -88,7 +89,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	b.client = client
 	b.handlers = map[string]Handler{
 		CategorySensor:       &readingsHandler{client: client, topics: b.topics, metrics: b.metrics, alerter: b.alerter},
-		CategoryNotification: &notificationsHandler{recorder: b.recorder},
+		CategoryNotification: &notificationsHandler{recorder: b.recorder, timeout: b.cfg.HandleTimeout},
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return b.alerter.Run(gctx) })
@@ -151,43 +152,57 @@ func (b *Bridge) session(ctx context.Context, conn *amqp091.Connection) (bool, e
 	b.logger.InfoContext(ctx, "amqp bridge consuming", "queue", b.cfg.Queue, "queue_type", queueType,
 		"exchange", b.cfg.Exchange, "binding", b.cfg.Binding, "prefetch", b.cfg.Prefetch)
 
-	// As many workers as messages in hand: prefetch bounds both. A worker's
-	// message is finished even when shutdown begins (work is not cancelled).
-	work := context.WithoutCancel(ctx)
-	var (
-		wg      sync.WaitGroup
-		handled = make(chan struct{})
-		once    sync.Once
-	)
-	for range b.cfg.Prefetch {
-		wg.Go(func() {
-			for d := range deliveries {
-				once.Do(func() { close(handled) })
-				b.deliver(ctx, work, d)
-			}
-		})
-	}
+	// One goroutine hands the deliveries to their handlers in order; prefetch
+	// bounds how many are in hand. They are finished even when shutdown begins.
+	s := &settler{b: b, ctx: ctx}
+	dispatched := make(chan int)
+	go func() {
+		n := 0
+		for d := range deliveries {
+			n++
+			s.pending.Add(1)
+			b.deliver(context.WithoutCancel(ctx), s, d)
+		}
+		dispatched <- n
+	}()
 	var cause error
 	select {
 	case <-ctx.Done():
-		// Stop the flow; the deliveries already here are handled and acked,
-		// then the channel closes.
+		// Stop the flow; the deliveries already here are handled and settled.
 		if err := ch.Cancel(tag, false); err != nil {
-			b.logger.WarnContext(work, "cancelling the amqp consumer", "err", err)
+			b.logger.WarnContext(context.WithoutCancel(ctx), "cancelling the amqp consumer", "err", err)
 		}
 	case e := <-connClosed:
 		cause = closeError("connection", e)
 	case e := <-chClosed:
 		cause = closeError("channel", e)
-		_ = conn.Close() // the workers' range ends with the connection
+		_ = conn.Close() // ends the deliveries
 	}
-	wg.Wait()
+	n := <-dispatched
+	s.wait(b.cfg.HandleTimeout + b.cfg.RetryPause + 5*time.Second)
 	_ = ch.Close()
+	return n > 0, cause
+}
+
+// settler settles one session's deliveries and lets the session wait for them.
+type settler struct {
+	b       *Bridge
+	ctx     context.Context // the bridge's: once done, failed messages go back at once
+	pending sync.WaitGroup
+}
+
+// wait waits for every delivery in hand to be settled, at most limit: past it
+// the connection closes and the broker redelivers what is left.
+func (s *settler) wait(limit time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		s.pending.Wait()
+		close(done)
+	}()
 	select {
-	case <-handled:
-		return true, cause
-	default:
-		return false, cause
+	case <-done:
+	case <-time.After(limit):
+		s.b.logger.Warn("closing the amqp channel with messages unsettled; the broker redelivers them", "waited", limit)
 	}
 }
 
@@ -198,70 +213,89 @@ func closeError(what string, e *amqp091.Error) error {
 	return fmt.Errorf("amqp %s closed: %w", what, e)
 }
 
-// deliver hands d to its category's handler and settles it by the answer.
-func (b *Bridge) deliver(ctx, work context.Context, d amqp091.Delivery) {
+// deliver hands d to its category's handler and settles it by the answer. It
+// does not wait for the handler.
+func (b *Bridge) deliver(work context.Context, s *settler, d amqp091.Delivery) {
 	b.metrics.Received.Inc()
 	if d.Redelivered {
 		b.metrics.Redelivered.Inc()
 	}
-	m := Message{RoutingKey: d.RoutingKey, Body: d.Body, MessageID: d.MessageId, Redelivered: d.Redelivered}
 	category, typ, ok := parseRoutingKey(d.RoutingKey)
 	h := b.handlers[category]
 	switch {
 	case !ok:
-		b.settle(d, ignoredMalformed)
+		b.settle(s, d, ignoredMalformed)
 		return
 	case h == nil:
-		b.settle(d, ignoredUnknown)
+		b.settle(s, d, ignoredUnknown)
 		return
 	}
-	m.Category, m.Type = category, typ
-	hctx, cancel := context.WithTimeout(work, b.cfg.HandleTimeout)
-	err := h.Handle(hctx, m)
-	if u, ok := bridge.AsUnrecoverable(err); ok {
-		err = b.keep(hctx, m, u)
-	}
-	cancel()
+	m := Message{RoutingKey: d.RoutingKey, Category: category, Type: typ, Body: d.Body, MessageID: d.MessageId,
+		Redelivered: d.Redelivered}
+	var once sync.Once
+	h.Handle(work, m, func(err error) {
+		once.Do(func() {
+			if u, ok := bridge.AsUnrecoverable(err); ok {
+				b.keep(work, m, u, func(err error) { b.finish(s, d, category, err) })
+				return
+			}
+			b.finish(s, d, category, err)
+		})
+	})
+}
+
+// finish settles d by its handler's outcome.
+func (b *Bridge) finish(s *settler, d amqp091.Delivery, category string, err error) {
 	switch {
 	case err == nil:
-		b.ack(d)
+		b.ack(s, d)
 	case errors.Is(err, ErrIgnored):
-		b.settle(d, category)
+		b.settle(s, d, category)
 	default:
 		b.metrics.Retries.Inc()
-		b.logger.WarnContext(work, "message failed; handing it back for redelivery", "routing_key", d.RoutingKey,
+		b.logger.Warn("message failed; handing it back for redelivery", "routing_key", d.RoutingKey,
 			"pause", b.cfg.RetryPause, "err", err)
-		bridge.Sleep(ctx, b.cfg.RetryPause) // cut short by shutdown: the broker redelivers anyway
-		if err := d.Nack(false, true); err != nil {
-			b.logger.DebugContext(work, "nack failed; the broker redelivers the message when the channel closes", "err", err)
+		pause := b.cfg.RetryPause
+		if s.ctx.Err() != nil {
+			pause = 0 // shutting down: the broker redelivers it to whoever is left
 		}
+		time.AfterFunc(pause, func() {
+			if err := d.Nack(false, true); err != nil {
+				b.logger.Debug("nack failed; the broker redelivers the message when the channel closes", "err", err)
+			}
+			s.pending.Done()
+		})
 	}
 }
 
-// keep puts an unrecoverable message in the DLQ, counts and reports it; an error
-// (Kafka down) makes it recoverable.
-func (b *Bridge) keep(ctx context.Context, m Message, u *bridge.Unrecoverable) error {
+// keep puts an unrecoverable message in the DLQ, counts and reports it, then
+// calls done; a failed produce (Kafka down) makes it recoverable.
+func (b *Bridge) keep(ctx context.Context, m Message, u *bridge.Unrecoverable, done func(error)) {
 	source := "amqp:" + m.RoutingKey
 	rec := b.topics.DLQRecord(nil, m.Body, u.Reason, u.Detail, source)
-	if err := bridge.Produce(ctx, b.client, []*kgo.Record{rec}); err != nil {
-		return fmt.Errorf("keeping an unrecoverable message (%s) in the DLQ: %w", u.Reason, err)
-	}
-	b.metrics.Rejected.WithLabelValues(u.Reason).Inc()
-	b.alerter.Report(u.Reason, u.Detail, source)
-	b.logger.Info("unrecoverable message kept in the DLQ", "routing_key", m.RoutingKey, "reason", u.Reason, "detail", u.Detail)
-	return nil
+	bridge.ProduceAsync(ctx, b.client, []*kgo.Record{rec}, func(err error) {
+		if err != nil {
+			done(fmt.Errorf("keeping an unrecoverable message (%s) in the DLQ: %w", u.Reason, err))
+			return
+		}
+		b.metrics.Rejected.WithLabelValues(u.Reason).Inc()
+		b.alerter.Report(u.Reason, u.Detail, source)
+		b.logger.Info("unrecoverable message kept in the DLQ", "routing_key", m.RoutingKey, "reason", u.Reason, "detail", u.Detail)
+		done(nil)
+	})
 }
 
 // settle acknowledges a message that asks for nothing, counting it under label.
-func (b *Bridge) settle(d amqp091.Delivery, label string) {
+func (b *Bridge) settle(s *settler, d amqp091.Delivery, label string) {
 	b.metrics.Ignored.WithLabelValues(label).Inc()
-	b.ack(d)
+	b.ack(s, d)
 }
 
-func (b *Bridge) ack(d amqp091.Delivery) {
+func (b *Bridge) ack(s *settler, d amqp091.Delivery) {
 	if err := d.Ack(false); err != nil {
 		// The channel is gone: the broker redelivers the message to the next
 		// consumer, which handles it again (a duplicate, never a loss).
 		b.logger.Debug("ack failed; the message will be redelivered", "routing_key", d.RoutingKey, "err", err)
 	}
+	s.pending.Done()
 }

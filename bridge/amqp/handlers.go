@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -23,22 +24,22 @@ type Message struct {
 	Redelivered bool
 }
 
-// Handler handles the messages of one category. Handle returns nil once the
-// message's effect is durable (produced to Kafka and acknowledged, recorded), and
-// the message is acknowledged to the broker; ErrIgnored when the message asks for
-// nothing (acknowledged and counted); an *bridge.Unrecoverable when it never can
-// be handled (acknowledged, kept in the DLQ with its reason, counted, mailed);
-// any other error is recoverable: the message is handed back for redelivery
-// after a pause. ctx ends after Config.HandleTimeout.
+// Handler handles the messages of one category. Handle starts handling m and
+// calls done exactly once, possibly on another goroutine, with the outcome: nil
+// once the message's effect is durable (produced to Kafka and acknowledged,
+// recorded), and the message is acknowledged to the broker; ErrIgnored when the
+// message asks for nothing (acknowledged and counted); an *bridge.Unrecoverable
+// when it never can be handled (acknowledged, kept in the DLQ with its reason,
+// counted, mailed); any other error is recoverable: the message is handed back
+// for redelivery after a pause.
+//
+// Handle runs on the bridge's one delivery goroutine, in delivery order, so that
+// each sensor's readings reach Kafka in the order they came: it must start its
+// work and return, never wait on I/O. ctx is not cancelled by shutdown (the
+// bridge finishes the messages in hand); the handler bounds its own work.
 type Handler interface {
-	Handle(ctx context.Context, m Message) error
+	Handle(ctx context.Context, m Message, done func(error))
 }
-
-// HandlerFunc adapts a function to Handler.
-type HandlerFunc func(ctx context.Context, m Message) error
-
-// Handle calls f.
-func (f HandlerFunc) Handle(ctx context.Context, m Message) error { return f(ctx, m) }
 
 // ErrIgnored is what a handler returns for a message that asks for nothing of
 // it (a sensor event type other than reading: lockstream's own republished
@@ -79,21 +80,26 @@ type readingsHandler struct {
 	alerter *bridge.Alerter
 }
 
-func (h *readingsHandler) Handle(ctx context.Context, m Message) error {
+func (h *readingsHandler) Handle(ctx context.Context, m Message, done func(error)) {
 	if m.Type != TypeReading {
-		return ErrIgnored
+		done(ErrIgnored)
+		return
 	}
 	source := "amqp:" + m.RoutingKey
 	p := h.topics.Body(m.Body, source)
-	if err := bridge.Produce(ctx, h.client, p.Records()); err != nil {
-		return bridge.Retry(err)
-	}
-	h.metrics.Produced.Add(float64(len(p.Readings)))
-	for _, r := range p.Rejects {
-		h.metrics.Rejected.WithLabelValues(r.Reason).Inc()
-		h.alerter.Report(r.Reason, r.Detail, source)
-	}
-	return nil
+	// Produced in delivery order: kgo keeps the order of records per partition.
+	bridge.ProduceAsync(ctx, h.client, p.Records(), func(err error) {
+		if err != nil {
+			done(bridge.Retry(err))
+			return
+		}
+		h.metrics.Produced.Add(float64(len(p.Readings)))
+		for _, r := range p.Rejects {
+			h.metrics.Rejected.WithLabelValues(r.Reason).Inc()
+			h.alerter.Report(r.Reason, r.Detail, source)
+		}
+		done(nil)
+	})
 }
 
 // NotificationRecorder records a free-form notification (the body of
@@ -109,15 +115,22 @@ type NotificationRecorder interface {
 // this lockstream has no free-form notification path (members' inboxes) yet.
 const ReasonNotificationUnavailable = "notification_unavailable"
 
-// notificationsHandler records events.notification.update.<type>.
+// notificationsHandler records events.notification.update.<type>, each on a
+// goroutine of its own (prefetch bounds how many), within timeout.
 type notificationsHandler struct {
 	recorder NotificationRecorder
+	timeout  time.Duration
 }
 
-func (h *notificationsHandler) Handle(ctx context.Context, m Message) error {
+func (h *notificationsHandler) Handle(ctx context.Context, m Message, done func(error)) {
 	if h.recorder == nil {
-		return bridge.Reject(ReasonNotificationUnavailable,
-			"free-form notifications cannot be recorded: this lockstream has no notification inbox (POST /v1/notifications) to record them in")
+		done(bridge.Reject(ReasonNotificationUnavailable,
+			"free-form notifications cannot be recorded: this lockstream has no notification inbox (POST /v1/notifications) to record them in"))
+		return
 	}
-	return h.recorder.RecordNotification(ctx, m.Type, m.Body)
+	go func() {
+		rctx, cancel := context.WithTimeout(ctx, h.timeout)
+		defer cancel()
+		done(h.recorder.RecordNotification(rctx, m.Type, m.Body))
+	}()
 }
