@@ -24,7 +24,8 @@ type Metrics struct {
 	Retries prometheus.Counter
 	// Ignored counts messages acknowledged without effect, by category.
 	Ignored *prometheus.CounterVec
-	// Connected is 1 while the bridge is connected to its broker.
+	// Connected is 1 while the bridge is connected to its broker and consuming
+	// (AMQP) or subscribed (MQTT).
 	Connected prometheus.Gauge
 }
 

@@ -102,7 +102,8 @@ func (t Topics) Body(body []byte, source string) Parsed {
 
 // SensorPayload parses an MQTT payload for the sensor the topic names: a reading
 // object (whose sensor_id must be sensorID: key_mismatch otherwise) or just 0 or
-// 1, which becomes {"sensor_id":…,"data":…}.
+// 1, which becomes {"sensor_id":…,"data":…}. Any other bare JSON value (2,
+// true, "1") is bad_data.
 func (t Topics) SensorPayload(sensorID string, payload []byte, source string) Parsed {
 	if bare := bytes.TrimSpace(payload); len(bare) == 1 && (bare[0] == '0' || bare[0] == '1') {
 		if !reading.ValidSensorID(sensorID) {
@@ -116,6 +117,10 @@ func (t Topics) SensorPayload(sensorID string, payload []byte, source string) Pa
 		value = append(value, `","data":`...)
 		value = append(value, bare[0], '}')
 		return Parsed{Readings: []*kgo.Record{{Topic: t.Readings, Key: []byte(sensorID), Value: value}}}
+	}
+	if bare := bytes.TrimSpace(payload); len(bare) > 0 && bare[0] != '{' && json.Valid(bare) {
+		return t.reject([]byte(sensorID), payload, reading.ReasonBadData,
+			fmt.Sprintf("a bare payload is 0 or 1, got %s", truncate(string(bare), 40)), source)
 	}
 	var p Parsed
 	t.add(&p, payload, []byte(sensorID), "", source)

@@ -144,7 +144,6 @@ func (b *Bridge) clientConfig(ctx context.Context, refused chan<- error) autopah
 			return cp, nil
 		},
 		OnConnectionUp: func(cm *autopaho.ConnectionManager, ca *paho.Connack) {
-			b.metrics.Connected.Set(1)
 			b.logger.InfoContext(ctx, "mqtt connected", "session_present", ca.SessionPresent)
 			go b.subscribe(ctx, cm, refused)
 		},
@@ -194,6 +193,7 @@ func (b *Bridge) subscribe(ctx context.Context, cm *autopaho.ConnectionManager, 
 	case err != nil:
 		b.logger.WarnContext(ctx, "mqtt subscribe failed; retrying on the next connection", "filter", b.Filter(), "err", err)
 	default:
+		b.metrics.Connected.Set(1)
 		b.logger.InfoContext(ctx, "mqtt subscribed", "filter", b.Filter())
 	}
 }
