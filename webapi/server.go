@@ -262,6 +262,9 @@ type Server struct {
 	pushes       PushStore
 	pushAttempts DeliveryAttempts
 	pushMetrics  *pushMetrics
+
+	// notifications publishes POST /notification; see WithNotificationPublisher.
+	notifications NotificationPublisher
 }
 
 // New builds the server. checks names the stores GET /readyz pings (for instance
