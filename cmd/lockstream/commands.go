@@ -41,7 +41,7 @@ type command struct {
 func commands() []command {
 	storeSettings := []string{"pg-url", "redis-url", "redis-prefix", "clickhouse-url", "metrics-addr"}
 	kafkaSettings := []string{"kafka-brokers", "kafka-partitions", "kafka-topic-prefix"}
-	apiSettings := []string{"http-addr", "admin-token", "ingest-token", "push-token"}
+	apiSettings := []string{"http-addr", "admin-token", "ingest-token", "push-token", "amqp-url", "amqp-exchange"}
 	heartbeatSettings := []string{"heartbeat-timeout", "heartbeat-sweep-interval"}
 	return []command{
 		{
@@ -90,6 +90,12 @@ func commands() []command {
 				storeSettings, kafkaSettings),
 			run: runDaemonsCommand(usesPostgres|usesClickHouse, retrierDaemon, metricsDaemon),
 		},
+		{
+			name:     "bridge",
+			summary:  "the intake bridges: AMQP (RabbitMQ) and MQTT (Mosquitto) messages → readings on Kafka, acknowledged once Kafka has them",
+			settings: concat(bridgeSettings, []string{"metrics-addr"}, kafkaSettings),
+			run:      runDaemonsCommand(0, bridgeDaemon, metricsDaemon),
+		},
 		simulateCommand(kafkaSettings),
 		benchCommand(kafkaSettings),
 		{
@@ -111,6 +117,14 @@ func commands() []command {
 			run:      runAll,
 		},
 	}
+}
+
+// closeBoth returns a close that runs a (when not nil), then b.
+func closeBoth(a, b func()) func() {
+	if a == nil {
+		return b
+	}
+	return func() { a(); b() }
 }
 
 func concat(groups ...[]string) []string {
@@ -293,12 +307,20 @@ func apiDaemon(_ context.Context, n *node) (daemon, error) {
 		webapi.WithSensorStatus(tracker),
 		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks)}
 	d := daemon{name: "api"}
+	publisher, err := n.notificationPublisher()
+	if err != nil {
+		return daemon{}, err
+	}
+	if publisher != nil {
+		opts = append(opts, webapi.WithNotificationPublisher(publisher))
+		d.close = publisher.Close
+	}
 	if len(n.stream.Brokers) > 0 {
 		client, err := kgo.NewClient(append(stream.ClientOpts(n.stream), stream.WithLogger(n.logger))...)
 		if err != nil {
 			return daemon{}, fmt.Errorf("api: kafka client: %w", err)
 		}
-		d.close = client.Close
+		d.close = closeBoth(d.close, client.Close)
 		opts = append(opts, webapi.WithReadingPublisher(stream.NewReadingPublisher(client, n.stream)))
 	}
 	srv, err := webapi.New(webapi.Config{Addr: n.v.str("http-addr"), AdminToken: token, IngestToken: n.v.str("ingest-token"),
@@ -382,8 +404,12 @@ func runAll(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logge
 		n.stream.Brokers = broker.Addrs()
 		logger.Info("embedded Kafka broker started", "addr", embeddedBrokerAddr, "dir", dir)
 	}
-	return n.run(ctx, apiDaemon, consumerDaemon, historyDaemon, heartbeatDaemon, fanoutDaemon, retrierDaemon,
-		statsDaemon(stdout))
+	daemons := []daemonFactory{apiDaemon, consumerDaemon, historyDaemon, heartbeatDaemon, fanoutDaemon, retrierDaemon,
+		statsDaemon(stdout)}
+	if bridgesConfigured(v) {
+		daemons = append(daemons, bridgeDaemon)
+	}
+	return n.run(ctx, daemons...)
 }
 
 // embeddedBrokerAddr is where `all` serves its embedded broker, so kcat and
