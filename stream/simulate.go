@@ -44,6 +44,19 @@ type SimulateConfig struct {
 	Topic string
 	// Seed makes a run repeatable. Defaults to a random seed.
 	Seed uint64
+	// FirstSensor numbers the fleet's sensors from it (SimSensorID(FirstSensor)
+	// on), so that two fleets — one on Kafka, one over MQTT — do not share
+	// sensors. Defaults to 0.
+	FirstSensor int
+}
+
+// ReadingSink takes the simulated readings: a *kgo.Client, or anything that
+// publishes a record the same way (bridge/mqtt.Publisher, for a fleet that
+// speaks MQTT). Produce calls promise once the record is acknowledged or failed;
+// Flush waits for every record handed to Produce.
+type ReadingSink interface {
+	Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
+	Flush(ctx context.Context) error
 }
 
 // WithDefaults returns the config with every unset field set to its default.
@@ -85,6 +98,8 @@ func (c SimulateConfig) Validate() error {
 		return fmt.Errorf("simulate config: SilentFraction: %v, want a fraction", c.SilentFraction)
 	case c.Duration < 0:
 		return fmt.Errorf("simulate config: Duration: %v, want 0 or more", c.Duration)
+	case c.FirstSensor < 0:
+		return fmt.Errorf("simulate config: FirstSensor: %d, want 0 or more", c.FirstSensor)
 	}
 	return nil
 }
@@ -94,11 +109,11 @@ func SimSensorID(i int) string {
 	return "sim" + strconv.FormatInt(int64(i), 36)
 }
 
-// Simulate publishes readings of a simulated fleet through client at cfg.Rate,
+// Simulate publishes readings of a simulated fleet through sink at cfg.Rate,
 // printing progress to out once a second and a summary at the end. It returns nil
 // when ctx is cancelled or Duration has passed, after the readings it produced are
 // acknowledged.
-func Simulate(ctx context.Context, client *kgo.Client, cfg SimulateConfig, out io.Writer) error {
+func Simulate(ctx context.Context, sink ReadingSink, cfg SimulateConfig, out io.Writer) error {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -178,9 +193,9 @@ loop:
 					flips.Add(1)
 				}
 				state[i] = data
-				id := SimSensorID(i)
+				id := SimSensorID(cfg.FirstSensor + i)
 				value := fmt.Appendf(nil, `{"sensor_id":%q,"data":%d,"ts":%d}`, id, data, now.UnixMilli())
-				client.Produce(produceCtx, &kgo.Record{Topic: cfg.Topic, Key: []byte(id), Value: value}, promise)
+				sink.Produce(produceCtx, &kgo.Record{Topic: cfg.Topic, Key: []byte(id), Value: value}, promise)
 				sent.Add(1)
 			}
 		}
@@ -188,7 +203,7 @@ loop:
 
 	flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if err := client.Flush(flushCtx); err != nil {
+	if err := sink.Flush(flushCtx); err != nil {
 		return fmt.Errorf("simulate: flushing: %w", err)
 	}
 	if err := produceErr.Load(); err != nil {
