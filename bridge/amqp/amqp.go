@@ -154,7 +154,7 @@ func (b *Bridge) session(ctx context.Context, conn *amqp091.Connection) (bool, e
 
 	// One goroutine hands the deliveries to their handlers in order; prefetch
 	// bounds how many are in hand. They are finished even when shutdown begins.
-	s := &settler{b: b, ctx: ctx}
+	s := &settler{b: b, ctx: ctx, acks: newAcker(ch, b.logger)}
 	dispatched := make(chan int)
 	go func() {
 		n := 0
@@ -180,6 +180,7 @@ func (b *Bridge) session(ctx context.Context, conn *amqp091.Connection) (bool, e
 	}
 	n := <-dispatched
 	s.wait(b.cfg.HandleTimeout + b.cfg.RetryPause + 5*time.Second)
+	s.acks.close()
 	_ = ch.Close()
 	return n > 0, cause
 }
@@ -188,6 +189,7 @@ func (b *Bridge) session(ctx context.Context, conn *amqp091.Connection) (bool, e
 type settler struct {
 	b       *Bridge
 	ctx     context.Context // the bridge's: once done, failed messages go back at once
+	acks    *acker
 	pending sync.WaitGroup
 }
 
@@ -260,9 +262,7 @@ func (b *Bridge) finish(s *settler, d amqp091.Delivery, category string, err err
 			pause = 0 // shutting down: the broker redelivers it to whoever is left
 		}
 		time.AfterFunc(pause, func() {
-			if err := d.Nack(false, true); err != nil {
-				b.logger.Debug("nack failed; the broker redelivers the message when the channel closes", "err", err)
-			}
+			s.acks.nack(d.DeliveryTag)
 			s.pending.Done()
 		})
 	}
@@ -291,11 +291,8 @@ func (b *Bridge) settle(s *settler, d amqp091.Delivery, label string) {
 	b.ack(s, d)
 }
 
+// ack acknowledges d (with the acker's next batch).
 func (b *Bridge) ack(s *settler, d amqp091.Delivery) {
-	if err := d.Ack(false); err != nil {
-		// The channel is gone: the broker redelivers the message to the next
-		// consumer, which handles it again (a duplicate, never a loss).
-		b.logger.Debug("ack failed; the message will be redelivered", "routing_key", d.RoutingKey, "err", err)
-	}
+	s.acks.ack(d.DeliveryTag)
 	s.pending.Done()
 }

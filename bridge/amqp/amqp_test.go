@@ -343,3 +343,36 @@ func TestNotificationRecorderErrors(t *testing.T) {
 		t.Errorf("DLQ reason %q, want unknown_member", header(dlq[0], bridge.HeaderError))
 	}
 }
+
+// blockingRecorder holds every notification until release is closed.
+type blockingRecorder struct{ release chan struct{} }
+
+func (r *blockingRecorder) RecordNotification(ctx context.Context, _ string, _ []byte) error {
+	select {
+	case <-r.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestSlowMessageHoldsNothingUp: a message whose handler takes long does not hold
+// up the ones after it, even past the prefetch window: those finish and are
+// acknowledged on their own (acknowledgements go out in batches otherwise).
+func TestSlowMessageHoldsNothingUp(t *testing.T) {
+	t.Parallel()
+	kafka := streamtest.Config(t, 3)
+	rec := &blockingRecorder{release: make(chan struct{})}
+	b := setup(t, kafka, rec, nil, func(c *amqp.Config) { c.Prefetch = 4 })
+	b.pub.Publish("events.notification.update.data", []byte(`{"member_id":"slow"}`))
+	const n = 40 // ten prefetch windows
+	for i := range n {
+		b.pub.Publish(readingKey, fmt.Appendf(nil, `{"sensor_id":"after%d","data":1}`, i))
+	}
+	waitRecords(t, kafka, kafka.ReadingsTopic(), n)
+	close(rec.release)
+	b.stop()
+	if got := bridgetest.QueueMessages(t, b.cfg.Queue); got != 0 {
+		t.Errorf("the queue still holds %d messages after the bridge stopped", got)
+	}
+}
