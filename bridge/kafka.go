@@ -19,10 +19,13 @@ const DefaultProduceTimeout = 30 * time.Second
 // NewKafkaClient returns the producer a bridge writes through: lockstream's
 // client options (acks from all in-sync replicas, idempotent) and a delivery
 // timeout, so that a Kafka outage surfaces as an error after timeout instead of
-// holding a message forever.
+// holding a message forever. logger may be nil.
 func NewKafkaClient(cfg stream.Config, timeout time.Duration, logger *slog.Logger) (*kgo.Client, error) {
 	if timeout <= 0 {
 		timeout = DefaultProduceTimeout
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
 	}
 	opts := append(stream.ClientOpts(cfg),
 		kgo.RecordDeliveryTimeout(timeout),
