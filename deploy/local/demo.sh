@@ -190,6 +190,7 @@ Try:
   curl -s "$API/v1/sensors/sim1/events?limit=5" -H "Authorization: Bearer \$LOCKSTREAM_ADMIN_TOKEN"
   curl -s -X POST $API/v1/readings -H "Authorization: Bearer \$LOCKSTREAM_INGEST_TOKEN" \\
        -d '{"sensor_id":"xa7v9Dfadr7H","data":1}'
+  mosquitto_pub -h 127.0.0.1 -q 1 -t lockstream/readings/xa7v9Dfadr7H -m 0      # through the MQTT bridge
   curl -s "$API/v1/clients/$client_id/deliveries" -H "Authorization: Bearer \$LOCKSTREAM_ADMIN_TOKEN"
   curl -s $API/v1/pushes/$scheduled_push -H "Authorization: Bearer \$LOCKSTREAM_PUSH_TOKEN"
 
