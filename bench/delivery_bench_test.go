@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/notifier/webhook"
 	"github.com/lockstream/lockstream/retrier"
 	"github.com/lockstream/lockstream/storage"
@@ -276,7 +277,7 @@ func BenchmarkDeliveryLatency(b *testing.B) {
 	publisher := stream.NewEventPublisher(producer, kafka)
 
 	fanReg := prometheus.NewRegistry()
-	fan, err := retrier.NewFanout(retrier.FanoutConfig{Stream: kafka}, stores.Postgres, fanReg,
+	fan, err := fanout.New(fanout.Config{Stream: kafka}, stores.Postgres, fanReg,
 		slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)

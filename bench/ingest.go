@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lockstream/lockstream/consumer"
+	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
 )
@@ -54,7 +55,7 @@ type IngestConfig struct {
 	ColdStart bool
 	// History is where the history writer's phase stores rows (a
 	// storage.ClickHouse). Defaults to nil: the history writer is not measured.
-	History consumer.HistoryStore
+	History history.Store
 	// MaxPollRecords is the full consumer's consumer.Config.MaxPollRecords.
 	// Defaults to 0, the consumer's own default.
 	MaxPollRecords int
@@ -383,7 +384,7 @@ func (r *ingestRun) full(ctx context.Context) error {
 func (r *ingestRun) historyPhase(ctx context.Context) error {
 	cfg := r.cfg
 	reg := prometheus.NewRegistry()
-	h, err := consumer.NewHistory(consumer.HistoryConfig{Stream: cfg.Stream, Group: cfg.Stream.TopicPrefix + "history"},
+	h, err := history.New(history.Config{Stream: cfg.Stream, Group: cfg.Stream.TopicPrefix + "history"},
 		cfg.History, reg, r.logger)
 	if err != nil {
 		return fmt.Errorf("ingest bench: %w", err)

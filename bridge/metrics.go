@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockstream/lockstream/internal/metrics"
 )
 
 // Metrics counts what one bridge does. Every name starts with
@@ -35,7 +37,7 @@ func NewMetrics(reg prometheus.Registerer, bridge string, reasons []string) (*Me
 	if reg == nil {
 		return nil, errors.New("bridge metrics: the Registerer is nil")
 	}
-	ns := "lockstream"
+	ns := metrics.Namespace
 	sub := bridge
 	m := &Metrics{
 		Received: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "received_total",
@@ -53,10 +55,8 @@ func NewMetrics(reg prometheus.Registerer, bridge string, reasons []string) (*Me
 		Connected: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "connected",
 			Help: "1 while the bridge is connected to its broker, else 0."}),
 	}
-	for _, c := range []prometheus.Collector{m.Received, m.Produced, m.Rejected, m.Redelivered, m.Retries, m.Ignored, m.Connected} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("registering %s bridge metrics: %w", bridge, err)
-		}
+	if err := metrics.RegisterAll(reg, m.Received, m.Produced, m.Rejected, m.Redelivered, m.Retries, m.Ignored, m.Connected); err != nil {
+		return nil, fmt.Errorf("%s bridge: %w", bridge, err)
 	}
 	for _, r := range reasons {
 		m.Rejected.WithLabelValues(r)

@@ -8,16 +8,14 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	// TEMPORARY: the reading validation moves to the neutral package reading/
-	// (issue of the "reshape" helper); switch this import when it lands.
-	reading "github.com/lockstream/lockstream/consumer"
+	"github.com/lockstream/lockstream/reading"
 )
 
 // Headers of a DLQ record, as the state consumer writes them.
 const (
-	HeaderError  = "error"
-	HeaderDetail = "detail"
-	HeaderSource = "source"
+	HeaderError  = reading.HeaderError
+	HeaderDetail = reading.HeaderDetail
+	HeaderSource = reading.HeaderSource
 	// HeaderOriginalSize is set when the DLQ record's value had to be cut to
 	// MaxDLQValueBytes: the size of the message as received, in bytes.
 	HeaderOriginalSize = "original-size"
@@ -31,7 +29,7 @@ const MaxBodyBytes = 4 << 20
 // MaxDLQValueBytes is the most of a rejected message the DLQ keeps: a larger
 // value is cut to it (with HeaderOriginalSize), so a DLQ record never exceeds
 // the broker's record size limit.
-const MaxDLQValueBytes = reading.MaxReadingBytes
+const MaxDLQValueBytes = reading.MaxBytes
 
 // ReasonTooLarge is the reason of a body over MaxBodyBytes: the reading reason.
 const ReasonTooLarge = reading.ReasonTooLarge
@@ -129,7 +127,7 @@ func (t Topics) SensorPayload(sensorID string, payload []byte, source string) Pa
 
 // add validates one reading (against key when not nil) and adds its record to p.
 func (t Topics) add(p *Parsed, value, key []byte, where, source string) {
-	r, err := reading.ParseReading(key, value)
+	r, err := reading.Parse(key, value)
 	if err != nil {
 		reason, detail := reading.ReasonNotJSON, err.Error()
 		if rej, ok := err.(*reading.RejectError); ok {

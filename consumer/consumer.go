@@ -1,11 +1,11 @@
-// Package consumer turns the readings stream into state and history.
+// Package consumer turns the readings stream into sensor state.
 //
 // Consumer (the state consumer) reads lockstream.readings in a consumer group with
 // one worker per assigned partition: it rejects bad readings to the DLQ, compares
 // each reading with the sensor's last state, produces a state_changed event for
-// every change, stores the new states in Postgres and only then commits. History
-// (the history writer) is a second group that copies valid readings and every
-// event into ClickHouse.
+// every change, stores the new states in Postgres and only then commits. The
+// history writer (package history) is a second group that copies the readings
+// and events into ClickHouse.
 package consumer
 
 import (
@@ -16,7 +16,6 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/reading"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
 )
@@ -338,7 +338,7 @@ func (c *Consumer) stopWorkers(partitions []int32, all bool) {
 // letters and digits, so the padding cannot be mistaken for part of an id; and a
 // key holds no pointer, so looking one up needs no allocation and a cache of a
 // million sensors gives the garbage collector nothing to scan.
-type sensorKey [MaxSensorIDLen]byte
+type sensorKey [reading.MaxSensorIDLen]byte
 
 func keyOf(id []byte) sensorKey {
 	var k sensorKey
@@ -584,23 +584,20 @@ func (w *worker) process(ctx context.Context, recs []*kgo.Record, carried *[]eve
 	)
 	w.readings, w.misses = w.readings[:0], w.misses[:0]
 	for _, r := range recs {
-		id, data, ok := fastRecord(r)
-		if !ok {
-			reading, err := parseRecord(r)
-			if err != nil {
-				var rej *RejectError
-				if !errors.As(err, &rej) {
-					return fmt.Errorf("parsing record %d: %w", r.Offset, err)
-				}
-				if rejected == nil {
-					rejected = map[string]int{}
-				}
-				rejected[rej.Reason]++
-				dlq = append(dlq, c.dlqRecord(r, rej))
-				continue
+		raw, err := reading.ParseKeyed(r.Key, r.Value)
+		if err != nil {
+			var rej *reading.RejectError
+			if !errors.As(err, &rej) {
+				return fmt.Errorf("parsing record %d: %w", r.Offset, err)
 			}
-			id, data = []byte(reading.SensorID), reading.Data
+			if rejected == nil {
+				rejected = map[string]int{}
+			}
+			rejected[rej.Reason]++
+			dlq = append(dlq, c.dlqRecord(r, rej))
+			continue
 		}
+		id, data := raw.ID, raw.Data
 		slot := w.cache.slot(keyOf(id))
 		if s := w.cache.at(slot); !s.loaded && s.missIn != batch {
 			s.missIn = batch
@@ -755,51 +752,16 @@ func (w *worker) loadMisses(ctx context.Context) error {
 	return nil
 }
 
-// fastRecord decodes a readings record of the usual shape whose key is its
-// sensor id, without allocating; id points into the record's value. Anything
-// else reports false, for parseRecord to judge.
-func fastRecord(r *kgo.Record) (id []byte, data int, ok bool) {
-	f, ok := parseFast(r.Value)
-	if !ok || !bytes.Equal(r.Key, f.id) {
-		return nil, 0, false
-	}
-	return f.id, f.data, true
-}
-
-// parseRecord validates a record of the readings topic; the record key must be
-// the sensor id, or readings of one sensor could spread over partitions and lose
-// their order.
-func parseRecord(r *kgo.Record) (Reading, error) {
-	reading, err := ParseReading(nil, r.Value)
-	if err != nil {
-		return Reading{}, err
-	}
-	if len(r.Key) == 0 {
-		return Reading{}, reject(ReasonKeyMismatch, "record has no key; want sensor_id %s", reading.SensorID)
-	}
-	if string(r.Key) != reading.SensorID {
-		return Reading{}, reject(ReasonKeyMismatch, "key %s is not sensor_id %s",
-			strconv.Quote(truncate(string(r.Key), 40)), reading.SensorID)
-	}
-	return reading, nil
-}
-
-// Headers of a DLQ record.
-const (
-	HeaderError  = "error"
-	HeaderDetail = "detail"
-	HeaderSource = "source"
-)
-
-func (c *Consumer) dlqRecord(r *kgo.Record, rej *RejectError) *kgo.Record {
+// dlqRecord is the DLQ copy of a rejected record, with the reason in its headers.
+func (c *Consumer) dlqRecord(r *kgo.Record, rej *reading.RejectError) *kgo.Record {
 	return &kgo.Record{
 		Topic: c.cfg.Stream.DLQTopic(),
 		Key:   r.Key,
 		Value: r.Value,
 		Headers: []kgo.RecordHeader{
-			{Key: HeaderError, Value: []byte(rej.Reason)},
-			{Key: HeaderDetail, Value: []byte(rej.Detail)},
-			{Key: HeaderSource, Value: fmt.Appendf(nil, "%s/%d/%d", r.Topic, r.Partition, r.Offset)},
+			{Key: reading.HeaderError, Value: []byte(rej.Reason)},
+			{Key: reading.HeaderDetail, Value: []byte(rej.Detail)},
+			{Key: reading.HeaderSource, Value: fmt.Appendf(nil, "%s/%d/%d", r.Topic, r.Partition, r.Offset)},
 		},
 	}
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/history"
+	"github.com/lockstream/lockstream/reading"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream/streamtest"
@@ -33,10 +35,10 @@ func TestConfigValidate(t *testing.T) {
 	if err := (consumer.Config{}).WithDefaults().Validate(); err == nil || !strings.Contains(err.Error(), "Brokers") {
 		t.Fatalf("Validate = %v, want an error naming Brokers", err)
 	}
-	h := consumer.HistoryConfig{}
+	h := history.Config{}
 	h.Stream.Brokers = ok.Stream.Brokers
 	h = h.WithDefaults()
-	if h.FlushRows != consumer.DefaultFlushRows || h.FlushInterval != time.Second {
+	if h.FlushRows != history.DefaultFlushRows || h.FlushInterval != time.Second {
 		t.Fatalf("history defaults = %d rows, %v", h.FlushRows, h.FlushInterval)
 	}
 	h.FlushRows = -1
@@ -54,7 +56,7 @@ func TestKnownPattern(t *testing.T) {
 	t.Parallel()
 	runKnownPattern(t, knownPattern{seed: 1, sensors: 300, records: 3000,
 		consumer: consumer.Config{MaxPollRecords: 400},
-		history:  consumer.HistoryConfig{FlushRows: 700, FlushInterval: 200 * time.Millisecond}})
+		history:  history.Config{FlushRows: 700, FlushInterval: 200 * time.Millisecond}})
 }
 
 // knownPattern sizes a runKnownPattern run. The Stream fields of the configs
@@ -63,7 +65,7 @@ type knownPattern struct {
 	seed             uint64
 	sensors, records int
 	consumer         consumer.Config
-	history          consumer.HistoryConfig
+	history          history.Config
 }
 
 // runKnownPattern produces pattern(p.seed, p.sensors, p.records) to a
@@ -93,11 +95,11 @@ func runKnownPattern(t *testing.T, p knownPattern) {
 	ccfg.Stream, hcfg.Stream = cfg, cfg
 	c, reg := startConsumer(t, ccfg, stores.Postgres, sightings)
 	historyReg := prometheus.NewRegistry()
-	history, err := consumer.NewHistory(hcfg, stores.ClickHouse, historyReg, testLogger())
+	hw, err := history.New(hcfg, stores.ClickHouse, historyReg, testLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := start(t, history.Run)
+	h := start(t, hw.Run)
 
 	waitFor(t, func() (bool, string) {
 		got := metric(t, reg, "lockstream_readings_consumed_total", nil)
@@ -143,9 +145,9 @@ func runKnownPattern(t *testing.T, p knownPattern) {
 		for _, h := range r.Headers {
 			headers[h.Key] = string(h.Value)
 		}
-		src := strings.Split(headers[consumer.HeaderSource], "/")
+		src := strings.Split(headers[reading.HeaderSource], "/")
 		if len(src) != 3 || src[0] != cfg.ReadingsTopic() {
-			t.Fatalf("DLQ record with source %q", headers[consumer.HeaderSource])
+			t.Fatalf("DLQ record with source %q", headers[reading.HeaderSource])
 		}
 		p, _ := strconv.ParseInt(src[1], 10, 32)
 		o, _ := strconv.ParseInt(src[2], 10, 64)
@@ -153,9 +155,9 @@ func runKnownPattern(t *testing.T, p knownPattern) {
 		switch {
 		case !ok:
 			t.Fatalf("DLQ holds %d/%d, which was valid", p, o)
-		case headers[consumer.HeaderError] != orig.reason:
-			t.Fatalf("DLQ reason for %.50q is %q (%s), want %q", orig.value, headers[consumer.HeaderError],
-				headers[consumer.HeaderDetail], orig.reason)
+		case headers[reading.HeaderError] != orig.reason:
+			t.Fatalf("DLQ reason for %.50q is %q (%s), want %q", orig.value, headers[reading.HeaderError],
+				headers[reading.HeaderDetail], orig.reason)
 		case string(r.Value) != string(orig.value) || string(r.Key) != string(orig.key):
 			t.Fatalf("DLQ record %d/%d is not the original bytes", p, o)
 		}
@@ -163,8 +165,8 @@ func runKnownPattern(t *testing.T, p knownPattern) {
 	}
 
 	// Every kind of bad record was there to be rejected.
-	for _, reason := range []string{consumer.ReasonNotJSON, consumer.ReasonBadData, consumer.ReasonBadSensorID,
-		consumer.ReasonKeyMismatch, consumer.ReasonUnknownField, consumer.ReasonBadTS, consumer.ReasonTooLarge} {
+	for _, reason := range []string{reading.ReasonNotJSON, reading.ReasonBadData, reading.ReasonBadSensorID,
+		reading.ReasonKeyMismatch, reading.ReasonUnknownField, reading.ReasonBadTS, reading.ReasonTooLarge} {
 		if byReason[reason] == 0 {
 			t.Errorf("the pattern holds no record rejected for %s", reason)
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/reading"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
 	"github.com/lockstream/lockstream/stream/streamtest"
@@ -179,31 +180,31 @@ func badInput(k int, id string) input {
 	in := input{key: []byte(id)}
 	switch k % 10 {
 	case 0:
-		in.value, in.reason = []byte(`{"sensor_id":"`+id+`","data":1`), consumer.ReasonNotJSON
+		in.value, in.reason = []byte(`{"sensor_id":"`+id+`","data":1`), reading.ReasonNotJSON
 	case 1: // out of range
-		in.value, in.reason = fmt.Appendf(nil, `{"sensor_id":%q,"data":%d}`, id, []int{2, -1, 10}[k/10%3]), consumer.ReasonBadData
+		in.value, in.reason = fmt.Appendf(nil, `{"sensor_id":%q,"data":%d}`, id, []int{2, -1, 10}[k/10%3]), reading.ReasonBadData
 	case 2:
-		in.value, in.reason = fmt.Appendf(nil, `{"sensor_id":%q,"data":"1"}`, id), consumer.ReasonBadData
+		in.value, in.reason = fmt.Appendf(nil, `{"sensor_id":%q,"data":"1"}`, id), reading.ReasonBadData
 	case 3:
 		long := id + "0123456789abcdef"
-		in.key, in.value, in.reason = []byte(long), fmt.Appendf(nil, `{"sensor_id":%q,"data":1}`, long), consumer.ReasonBadSensorID
+		in.key, in.value, in.reason = []byte(long), fmt.Appendf(nil, `{"sensor_id":%q,"data":1}`, long), reading.ReasonBadSensorID
 	case 4:
-		in.value, in.reason = []byte(`{"sensor_id":"other","data":1}`), consumer.ReasonKeyMismatch
+		in.value, in.reason = []byte(`{"sensor_id":"other","data":1}`), reading.ReasonKeyMismatch
 	case 5:
-		in.value, in.reason = fmt.Appendf(nil, `{"sensor_id":%q,"data":1,"battery":3}`, id), consumer.ReasonUnknownField
+		in.value, in.reason = fmt.Appendf(nil, `{"sensor_id":%q,"data":1,"battery":3}`, id), reading.ReasonUnknownField
 	case 6: // not a time, or out of range
 		ts := []string{`"noon"`, `"2200-01-01T00:00:00Z"`, `-1`}[k/10%3]
-		in.value, in.reason = fmt.Appendf(nil, `{"sensor_id":%q,"data":0,"ts":%s}`, id, ts), consumer.ReasonBadTS
+		in.value, in.reason = fmt.Appendf(nil, `{"sensor_id":%q,"data":0,"ts":%s}`, id, ts), reading.ReasonBadTS
 	case 7:
-		in.key, in.value, in.reason = nil, fmt.Appendf(nil, `{"sensor_id":%q,"data":0}`, id), consumer.ReasonKeyMismatch
+		in.key, in.value, in.reason = nil, fmt.Appendf(nil, `{"sensor_id":%q,"data":0}`, id), reading.ReasonKeyMismatch
 	case 8:
-		in.value, in.reason = fmt.Appendf(nil, `{"sensor_id":%q,"data":1.0}`, id), consumer.ReasonBadData
+		in.value, in.reason = fmt.Appendf(nil, `{"sensor_id":%q,"data":1.0}`, id), reading.ReasonBadData
 	case 9:
 		if k%20 == 9 && k < 400 { // a few, not many: each is 64 KiB
-			pad := strings.Repeat(" ", consumer.MaxReadingBytes)
-			in.value, in.reason = fmt.Appendf(nil, `{"sensor_id":%q,%s"data":1}`, id, pad), consumer.ReasonTooLarge
+			pad := strings.Repeat(" ", reading.MaxBytes)
+			in.value, in.reason = fmt.Appendf(nil, `{"sensor_id":%q,%s"data":1}`, id, pad), reading.ReasonTooLarge
 		} else {
-			in.value, in.reason = []byte(`not json at all`), consumer.ReasonNotJSON
+			in.value, in.reason = []byte(`not json at all`), reading.ReasonNotJSON
 		}
 	}
 	return in

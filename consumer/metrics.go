@@ -1,11 +1,13 @@
 package consumer
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockstream/lockstream/internal/metrics"
+	"github.com/lockstream/lockstream/reading"
 )
 
 // stateMetrics are the state consumer's metrics of DESIGN.md.
@@ -57,64 +59,14 @@ func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14), // 1 ms to 8 s
 		}),
 	}
-	for _, reason := range Reasons() {
+	for _, reason := range reading.Reasons() {
 		m.rejected.WithLabelValues(reason)
 	}
-	if err := register(reg, m.consumed, m.rejected, m.changed, m.unknown, m.batchErrors, m.lag,
+	if err := metrics.RegisterAll(reg, m.consumed, m.rejected, m.changed, m.unknown, m.batchErrors, m.lag,
 		m.batchSize, m.batchDuration); err != nil {
 		return nil, fmt.Errorf("registering consumer metrics: %w", err)
 	}
 	return m, nil
-}
-
-// historyMetrics are the history writer's metrics of DESIGN.md.
-type historyMetrics struct {
-	rows          *prometheus.CounterVec
-	insertSeconds *prometheus.HistogramVec
-	failures      prometheus.Counter
-	skipped       *prometheus.CounterVec
-	buffered      prometheus.Gauge
-}
-
-func newHistoryMetrics(reg prometheus.Registerer) (*historyMetrics, error) {
-	m := &historyMetrics{
-		rows: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "lockstream_history_rows_written_total",
-			Help: "Rows inserted into ClickHouse by the history writer, by table.",
-		}, []string{"table"}),
-		insertSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "lockstream_history_insert_duration_seconds",
-			Help:    "Time of one ClickHouse insert of the history writer, by table.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
-		}, []string{"table"}),
-		failures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "lockstream_history_flush_failures_total",
-			Help: "Failed attempts to flush history to ClickHouse; the flush is retried.",
-		}),
-		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "lockstream_history_skipped_total",
-			Help: "Records the history writer does not store: invalid readings (in the DLQ) and undecodable events.",
-		}, []string{"topic"}),
-		buffered: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "lockstream_history_buffered_records",
-			Help: "Records polled by the history writer and not yet stored (bounded by the flush size).",
-		}),
-	}
-	for _, table := range []string{"readings", "events"} {
-		m.rows.WithLabelValues(table)
-	}
-	if err := register(reg, m.rows, m.insertSeconds, m.failures, m.skipped, m.buffered); err != nil {
-		return nil, fmt.Errorf("registering history metrics: %w", err)
-	}
-	return m, nil
-}
-
-func register(reg prometheus.Registerer, cs ...prometheus.Collector) error {
-	var errs []error
-	for _, c := range cs {
-		errs = append(errs, reg.Register(c))
-	}
-	return errors.Join(errs...)
 }
 
 func partitionLabel(p int32) string {

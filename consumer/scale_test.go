@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/lockstream/lockstream/consumer"
+	"github.com/lockstream/lockstream/history"
 )
 
 // TestScale is TestKnownPattern at the size the stream issue asks for: 10,000
@@ -16,5 +17,5 @@ import (
 func TestScale(t *testing.T) {
 	t.Parallel()
 	runKnownPattern(t, knownPattern{seed: 10, sensors: 10_000, records: 200_000,
-		consumer: consumer.Config{}, history: consumer.HistoryConfig{}})
+		consumer: consumer.Config{}, history: history.Config{}})
 }

@@ -417,7 +417,8 @@ func (r *Retrier) send(ctx context.Context, d storage.Delivery, t storage.Delive
 	switch d.Channel {
 	case storage.ChannelWebhook:
 		if r.deps.Webhook != nil {
-			return r.deps.Webhook.Send(ctx, webhook.Target{URL: t.WebhookURL, Secret: t.Secret}, n)
+			return r.deps.Webhook.Send(ctx, webhook.Target{URL: t.WebhookURL, Secret: t.Secret,
+				PreviousSecret: t.PreviousSecret, PreviousSecretUntil: t.PreviousSecretUntil}, n)
 		}
 	case storage.ChannelEmail:
 		if t.Email == "" {

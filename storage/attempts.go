@@ -71,7 +71,7 @@ func (c *ClickHouse) DeliveryAttempts(ctx context.Context, deliveryID string) ([
 		       error_type, error, answer_code, answer_message, duration_ms, at
 		FROM delivery_attempts WHERE delivery_id = ? ORDER BY at, attempt`, deliveryID)
 	if err != nil {
-		return nil, fmt.Errorf("reading attempts of delivery %s: %w", deliveryID, err)
+		return nil, fmt.Errorf("reading attempts of delivery %s: %w", deliveryID, unreachable(storeClickHouse, err))
 	}
 	defer rows.Close()
 	var out []DeliveryAttempt

@@ -624,8 +624,14 @@ type DeliveryTarget struct {
 	// ClientExists is false when the client was deleted.
 	ClientExists bool
 	WebhookURL   string
-	// Secret signs the client's webhooks.
+	// Secret signs the client's webhooks, decrypted; empty but for webhook
+	// deliveries.
 	Secret string
+	// PreviousSecret is the secret Secret replaced, while it is kept (until
+	// PreviousSecretUntil): webhooks are signed with both meanwhile. Empty when
+	// there is none, and but for webhook deliveries.
+	PreviousSecret      string
+	PreviousSecretUntil time.Time
 	// Email is empty when the client has no address any more.
 	Email string
 	// PushTargetExists reports, for a swrve delivery, whether the client still has
@@ -649,9 +655,13 @@ func (p *Postgres) DeliveryTargets(ctx context.Context, deliveryIDs []string) (m
 		return out, nil
 	}
 	rows, err := p.pool.Query(ctx, `
-		SELECT d.id::text,
+		SELECT d.id::text, coalesce(c.id::text, ''),
 		       d.notification_id IS NULL OR (c.id IS NOT NULL AND l.client_id IS NOT NULL),
-		       c.id IS NOT NULL, coalesce(c.webhook_url, ''), coalesce(c.secret, ''), coalesce(c.email, ''),
+		       c.id IS NOT NULL, coalesce(c.webhook_url, ''),
+		       CASE WHEN d.channel = 'webhook' THEN coalesce(c.secret, '') ELSE '' END,
+		       CASE WHEN d.channel = 'webhook' AND c.previous_secret_until IS NOT NULL
+		            THEN coalesce(c.previous_secret, '') ELSE '' END,
+		       c.previous_secret_until, coalesce(c.email, ''),
 		       EXISTS (SELECT 1 FROM push_targets t
 		               WHERE t.client_id = d.client_id AND t.platform || ':' || t.push_key = d.target),
 		       coalesce(s.address, '')
@@ -665,10 +675,20 @@ func (p *Postgres) DeliveryTargets(ctx context.Context, deliveryIDs []string) (m
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var t DeliveryTarget
-		if err := rows.Scan(&t.DeliveryID, &t.Owned, &t.ClientExists, &t.WebhookURL, &t.Secret, &t.Email,
-			&t.PushTargetExists, &t.SensorAddress); err != nil {
+		var (
+			t        DeliveryTarget
+			clientID string
+			until    *time.Time
+		)
+		if err := rows.Scan(&t.DeliveryID, &clientID, &t.Owned, &t.ClientExists, &t.WebhookURL, &t.Secret, &t.PreviousSecret,
+			&until, &t.Email, &t.PushTargetExists, &t.SensorAddress); err != nil {
 			return nil, fmt.Errorf("reading delivery targets: %w", err)
+		}
+		if err := p.openSecrets(clientID, &t); err != nil {
+			return nil, fmt.Errorf("reading delivery targets: %w", err)
+		}
+		if until != nil && t.PreviousSecret != "" {
+			t.PreviousSecretUntil = until.UTC()
 		}
 		out[t.DeliveryID] = t
 	}
@@ -676,6 +696,22 @@ func (p *Postgres) DeliveryTargets(ctx context.Context, deliveryIDs []string) (m
 		return nil, fmt.Errorf("reading delivery targets: %w", err)
 	}
 	return out, nil
+}
+
+// openSecrets decrypts the target's secrets in place.
+func (p *Postgres) openSecrets(clientID string, t *DeliveryTarget) error {
+	if t.Secret == "" && t.PreviousSecret == "" {
+		return nil
+	}
+	if p.secrets == nil {
+		return errNoSecretBox
+	}
+	var err error
+	if t.Secret, err = p.secrets.open(clientID, t.Secret); err != nil {
+		return err
+	}
+	t.PreviousSecret, err = p.secrets.open(clientID, t.PreviousSecret)
+	return err
 }
 
 // DeliveryTarget reads one delivery's current receiver, or returns ErrNotFound.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockstream/lockstream/consumer"
+	"github.com/lockstream/lockstream/reading"
 	"github.com/lockstream/lockstream/stream"
 	"github.com/lockstream/lockstream/stream/streamtest"
 )
@@ -37,12 +37,12 @@ func TestSimulate(t *testing.T) {
 	}
 	lastTalking := map[string]time.Time{}
 	for _, r := range records {
-		reading, err := consumer.ParseReading(r.Key, r.Value)
+		parsed, err := reading.Parse(r.Key, r.Value)
 		if err != nil {
 			t.Fatalf("simulated reading %q rejected: %v", r.Value, err)
 		}
-		if r.Timestamp.After(lastTalking[reading.SensorID]) {
-			lastTalking[reading.SensorID] = r.Timestamp
+		if r.Timestamp.After(lastTalking[parsed.SensorID]) {
+			lastTalking[parsed.SensorID] = r.Timestamp
 		}
 	}
 	// The last quarter of the fleet falls silent: nothing of theirs is produced

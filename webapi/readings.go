@@ -3,8 +3,6 @@ package webapi
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/lockstream/lockstream/consumer"
+	"github.com/lockstream/lockstream/reading"
 )
 
 // MaxIngestReadings is the most readings one POST /v1/readings may carry.
@@ -45,39 +43,9 @@ func unavailable(format string, args ...any) *problem {
 	return newProblem(http.StatusServiceUnavailable, problemUnavailable, format, args...)
 }
 
-// requireIngest lets through only requests bearing the ingest token; the admin
-// token is refused like any other wrong token. With no ingest token configured the
-// route is disabled and answers 503 whatever the request carries.
-func (s *Server) requireIngest(next http.Handler) http.Handler {
-	// Hashing both sides before the constant-time comparison hides the token's
-	// length as well as its content, as requireAdmin does.
-	want := sha256.Sum256([]byte(s.cfg.IngestToken))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.IngestToken == "" {
-			writeProblem(w, unavailable("ingest is disabled: the server has no ingest token (LOCKSTREAM_INGEST_TOKEN)"))
-			return
-		}
-		token, ok := bearerToken(r)
-		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="lockstream-ingest"`)
-			writeProblem(w, newProblem(http.StatusUnauthorized, problemUnauthorized,
-				"this route needs an Authorization: Bearer <ingest token> header"))
-			return
-		}
-		got := sha256.Sum256([]byte(token))
-		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="lockstream-ingest", error="invalid_token"`)
-			writeProblem(w, newProblem(http.StatusUnauthorized, problemUnauthorized,
-				"the bearer token is not the ingest token"))
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
 // ingestReadings handles POST /v1/readings: one reading object, or an array of up
 // to MaxIngestReadings of them. Every reading is validated exactly as the consumer
-// validates a Kafka record (consumer.ParseReading); one invalid reading rejects
+// validates a Kafka record (reading.Parse); one invalid reading rejects
 // the whole request with a 422 naming each bad one, so that a request is either
 // produced entirely or not at all. The answer is 202 only once the broker
 // acknowledged every record.
@@ -96,7 +64,7 @@ func (s *Server) ingestReadings(w http.ResponseWriter, r *http.Request) error {
 		bad  int
 	)
 	for i, elem := range elems {
-		reading, err := consumer.ParseReading(nil, elem)
+		parsed, err := reading.Parse(nil, elem)
 		if err != nil {
 			bad++
 			if len(errs) < maxReadingErrors {
@@ -104,7 +72,7 @@ func (s *Server) ingestReadings(w http.ResponseWriter, r *http.Request) error {
 			}
 			continue
 		}
-		keys[i] = []byte(reading.SensorID)
+		keys[i] = []byte(parsed.SensorID)
 		// The record carries the reading as sent, minus the whitespace of a
 		// pretty-printed body; the consumer parses it again.
 		var compact bytes.Buffer
@@ -185,10 +153,10 @@ func (s *Server) readReadings(w http.ResponseWriter, r *http.Request) (elems []j
 // body the path has no index: "data", or "" for the reading as a whole. The detail
 // starts with consumer's stable reason code ("bad_data: …").
 func readingError(i int, single bool, err error) fieldError {
-	reject, ok := errors.AsType[*consumer.RejectError](err)
+	reject, ok := errors.AsType[*reading.RejectError](err)
 	if !ok {
 		// ParseReading promises a *RejectError; keep the error text if that changes.
-		reject = &consumer.RejectError{Reason: consumer.ReasonNotJSON, Detail: err.Error()}
+		reject = &reading.RejectError{Reason: reading.ReasonNotJSON, Detail: err.Error()}
 	}
 	path := ""
 	if !single {
@@ -196,11 +164,11 @@ func readingError(i int, single bool, err error) fieldError {
 	}
 	var member string
 	switch reject.Reason {
-	case consumer.ReasonBadSensorID, consumer.ReasonKeyMismatch:
+	case reading.ReasonBadSensorID, reading.ReasonKeyMismatch:
 		member = "sensor_id"
-	case consumer.ReasonBadData:
+	case reading.ReasonBadData:
 		member = "data"
-	case consumer.ReasonBadTS:
+	case reading.ReasonBadTS:
 		member = "ts"
 	}
 	switch {

@@ -19,7 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/lockstream/lockstream/consumer"
+	"github.com/lockstream/lockstream/reading"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream"
 	"github.com/lockstream/lockstream/stream/streamtest"
@@ -144,7 +144,7 @@ func TestIngestPublishesEveryReadingToKafka(t *testing.T) {
 		partitionOf[key] = r.Partition
 		got[key] = append(got[key], string(r.Value))
 		// What the consumer will make of it: valid, and the key matches.
-		if _, err := consumer.ParseReading(r.Key, r.Value); err != nil {
+		if _, err := reading.Parse(r.Key, r.Value); err != nil {
 			t.Fatalf("record %q=%q does not pass the consumer: %v", r.Key, r.Value, err)
 		}
 	}
@@ -178,9 +178,9 @@ func TestIngestRejectsInvalidReadings(t *testing.T) {
 	]`
 	p := api.ingest(batch).expectInvalid("[1].data", "[3].sensor_id", "[4]", "[5]", "[6].ts", "[7].data", "[8]", "[9].sensor_id")
 	reasons := map[string]string{
-		"[1].data": consumer.ReasonBadData, "[3].sensor_id": consumer.ReasonBadSensorID,
-		"[4]": consumer.ReasonUnknownField, "[5]": consumer.ReasonNotJSON, "[6].ts": consumer.ReasonBadTS,
-		"[7].data": consumer.ReasonBadData, "[8]": consumer.ReasonDuplicate, "[9].sensor_id": consumer.ReasonBadSensorID,
+		"[1].data": reading.ReasonBadData, "[3].sensor_id": reading.ReasonBadSensorID,
+		"[4]": reading.ReasonUnknownField, "[5]": reading.ReasonNotJSON, "[6].ts": reading.ReasonBadTS,
+		"[7].data": reading.ReasonBadData, "[8]": reading.ReasonDuplicate, "[9].sensor_id": reading.ReasonBadSensorID,
 	}
 	for _, e := range p.Errors {
 		if !strings.HasPrefix(e.Detail, reasons[e.Field]+": ") {

@@ -17,21 +17,45 @@ func (s *Server) routes() *chi.Mux {
 	r.MethodNotAllowed(s.methodNotAllowed(r))
 
 	// Unauthenticated: probes, scraping and the API description.
-	r.Get("/healthz", s.handle(s.healthz))
-	r.Get("/readyz", s.handle(s.readyz))
-	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
-	r.Get("/openapi.yaml", serveOpenAPI)
+	r.Group(func(r chi.Router) {
+		r.Use(s.bounded)
+
+		r.Get("/healthz", s.handle(s.healthz))
+		r.Get("/readyz", s.handle(s.readyz))
+		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
+		r.Get("/openapi.yaml", serveOpenAPI)
+	})
+
+	// Every group below but a streaming one (server-sent events, which would use
+	// s.streaming in place of s.bounded) bounds its handlers by RequestTimeout.
+
+	// The operator console: HTML pages with a session of their own (see WithConsole).
+	// Its live stream has a route of its own so its long requests stay out of the
+	// pages' latency histogram.
+	r.Group(func(r chi.Router) {
+		r.Use(s.bounded)
+
+		r.Get("/console", s.serveConsole)
+		r.Get("/console/*", s.serveConsole)
+		r.Post("/console/*", s.serveConsole)
+	})
+	// Server-sent events: no read or write deadline, it ends with the viewer.
+	r.With(s.streaming).Get("/console/live/events", s.serveConsole)
 
 	// Ingest: sensors and their gateways, with the ingest token only.
 	r.Group(func(r chi.Router) {
-		r.Use(s.requireIngest)
+		r.Use(s.bounded)
+		r.Use(s.requireToken(bearerAuth{name: "ingest", setting: "LOCKSTREAM_INGEST_TOKEN", realm: "lockstream-ingest",
+			disabled: "ingest is disabled: the server has no ingest token"}, s.cfg.IngestToken))
 
 		r.Post("/v1/readings", s.handle(s.ingestReadings))
 	})
 
 	// Push: the standalone push service, with the push token only.
 	r.Group(func(r chi.Router) {
-		r.Use(s.requirePush)
+		r.Use(s.bounded)
+		r.Use(s.requireToken(bearerAuth{name: "push", setting: "LOCKSTREAM_PUSH_TOKEN", realm: "lockstream-push",
+			disabled: "pushes are disabled: the server has no push token"}, s.cfg.PushToken))
 
 		r.Post("/push", s.handle(s.legacyPush))
 		r.Post("/v1/pushes", s.handle(s.createPush))
@@ -40,7 +64,9 @@ func (s *Server) routes() *chi.Mux {
 
 	// Admin: the registry, the history and the deliveries.
 	r.Group(func(r chi.Router) {
-		r.Use(s.requireAdmin)
+		r.Use(s.bounded)
+		r.Use(s.requireToken(bearerAuth{name: "admin", setting: "LOCKSTREAM_ADMIN_TOKEN", realm: "lockstream",
+			disabled: "the admin API is disabled: the server has no admin token"}, s.cfg.AdminToken))
 
 		r.Post("/v1/sensors", s.handle(s.createSensor))
 		r.Get("/v1/sensors", s.handle(s.listSensors))

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lockstream/lockstream/bridge"
+	"github.com/lockstream/lockstream/internal/metrics"
 	"github.com/lockstream/lockstream/stream"
 )
 
@@ -132,10 +133,8 @@ func newPublishMetrics(reg prometheus.Registerer) (*publishMetrics, error) {
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "lockstream", Subsystem: "amqp", Name: "publish_failures_total",
 			Help: "Failed republishing rounds; each is retried until confirmed."}),
 	}
-	for _, c := range []prometheus.Collector{m.published, m.skipped, m.failures} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("registering amqp publish metrics: %w", err)
-		}
+	if err := metrics.RegisterAll(reg, m.published, m.skipped, m.failures); err != nil {
+		return nil, fmt.Errorf("amqp republishing: %w", err)
 	}
 	return m, nil
 }

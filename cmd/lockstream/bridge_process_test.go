@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockstream/lockstream/bridge/bridgetest"
 	"github.com/lockstream/lockstream/consumer"
+	"github.com/lockstream/lockstream/reading"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream"
 	"github.com/lockstream/lockstream/stream/streamtest"
@@ -129,8 +130,8 @@ func readingsOnTopic(t *testing.T, kafka stream.Config) []produced {
 	t.Helper()
 	var out []produced
 	for _, r := range streamtest.ReadAll(t, kafka, kafka.ReadingsTopic()) {
-		p := produced{reading: reading{key: r.Key, value: r.Value}, partition: r.Partition, offset: r.Offset}
-		rd, err := consumer.ParseReading(r.Key, r.Value)
+		p := produced{record: record{key: r.Key, value: r.Value}, partition: r.Partition, offset: r.Offset}
+		rd, err := reading.Parse(r.Key, r.Value)
 		if err != nil {
 			t.Fatalf("the bridge produced an invalid reading %q: %v", r.Value, err)
 		}
@@ -250,7 +251,7 @@ func missingReadings(t *testing.T, kafka stream.Config, fleet bridgeFleet) (lost
 	t.Helper()
 	onTopic := map[string]int{}
 	for _, r := range streamtest.ReadAll(t, kafka, kafka.ReadingsTopic()) {
-		rd, err := consumer.ParseReading(r.Key, r.Value)
+		rd, err := reading.Parse(r.Key, r.Value)
 		if err != nil {
 			t.Fatalf("the bridge produced an invalid reading %q: %v", r.Value, err)
 		}

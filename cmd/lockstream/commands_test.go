@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -37,8 +38,9 @@ func TestEveryDaemonCommandStartsAndStops(t *testing.T) {
 			continue // tools, not daemons; migrate is covered by the migrations tests
 		}
 		t.Run(c.name, func(t *testing.T) {
-			t.Setenv("LOCKSTREAM_HTTP_ADDR", freeAddr(t))
-			t.Setenv("LOCKSTREAM_METRICS_ADDR", freeAddr(t))
+			httpAddr, metricsAddr := freeAddr(t), freeAddr(t)
+			t.Setenv("LOCKSTREAM_HTTP_ADDR", httpAddr)
+			t.Setenv("LOCKSTREAM_METRICS_ADDR", metricsAddr)
 			if c.name == "bridge" {
 				bridgeBrokers(t)
 			}
@@ -55,6 +57,22 @@ func TestEveryDaemonCommandStartsAndStops(t *testing.T) {
 				}
 				return strings.Count(logs.String(), "daemon starting") >= 1
 			})
+			// The probes of deploy/k8s: /healthz and /readyz where the process serves
+			// HTTP (the API's address for api and all, LOCKSTREAM_METRICS_ADDR else).
+			probeAddr := metricsAddr
+			if c.name == "api" || c.name == "all" {
+				probeAddr = httpAddr
+			}
+			for _, path := range []string{"/healthz", "/readyz"} {
+				waitUntil(t, c.name+" answers "+path, func() bool {
+					resp, err := http.Get("http://" + probeAddr + path)
+					if err != nil {
+						return false
+					}
+					resp.Body.Close()
+					return resp.StatusCode == http.StatusOK
+				})
+			}
 			cancel()
 			select {
 			case code := <-exited:

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strconv"
@@ -29,15 +30,25 @@ func settingTable() map[string]setting {
 			"prefix of every Redis key, so deployments can share a server"},
 		"clickhouse-url": {"clickhouse-url", "LOCKSTREAM_CLICKHOUSE_URL", "clickhouse://127.0.0.1:9000/lockstream", "ClickHouse URL (native protocol)"},
 		"kafka-brokers": {"kafka-brokers", "LOCKSTREAM_KAFKA_BROKERS", "",
-			"comma-separated Kafka brokers; empty = embedded broker on 127.0.0.1:9092 (all only)"},
+			"comma-separated Kafka brokers; empty: all embeds a broker on 127.0.0.1:9092, bench one of its own, simulate uses a running all's"},
 		"kafka-topic-prefix": {"kafka-topic-prefix", "LOCKSTREAM_KAFKA_TOPIC_PREFIX", "",
 			"put before every topic name, so several deployments can share a cluster"},
 		"kafka-partitions": {"kafka-partitions", "LOCKSTREAM_KAFKA_PARTITIONS", "12", "partitions of the topics lockstream creates"},
 		"http-addr":        {"http-addr", "LOCKSTREAM_HTTP_ADDR", "127.0.0.1:8080", "HTTP API listen address"},
-		"admin-token":      {"admin-token", "LOCKSTREAM_ADMIN_TOKEN", "", "bearer token of the admin API (required)"},
-		"push-token":       {"push-token", "LOCKSTREAM_PUSH_TOKEN", "", "bearer token of the push API (POST /push, /v1/pushes); empty = push API off"},
-		"ingest-token":     {"ingest-token", "LOCKSTREAM_INGEST_TOKEN", "", "bearer token of POST /v1/readings"},
-		"data-dir":         {"data-dir", "LOCKSTREAM_DATA_DIR", "./data", "the embedded broker's log and other local state"},
+		"http-read-timeout": {"http-read-timeout", "LOCKSTREAM_HTTP_READ_TIMEOUT", "30s",
+			"HTTP API: longest time to read a request, body included"},
+		"http-write-timeout": {"http-write-timeout", "LOCKSTREAM_HTTP_WRITE_TIMEOUT", "30s",
+			"HTTP API: longest time from a request's headers to the end of its answer (streaming routes lift it); handlers get two thirds of it"},
+		"http-idle-timeout": {"http-idle-timeout", "LOCKSTREAM_HTTP_IDLE_TIMEOUT", "2m",
+			"HTTP API: keep-alive connections idle for longer are closed"},
+		"admin-token":  {"admin-token", "LOCKSTREAM_ADMIN_TOKEN", "", "bearer token of the admin API (required)"},
+		"push-token":   {"push-token", "LOCKSTREAM_PUSH_TOKEN", "", "bearer token of the push API (POST /push, /v1/pushes); empty = push API off"},
+		"ingest-token": {"ingest-token", "LOCKSTREAM_INGEST_TOKEN", "", "bearer token of POST /v1/readings"},
+		"data-dir":     {"data-dir", "LOCKSTREAM_DATA_DIR", "./data", "the embedded broker's log, the generated secret key and other local state"},
+		"secret-key": {"secret-key", "LOCKSTREAM_SECRET_KEY", "",
+			"base64 of 32 bytes (openssl rand -base64 32): encrypts client signing secrets at rest; empty = a key generated into the data folder"},
+		"secret-overlap": {"secret-overlap", "LOCKSTREAM_SECRET_OVERLAP", "24h",
+			"how long a rotated-out client secret keeps signing webhooks alongside the new one"},
 		"heartbeat-timeout": {"heartbeat-timeout", "LOCKSTREAM_HEARTBEAT_TIMEOUT", "1h",
 			"silence after which a sensor's connection is lost"},
 		"heartbeat-sweep-interval": {"heartbeat-sweep-interval", "LOCKSTREAM_HEARTBEAT_SWEEP_INTERVAL", "10s",
@@ -82,11 +93,13 @@ func settingTable() map[string]setting {
 	}
 }
 
-// values holds a subcommand's parsed settings by flag name.
+// values holds a subcommand's parsed settings by flag name, and its arguments.
 type values struct {
 	fs    *flag.FlagSet
 	m     map[string]*string
 	table map[string]setting
+	// args are the command's arguments, the flags taken out.
+	args []string
 }
 
 // newFlagSet registers the named settings on a flag set whose defaults come from the
@@ -106,9 +119,36 @@ func newFlagSet(cmd string, names []string) *values {
 		if env, ok := os.LookupEnv(s.env); ok {
 			def = env
 		}
-		v.m[name] = fs.String(s.flag, def, fmt.Sprintf("%s (env %s, default %q)", s.usage, s.env, s.def))
+		v.m[name] = fs.String(s.flag, def, s.usage)
 	}
 	return v
+}
+
+// printFlags writes the help of every flag: a setting's with its environment
+// variable and built-in default, each once, and whether the variable is set (not
+// its value: it may be a token); a command's own flag with its default.
+func (v *values) printFlags(w io.Writer) {
+	v.fs.VisitAll(func(f *flag.Flag) {
+		fmt.Fprintf(w, "  --%s\n    \t%s", f.Name, f.Usage)
+		s, isSetting := v.table[f.Name]
+		var notes []string
+		switch {
+		case isSetting:
+			notes = append(notes, "env "+s.env)
+			if s.def != "" {
+				notes = append(notes, fmt.Sprintf("default %q", s.def))
+			}
+			if _, set := os.LookupEnv(s.env); set {
+				notes = append(notes, s.env+" is set")
+			}
+		case f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false":
+			notes = append(notes, "default "+f.DefValue)
+		}
+		if len(notes) > 0 {
+			fmt.Fprintf(w, " (%s)", strings.Join(notes, "; "))
+		}
+		fmt.Fprintln(w)
+	})
 }
 
 func (v *values) str(name string) string {

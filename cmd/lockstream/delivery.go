@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/notifier/email"
 	"github.com/lockstream/lockstream/notifier/swrve"
 	"github.com/lockstream/lockstream/notifier/webhook"
@@ -15,7 +16,7 @@ func fanoutDaemon(_ context.Context, n *node) (daemon, error) {
 	if err := n.requireBrokers(); err != nil {
 		return daemon{}, err
 	}
-	f, err := retrier.NewFanout(retrier.FanoutConfig{Stream: n.stream}, n.pg, n.reg, n.logger.With("daemon", "fanout"))
+	f, err := fanout.New(fanout.Config{Stream: n.stream}, n.pg, n.reg, n.logger.With("daemon", "fanout"))
 	if err != nil {
 		return daemon{}, err
 	}

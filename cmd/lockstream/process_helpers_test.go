@@ -24,8 +24,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/reading"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
 	"github.com/lockstream/lockstream/stream/streamtest"
@@ -383,8 +383,8 @@ func evictMembers(t *testing.T, client *kgo.Client, group string) {
 	}
 }
 
-// reading is one record the tests produce, with what should become of it.
-type reading struct {
+// record is one record the tests produce, with what should become of it.
+type record struct {
 	key, value []byte
 	sensor     string
 	data       int
@@ -395,10 +395,10 @@ type reading struct {
 // round every sensor reports once (first a random state, then a flip a third of the
 // time, a repeat otherwise), and every badEvery-th record is a bad one of a kind
 // that cycles through the DLQ reasons.
-func fleetRounds(seed uint64, sensors, rounds, badEvery int) [][]reading {
+func fleetRounds(seed uint64, sensors, rounds, badEvery int) [][]record {
 	rng := rand.New(rand.NewPCG(seed, seed))
 	last := make([]int, sensors)
-	out := make([][]reading, rounds)
+	out := make([][]record, rounds)
 	bad := 0
 	for r := range rounds {
 		for n, i := range rng.Perm(sensors) {
@@ -419,39 +419,39 @@ func fleetRounds(seed uint64, sensors, rounds, badEvery int) [][]reading {
 			if n%2 == 0 {
 				value = fmt.Sprintf(`{"sensor_id":%q,"data":%d,"ts":%d}`, id, data, 1795341600000+int64(r*sensors+n))
 			}
-			out[r] = append(out[r], reading{key: []byte(id), value: []byte(value), sensor: id, data: data})
+			out[r] = append(out[r], record{key: []byte(id), value: []byte(value), sensor: id, data: data})
 		}
 	}
 	return out
 }
 
-func badReading(k int, id string) reading {
-	in := reading{key: []byte(id)}
+func badReading(k int, id string) record {
+	in := record{key: []byte(id)}
 	switch k % 8 {
 	case 0:
-		in.value, in.reason = []byte(`{"sensor_id":"`+id+`","data":1`), consumer.ReasonNotJSON
+		in.value, in.reason = []byte(`{"sensor_id":"`+id+`","data":1`), reading.ReasonNotJSON
 	case 1:
-		in.value, in.reason = fmt.Appendf(nil, `{"sensor_id":%q,"data":2}`, id), consumer.ReasonBadData
+		in.value, in.reason = fmt.Appendf(nil, `{"sensor_id":%q,"data":2}`, id), reading.ReasonBadData
 	case 2:
 		long := id + "0123456789abcdef"
-		in.key, in.value, in.reason = []byte(long), fmt.Appendf(nil, `{"sensor_id":%q,"data":1}`, long), consumer.ReasonBadSensorID
+		in.key, in.value, in.reason = []byte(long), fmt.Appendf(nil, `{"sensor_id":%q,"data":1}`, long), reading.ReasonBadSensorID
 	case 3:
-		in.value, in.reason = []byte(`{"sensor_id":"other","data":1}`), consumer.ReasonKeyMismatch
+		in.value, in.reason = []byte(`{"sensor_id":"other","data":1}`), reading.ReasonKeyMismatch
 	case 4:
-		in.value, in.reason = fmt.Appendf(nil, `{"sensor_id":%q,"data":1,"battery":3}`, id), consumer.ReasonUnknownField
+		in.value, in.reason = fmt.Appendf(nil, `{"sensor_id":%q,"data":1,"battery":3}`, id), reading.ReasonUnknownField
 	case 5:
-		in.value, in.reason = fmt.Appendf(nil, `{"sensor_id":%q,"data":0,"ts":"noon"}`, id), consumer.ReasonBadTS
+		in.value, in.reason = fmt.Appendf(nil, `{"sensor_id":%q,"data":0,"ts":"noon"}`, id), reading.ReasonBadTS
 	case 6:
-		in.key, in.value, in.reason = nil, fmt.Appendf(nil, `{"sensor_id":%q,"data":0}`, id), consumer.ReasonKeyMismatch
+		in.key, in.value, in.reason = nil, fmt.Appendf(nil, `{"sensor_id":%q,"data":0}`, id), reading.ReasonKeyMismatch
 	case 7:
-		in.value, in.reason = []byte(`not json at all`), consumer.ReasonNotJSON
+		in.value, in.reason = []byte(`not json at all`), reading.ReasonNotJSON
 	}
 	return in
 }
 
 // produced is a reading as the broker stored it.
 type produced struct {
-	reading
+	record
 	partition int32
 	offset    int64
 }
@@ -477,7 +477,7 @@ type producer struct {
 // startProducer produces rounds to topic through client, one per interval: the
 // first allowed of them, then more as allowFraction permits. It stops when the
 // test ends.
-func startProducer(t *testing.T, client *kgo.Client, topic string, rounds [][]reading, interval time.Duration, allowed int) *producer {
+func startProducer(t *testing.T, client *kgo.Client, topic string, rounds [][]record, interval time.Duration, allowed int) *producer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &producer{rounds: len(rounds), done: make(chan struct{})}
@@ -493,7 +493,7 @@ func startProducer(t *testing.T, client *kgo.Client, topic string, rounds [][]re
 	return p
 }
 
-func (p *producer) run(ctx context.Context, client *kgo.Client, topic string, rounds [][]reading, interval time.Duration) error {
+func (p *producer) run(ctx context.Context, client *kgo.Client, topic string, rounds [][]record, interval time.Duration) error {
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for r, round := range rounds {
@@ -520,7 +520,7 @@ func (p *producer) run(ctx context.Context, client *kgo.Client, topic string, ro
 			return fmt.Errorf("producing round %d: %w", r, err)
 		}
 		for i, rec := range recs {
-			p.out = append(p.out, produced{reading: round[i], partition: rec.Partition, offset: rec.Offset})
+			p.out = append(p.out, produced{record: round[i], partition: rec.Partition, offset: rec.Offset})
 		}
 	}
 	return nil
@@ -739,9 +739,9 @@ func checkDLQ(t *testing.T, cfg stream.Config, want outcome) {
 		var reason, source string
 		for _, h := range r.Headers {
 			switch h.Key {
-			case consumer.HeaderError:
+			case reading.HeaderError:
 				reason = string(h.Value)
-			case consumer.HeaderSource:
+			case reading.HeaderSource:
 				source = string(h.Value)
 			}
 		}

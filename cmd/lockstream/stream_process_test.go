@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/consumer"
+	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/migrations"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
@@ -61,7 +62,7 @@ func TestProcessConsumerSurvivesSIGKILL(t *testing.T) {
 	}
 	prod := startProducer(t, client, kafka.ReadingsTopic(), rounds, 700*time.Millisecond, 0)
 
-	history := h.start("history", "history")
+	hist := h.start("history", "history")
 	proc := h.start("consume #1", "consume")
 	var kills []killRecord
 	for i, at := range []float64{0.20, 0.45, 0.70} {
@@ -129,9 +130,9 @@ func TestProcessConsumerSurvivesSIGKILL(t *testing.T) {
 	t.Logf("lockstream.events: %d records, %d distinct changes", len(events), len(unique))
 
 	h.waitFor("the history writer to catch up", func() (bool, string) {
-		return o.caughtUp(consumer.DefaultHistoryGroup, kafka.ReadingsTopic(), kafka.EventsTopic())
+		return o.caughtUp(history.DefaultGroup, kafka.ReadingsTopic(), kafka.EventsTopic())
 	})
-	history.stop()
+	hist.stop()
 	checkHistory(t, stores.ClickHouse, want)
 }
 
@@ -163,9 +164,9 @@ func TestProcessHistoryRidesOutClickHouseOutage(t *testing.T) {
 	prod := startProducer(t, client, kafka.ReadingsTopic(), rounds, 500*time.Millisecond, 0)
 	prod.allowFraction(0.3)
 	consume := h.start("consume", "consume")
-	history := h.start("history #1", "history")
+	hist := h.start("history #1", "history")
 	h.waitFor("the history writer to store some readings", func() (bool, string) {
-		got := sum(o.committed(consumer.DefaultHistoryGroup, kafka.ReadingsTopic()))
+		got := sum(o.committed(history.DefaultGroup, kafka.ReadingsTopic()))
 		return got > 0, "nothing committed yet"
 	})
 
@@ -175,16 +176,16 @@ func TestProcessHistoryRidesOutClickHouseOutage(t *testing.T) {
 	statesBefore := stateOffsets(t, stores.Postgres)
 	prod.allowFraction(0.7) // more of the stream arrives during the outage
 	h.waitFor("the history writer to notice the outage", func() (bool, string) {
-		return countLines(history.out.String(), failedFlush) > 0, "no failed flush logged"
+		return countLines(hist.out.String(), failedFlush) > 0, "no failed flush logged"
 	})
-	readingsAt := o.committed(consumer.DefaultHistoryGroup, kafka.ReadingsTopic())
-	eventsAt := o.committed(consumer.DefaultHistoryGroup, kafka.EventsTopic())
+	readingsAt := o.committed(history.DefaultGroup, kafka.ReadingsTopic())
+	eventsAt := o.committed(history.DefaultGroup, kafka.EventsTopic())
 	time.Sleep(time.Until(outageEnd)) // the outage itself: a deliberate pause
 
-	if got := o.committed(consumer.DefaultHistoryGroup, kafka.ReadingsTopic()); !equalOffsets(got, readingsAt) {
+	if got := o.committed(history.DefaultGroup, kafka.ReadingsTopic()); !equalOffsets(got, readingsAt) {
 		t.Errorf("history committed readings offsets %v during the outage (were %v)", got, readingsAt)
 	}
-	if got := o.committed(consumer.DefaultHistoryGroup, kafka.EventsTopic()); !equalOffsets(got, eventsAt) {
+	if got := o.committed(history.DefaultGroup, kafka.EventsTopic()); !equalOffsets(got, eventsAt) {
 		t.Errorf("history committed events offsets %v during the outage (were %v)", got, eventsAt)
 	}
 	moved := 0
@@ -197,23 +198,23 @@ func TestProcessHistoryRidesOutClickHouseOutage(t *testing.T) {
 		t.Fatalf("sensor_state did not change during the ClickHouse outage")
 	}
 	t.Logf("during the %v outage %d sensors changed state; the history writer logged %d failed flushes",
-		outage, moved, countLines(history.out.String(), failedFlush))
+		outage, moved, countLines(hist.out.String(), failedFlush))
 	ch.start()
 	h.waitFor("the history writer to catch up after the first outage", func() (bool, string) {
-		return o.caughtUp(consumer.DefaultHistoryGroup, kafka.ReadingsTopic(), kafka.EventsTopic())
+		return o.caughtUp(history.DefaultGroup, kafka.ReadingsTopic(), kafka.EventsTopic())
 	})
 
 	// Outage 2: the writer dies holding records it could not store.
-	failures := countLines(history.out.String(), failedFlush)
+	failures := countLines(hist.out.String(), failedFlush)
 	ch.kill()
 	prod.allowFraction(1)
 	h.waitFor("the history writer to fail to store new records", func() (bool, string) {
-		return countLines(history.out.String(), failedFlush) > failures, "no new failed flush logged"
+		return countLines(hist.out.String(), failedFlush) > failures, "no new failed flush logged"
 	})
-	history.kill()
+	hist.kill()
 	ch.start()
-	evictMembers(t, client, consumer.DefaultHistoryGroup)
-	history = h.start("history #2", "history")
+	evictMembers(t, client, history.DefaultGroup)
+	hist = h.start("history #2", "history")
 
 	records := prod.wait(t)
 	h.waitFor("the state consumer to catch up", func() (bool, string) {
@@ -221,9 +222,9 @@ func TestProcessHistoryRidesOutClickHouseOutage(t *testing.T) {
 	})
 	consume.stop()
 	h.waitFor("the history writer to catch up after the second outage", func() (bool, string) {
-		return o.caughtUp(consumer.DefaultHistoryGroup, kafka.ReadingsTopic(), kafka.EventsTopic())
+		return o.caughtUp(history.DefaultGroup, kafka.ReadingsTopic(), kafka.EventsTopic())
 	})
-	history.stop()
+	hist.stop()
 
 	want := expectOutcome(records, readingTimes(t, kafka))
 	checkState(t, stores.Postgres, want)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -93,8 +94,10 @@ func simulated(err error) error {
 func benchCommand(kafkaSettings []string) command {
 	var ingest bench.IngestConfig
 	return command{
-		name:     "bench",
-		summary:  "benchmarks; `lockstream bench ingest`: bare consume vs the full consumer, as JSON",
+		name: "bench",
+		summary: "benchmarks; `lockstream bench ingest`: bare consume vs the full consumer, as JSON " +
+			"(with no brokers configured, on an embedded broker of its own)",
+		args:     " <benchmark>",
 		settings: append([]string{"pg-url", "clickhouse-url"}, kafkaSettings...),
 		flags: func(fs *flag.FlagSet) {
 			fs.IntVar(&ingest.Readings, "readings", bench.DefaultIngestReadings, "ingest: readings to produce and consume")
@@ -103,13 +106,14 @@ func benchCommand(kafkaSettings []string) command {
 			fs.BoolVar(&ingest.ColdStart, "cold-start", false, "ingest: measure from unknown state (every sensor's first reading a change) instead of seeding it")
 		},
 		run: func(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logger) error {
-			if args := v.fs.Args(); len(args) != 1 || args[0] != "ingest" {
-				return fmt.Errorf("bench: want one benchmark name, `ingest`; got %q", strings.Join(args, " "))
+			if len(v.args) != 1 || v.args[0] != "ingest" {
+				return fmt.Errorf("bench: want one benchmark name, `ingest`; got %q", strings.Join(v.args, " "))
 			}
-			cfg, err := toolStream(v)
+			cfg, stop, err := benchStream(ctx, v, logger)
 			if err != nil {
 				return err
 			}
+			defer stop()
 			ingest.Stream = cfg
 			pg, err := storage.OpenPostgres(ctx, v.str("pg-url"))
 			if err != nil {
@@ -126,6 +130,37 @@ func benchCommand(kafkaSettings []string) command {
 			return err
 		},
 	}
+}
+
+// benchStream is the Kafka config of a benchmark: the configured brokers, or, with
+// none configured, an embedded broker of the benchmark's own on a free port with
+// its log in a temporary folder, which stop closes and removes. A benchmark
+// measures lockstream, not a broker some other process is feeding.
+func benchStream(ctx context.Context, v *values, logger *slog.Logger) (stream.Config, func(), error) {
+	partitions, err := v.int("kafka-partitions")
+	if err != nil {
+		return stream.Config{}, nil, err
+	}
+	cfg := stream.Config{Brokers: v.list("kafka-brokers"), Partitions: partitions, TopicPrefix: v.str("kafka-topic-prefix")}
+	if len(cfg.Brokers) > 0 {
+		return cfg, func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "lockstream-bench-kafka-")
+	if err != nil {
+		return stream.Config{}, nil, fmt.Errorf("bench: embedded broker folder: %w", err)
+	}
+	broker, err := stream.StartEmbedded(ctx, dir, "127.0.0.1:0", partitions)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return stream.Config{}, nil, fmt.Errorf("bench: %w", err)
+	}
+	cfg.Brokers = broker.Addrs()
+	logger.Info("no LOCKSTREAM_KAFKA_BROKERS: the benchmark runs on an embedded broker of its own",
+		"addr", strings.Join(cfg.Brokers, ","), "dir", dir)
+	return cfg, func() {
+		broker.Close()
+		_ = os.RemoveAll(dir)
+	}, nil
 }
 
 // statsDaemon prints, every LOCKSTREAM_STATS_INTERVAL, how fast readings, changes,

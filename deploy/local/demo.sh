@@ -172,6 +172,7 @@ fi
 cat <<MSG
 
 lockstream is running with the API on $API; the daemons log to $LOG.
+The operator console is $API/console/ (sign in with LOCKSTREAM_ADMIN_TOKEN below).
 A simulated fleet of 1,000 sensors publishes 1,000 readings/s to the embedded broker
 (127.0.0.1:9092: kcat -b 127.0.0.1:9092 -t lockstream.events -C); 20 of them are
 registered and linked to "Demo Security" ($client_id), whose webhooks the sink below

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # services.sh makes the local services lockstream needs available on 127.0.0.1:
 # PostgreSQL (5432), Redis (6379), ClickHouse (9000 native, 8123 HTTP), RabbitMQ
-# (5672, for the AMQP bridge) and Mosquitto (1883, for the MQTT bridge), plus kcat.
+# (5672, for the AMQP bridge) and Mosquitto (1883, for the MQTT bridge), plus kcat and
+# headless Chromium (with fonts) for the console's browser test.
 #
 # It is idempotent: it installs with apt-get only what is missing, starts only what is
 # not answering, and creates the lockstream role and database only if absent. It runs
@@ -45,6 +46,10 @@ command -v redis-cli >/dev/null || missing+=(redis-tools)
 command -v clickhouse-server >/dev/null || missing+=(clickhouse-server)
 command -v clickhouse-client >/dev/null || missing+=(clickhouse-client)
 command -v kcat >/dev/null || missing+=(kcat)
+# Chromium drives the console's browser test (cmd/lockstream, chromedp); without a font
+# its screenshot would show boxes for text.
+command -v chromium >/dev/null || missing+=(chromium)
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
 has rabbitmq-server || missing+=(rabbitmq-server)
 has mosquitto || missing+=(mosquitto)
 if [[ " ${missing[*]} " == *" rabbitmq-server "* ]] && [ ! -e /etc/rabbitmq/rabbitmq-env.conf ]; then
@@ -154,4 +159,4 @@ if ! port_open 127.0.0.1 1883; then
 fi
 wait_for Mosquitto port_open 127.0.0.1 1883
 
-log "all services answer: postgres 127.0.0.1:5432, redis 127.0.0.1:6379, clickhouse 127.0.0.1:9000, rabbitmq 127.0.0.1:5672, mosquitto 127.0.0.1:1883"
+log "all services answer: postgres 127.0.0.1:5432, redis 127.0.0.1:6379, clickhouse 127.0.0.1:9000, rabbitmq 127.0.0.1:5672, mosquitto 127.0.0.1:1883 (chromium: $(command -v chromium))"

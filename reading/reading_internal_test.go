@@ -1,4 +1,4 @@
-package consumer
+package reading
 
 import (
 	"testing"
@@ -84,7 +84,7 @@ func TestParseFastTakesTheUsualShapes(t *testing.T) {
 	}
 }
 
-func BenchmarkParseReading(b *testing.B) {
+func BenchmarkParse(b *testing.B) {
 	value := []byte(`{"sensor_id":"xa7v9Dfadr7H","data":1}`)
 	key := []byte("xa7v9Dfadr7H")
 	b.Run("fast", func(b *testing.B) {

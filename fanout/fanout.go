@@ -1,4 +1,8 @@
-package retrier
+// Package fanout turns events into outbox rows: for each event on
+// lockstream.events, one notification per client linked to its sensor and one
+// delivery per channel, written in one transaction per batch before the batch is
+// committed.
+package fanout
 
 import (
 	"cmp"
@@ -12,60 +16,61 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/internal/metrics"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
 )
 
-// Defaults of FanoutConfig.
+// Defaults of Config.
 const (
-	DefaultFanoutGroup         = "lockstream-fanout"
-	DefaultFanoutMaxBatch      = 1000
-	DefaultFanoutWriteTimeout  = 30 * time.Second
-	DefaultFanoutRetryBackoff  = time.Second
-	DefaultFanoutCommitTimeout = 10 * time.Second
+	DefaultGroup         = "lockstream-fanout"
+	DefaultMaxBatch      = 1000
+	DefaultWriteTimeout  = 30 * time.Second
+	DefaultRetryBackoff  = time.Second
+	DefaultCommitTimeout = 10 * time.Second
 )
 
-// FanoutConfig configures a Fanout.
-type FanoutConfig struct {
+// Config configures a Fanout.
+type Config struct {
 	// Stream says where Kafka is and names the events topic. Its Brokers are
 	// required.
 	Stream stream.Config
 
 	// Group is the consumer group the fan-out processes share. Defaults to
-	// DefaultFanoutGroup ("lockstream-fanout").
+	// DefaultGroup ("lockstream-fanout").
 	Group string
 
 	// MaxBatch bounds the events one poll takes, and so one transaction writes.
-	// Defaults to DefaultFanoutMaxBatch (1000).
+	// Defaults to DefaultMaxBatch (1000).
 	MaxBatch int
 
 	// WriteTimeout bounds one batch's transaction. Defaults to
-	// DefaultFanoutWriteTimeout (30s).
+	// DefaultWriteTimeout (30s).
 	WriteTimeout time.Duration
 
 	// RetryBackoff is the wait before a failed batch is written again. A batch is
 	// retried until it is written (or shutdown), never skipped: that would lose
-	// notifications. Defaults to DefaultFanoutRetryBackoff (1s).
+	// notifications. Defaults to DefaultRetryBackoff (1s).
 	RetryBackoff time.Duration
 
 	// CommitTimeout bounds committing a batch's offsets. Defaults to
-	// DefaultFanoutCommitTimeout (10s).
+	// DefaultCommitTimeout (10s).
 	CommitTimeout time.Duration
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.
-func (c FanoutConfig) WithDefaults() FanoutConfig {
+func (c Config) WithDefaults() Config {
 	c.Stream = c.Stream.WithDefaults()
-	c.Group = cmp.Or(c.Group, DefaultFanoutGroup)
-	c.MaxBatch = cmp.Or(c.MaxBatch, DefaultFanoutMaxBatch)
-	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultFanoutWriteTimeout)
-	c.RetryBackoff = cmp.Or(c.RetryBackoff, DefaultFanoutRetryBackoff)
-	c.CommitTimeout = cmp.Or(c.CommitTimeout, DefaultFanoutCommitTimeout)
+	c.Group = cmp.Or(c.Group, DefaultGroup)
+	c.MaxBatch = cmp.Or(c.MaxBatch, DefaultMaxBatch)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, DefaultRetryBackoff)
+	c.CommitTimeout = cmp.Or(c.CommitTimeout, DefaultCommitTimeout)
 	return c
 }
 
 // Validate reports every field of c that is out of range, naming it.
-func (c FanoutConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	if err := c.Stream.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("fanout: Stream: %w", err))
@@ -101,7 +106,7 @@ type NotificationStore interface {
 // exactly one delivery per (event, client, channel, target). Records that do not
 // decode are logged, counted and skipped.
 type Fanout struct {
-	cfg    FanoutConfig
+	cfg    Config
 	store  NotificationStore
 	logger *slog.Logger
 
@@ -114,9 +119,12 @@ type Fanout struct {
 	batchDuration prometheus.Histogram
 }
 
-// NewFanout returns a Fanout; Run starts it.
-func NewFanout(cfg FanoutConfig, store NotificationStore, reg prometheus.Registerer, logger *slog.Logger) (*Fanout, error) {
+// New returns a Fanout; Run starts it. A nil logger logs nothing.
+func New(cfg Config, store NotificationStore, reg prometheus.Registerer, logger *slog.Logger) (*Fanout, error) {
 	cfg = cfg.WithDefaults()
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	var errs []error
 	if err := cfg.Validate(); err != nil {
 		errs = append(errs, err)
@@ -127,49 +135,46 @@ func NewFanout(cfg FanoutConfig, store NotificationStore, reg prometheus.Registe
 	if reg == nil {
 		errs = append(errs, errors.New("fanout: the Registerer is nil"))
 	}
-	if logger == nil {
-		errs = append(errs, errors.New("fanout: the logger is nil"))
-	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	f := &Fanout{cfg: cfg, store: store, logger: logger}
 	var err error
-	if f.events, err = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Name: "fanout_events_total",
+	if f.events, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Name: "fanout_events_total",
 		Help: "Events the fan-out consumed and wrote to the outbox.",
 	})); err != nil {
 		return nil, err
 	}
-	if f.rejected, err = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Name: "fanout_rejected_total",
+	if f.rejected, err = metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Name: "fanout_rejected_total",
 		Help: "Records on the events topic the fan-out skipped, by reason.",
 	}, []string{"reason"})); err != nil {
 		return nil, err
 	}
-	if f.notifications, err = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Name: "notifications_created_total",
+	if f.notifications, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Name: "notifications_created_total",
 		Help: "Notifications created: one per event and client watching its sensor.",
 	})); err != nil {
 		return nil, err
 	}
-	if f.created, err = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Name: "deliveries_created_total",
+	if f.created, err = metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Name: "deliveries_created_total",
 		Help: "Deliveries created in the outbox, by channel.",
 	}, []string{"channel"})); err != nil {
 		return nil, err
 	}
-	if f.deliveries, err = newDeliveriesTotal(reg); err != nil {
+	if f.deliveries, err = metrics.NewDeliveriesTotal(reg); err != nil {
 		return nil, err
 	}
-	if f.writeErrors, err = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Name: "fanout_write_errors_total",
+	if f.writeErrors, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Name: "fanout_write_errors_total",
 		Help: "Failed outbox transactions of the fan-out; each batch is retried until written.",
 	})); err != nil {
 		return nil, err
 	}
-	if f.batchDuration, err = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
-		Namespace: metricsNamespace, Name: "fanout_batch_duration_seconds",
+	if f.batchDuration, err = metrics.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: metrics.Namespace, Name: "fanout_batch_duration_seconds",
 		Help:    "Time from polling a batch of events to committing it, retries included.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 	})); err != nil {

@@ -1,4 +1,8 @@
-package consumer
+// Package reading is the format of a sensor reading: parsing, validation and the
+// reasons a reading is rejected with. It is neutral: the state consumer, the
+// history writer and the ingest API all judge readings with it, so a reading the
+// API accepts is one the consumer applies.
+package reading
 
 import (
 	"bytes"
@@ -18,8 +22,8 @@ type Reading struct {
 	TS time.Time
 }
 
-// MaxReadingBytes is the largest reading accepted, in bytes.
-const MaxReadingBytes = 64 << 10
+// MaxBytes is the largest reading accepted, in bytes.
+const MaxBytes = 64 << 10
 
 // MaxSensorIDLen is the longest sensor id accepted.
 const MaxSensorIDLen = 16
@@ -37,7 +41,7 @@ const (
 	ReasonBadTS        = "bad_ts"
 )
 
-// Reasons returns every reason ParseReading (and the consumer) can reject with, so
+// Reasons returns every reason Parse (and the consumer) can reject with, so
 // metrics can be initialised for all of them.
 func Reasons() []string {
 	return []string{ReasonTooLarge, ReasonNotJSON, ReasonUnknownField, ReasonDuplicate,
@@ -65,7 +69,7 @@ var (
 	maxTS = time.Date(2106, 1, 1, 0, 0, 0, 0, time.UTC)
 )
 
-// ParseReading validates and decodes one reading of DESIGN.md's format:
+// Parse validates and decodes one reading of DESIGN.md's format:
 //
 //	{"sensor_id":"xa7v9Dfadr7H","data":1,"ts":"2026-11-22T10:00:00Z"}
 //
@@ -77,7 +81,7 @@ var (
 // key to compare, as for the ingest API.
 //
 // Every error is a *RejectError.
-func ParseReading(key, value []byte) (Reading, error) {
+func Parse(key, value []byte) (Reading, error) {
 	if f, ok := parseFast(value); ok {
 		if key != nil && !bytes.Equal(key, f.id) {
 			return Reading{}, reject(ReasonKeyMismatch, "key %s is not sensor_id %s",
@@ -88,11 +92,48 @@ func ParseReading(key, value []byte) (Reading, error) {
 	return parseGeneral(key, value)
 }
 
-// parseGeneral is ParseReading for any input: it checks the syntax with
+// Raw is a reading as ParseKeyed returns it: ID may point into the parsed value,
+// so a reading of the usual shape costs no allocation.
+type Raw struct {
+	ID   []byte
+	Data int
+	TS   time.Time
+}
+
+// ParseKeyed validates a record of the readings topic, whose key must be its
+// sensor id (a missing key is a key_mismatch): readings of one sensor spread
+// over partitions would lose their order. Every error is a *RejectError.
+func ParseKeyed(key, value []byte) (Raw, error) {
+	if f, ok := parseFast(value); ok && bytes.Equal(key, f.id) {
+		return Raw{ID: f.id, Data: f.data, TS: f.ts}, nil
+	}
+	r, err := Parse(nil, value)
+	if err != nil {
+		return Raw{}, err
+	}
+	if len(key) == 0 {
+		return Raw{}, reject(ReasonKeyMismatch, "record has no key; want sensor_id %s", r.SensorID)
+	}
+	if string(key) != r.SensorID {
+		return Raw{}, reject(ReasonKeyMismatch, "key %s is not sensor_id %s",
+			strconv.Quote(truncate(string(key), 40)), r.SensorID)
+	}
+	return Raw{ID: []byte(r.SensorID), Data: r.Data, TS: r.TS}, nil
+}
+
+// Headers of a DLQ record: the reason code, the detail for people and the
+// record's source as topic/partition/offset.
+const (
+	HeaderError  = "error"
+	HeaderDetail = "detail"
+	HeaderSource = "source"
+)
+
+// parseGeneral is Parse for any input: it checks the syntax with
 // encoding/json first, then the content.
 func parseGeneral(key, value []byte) (Reading, error) {
-	if len(value) > MaxReadingBytes {
-		return Reading{}, reject(ReasonTooLarge, "%d bytes, at most %d", len(value), MaxReadingBytes)
+	if len(value) > MaxBytes {
+		return Reading{}, reject(ReasonTooLarge, "%d bytes, at most %d", len(value), MaxBytes)
 	}
 	// Validating first lets the scanner below assume well-formed JSON, so every
 	// later error is about content, not syntax.
@@ -184,7 +225,7 @@ func parseFast(b []byte) (fastReading, bool) {
 		r                        fastReading
 		seenID, seenData, seenTS bool
 	)
-	if len(b) > MaxReadingBytes {
+	if len(b) > MaxBytes {
 		return r, false
 	}
 	i := skipSpace(b, 0)

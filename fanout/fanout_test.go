@@ -1,4 +1,4 @@
-package retrier_test
+package fanout_test
 
 import (
 	"context"
@@ -10,18 +10,35 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lockstream/lockstream/event"
-	"github.com/lockstream/lockstream/retrier"
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream/streamtest"
 )
 
+// waitTimeout is generous: the tests run under -race on a loaded 2-core machine.
+const waitTimeout = 60 * time.Second
+
+// waitFor polls cond until it holds, failing the test after waitTimeout.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
 // runFanout runs a Fanout with its own registry until the returned stop is
 // called (or the test ends); stop checks that Run returned nil.
-func runFanout(t *testing.T, cfg retrier.FanoutConfig, store retrier.NotificationStore) (*prometheus.Registry, func()) {
+func runFanout(t *testing.T, cfg fanout.Config, store fanout.NotificationStore) (*prometheus.Registry, func()) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	f, err := retrier.NewFanout(cfg, store, reg, slog.New(slog.DiscardHandler))
+	f, err := fanout.New(cfg, store, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +150,7 @@ func TestFanoutCreatesDeliveriesOncePerEvent(t *testing.T) {
 	produce(t, producer, topic, eventRecord(t, flip1), &kgo.Record{Key: []byte("s1"), Value: []byte("not json")},
 		eventRecord(t, lost), eventRecord(t, unwatched))
 
-	cfg := retrier.FanoutConfig{Stream: scfg, RetryBackoff: 10 * time.Millisecond}
+	cfg := fanout.Config{Stream: scfg, RetryBackoff: 10 * time.Millisecond}
 	reg, stop := runFanout(t, cfg, pg)
 	waitFor(t, "the first events' deliveries", func() bool { return len(deliveries()) == 4 })
 	rejected := func() float64 {

@@ -1,4 +1,4 @@
-package consumer_test
+package history_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/lockstream/lockstream/consumer"
+	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream/streamtest"
@@ -22,7 +22,7 @@ import (
 // outage wraps the real ClickHouse store and fails every insert while down is
 // set, as a stopped server would.
 type outage struct {
-	consumer.HistoryStore
+	history.Store
 	down     atomic.Bool
 	failures atomic.Int64
 }
@@ -34,7 +34,7 @@ func (o *outage) InsertReadings(ctx context.Context, rows []storage.HistoryReadi
 		o.failures.Add(1)
 		return errDown
 	}
-	return o.HistoryStore.InsertReadings(ctx, rows)
+	return o.Store.InsertReadings(ctx, rows)
 }
 
 func (o *outage) InsertEvents(ctx context.Context, rows []storage.HistoryEvent) error {
@@ -42,7 +42,7 @@ func (o *outage) InsertEvents(ctx context.Context, rows []storage.HistoryEvent) 
 		o.failures.Add(1)
 		return errDown
 	}
-	return o.HistoryStore.InsertEvents(ctx, rows)
+	return o.Store.InsertEvents(ctx, rows)
 }
 
 // committed returns the group's committed offset per partition of topic.
@@ -82,24 +82,23 @@ func TestHistoryRidesOutClickHouseOutage(t *testing.T) {
 	stores := storagetest.New(t)
 	cfg := streamtest.Config(t, 4)
 	client := streamtest.Client(t, cfg)
-	records := produce(t, client, cfg, pattern(3, 50, 600))
-	want := expect(records, timestamps(t, cfg))
+	valid := produceReadings(t, client, cfg, 600)
 
-	store := &outage{HistoryStore: stores.ClickHouse}
+	store := &outage{Store: stores.ClickHouse}
 	store.down.Store(true)
-	history, err := consumer.NewHistory(consumer.HistoryConfig{Stream: cfg, FlushRows: 100,
+	w, err := history.New(history.Config{Stream: cfg, FlushRows: 100,
 		FlushInterval: 50 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond},
 		store, prometheus.NewRegistry(), testLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := start(t, history.Run)
+	h := start(t, w.Run)
 
 	waitFor(t, func() (bool, string) {
 		n := store.failures.Load()
 		return n >= 5, fmt.Sprintf("5 failed inserts, have %d", n)
 	})
-	if got := committed(t, client, consumer.DefaultHistoryGroup, cfg.ReadingsTopic()); len(got) != 0 {
+	if got := committed(t, client, history.DefaultGroup, cfg.ReadingsTopic()); len(got) != 0 {
 		t.Fatalf("offsets %v committed while ClickHouse was down", got)
 	}
 	store.down.Store(false)
@@ -109,7 +108,7 @@ func TestHistoryRidesOutClickHouseOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() (bool, string) {
-		got := committed(t, client, consumer.DefaultHistoryGroup, cfg.ReadingsTopic())
+		got := committed(t, client, history.DefaultGroup, cfg.ReadingsTopic())
 		for p, end := range ends {
 			if end > 0 && got[p] != end {
 				return false, fmt.Sprintf("committed %v, want %v", got, ends)
@@ -121,8 +120,8 @@ func TestHistoryRidesOutClickHouseOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(readings) != len(want.valid) {
-		t.Fatalf("ClickHouse holds %d readings, want %d", len(readings), len(want.valid))
+	if len(readings) != valid {
+		t.Fatalf("ClickHouse holds %d readings, want %d", len(readings), valid)
 	}
 	h.stop(t)
 }
@@ -135,20 +134,20 @@ func TestHistoryFlushesOnShutdown(t *testing.T) {
 	stores := storagetest.New(t)
 	cfg := streamtest.Config(t, 2)
 	client := streamtest.Client(t, cfg)
-	records := produce(t, client, cfg, pattern(4, 20, 100))
-	want := expect(records, timestamps(t, cfg))
+	const records = 100
+	valid := produceReadings(t, client, cfg, records)
 
 	reg := prometheus.NewRegistry()
 	// Neither size nor age triggers a flush during the test: only shutdown does.
-	history, err := consumer.NewHistory(consumer.HistoryConfig{Stream: cfg, FlushRows: 1_000_000, FlushInterval: time.Hour},
+	w, err := history.New(history.Config{Stream: cfg, FlushRows: 1_000_000, FlushInterval: time.Hour},
 		stores.ClickHouse, reg, testLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := start(t, history.Run)
+	h := start(t, w.Run)
 	waitFor(t, func() (bool, string) {
 		got := metric(t, reg, "lockstream_history_buffered_records", nil)
-		return got == float64(len(records)), fmt.Sprintf("history writer to buffer every record (%v of %d)", got, len(records))
+		return got == float64(records), fmt.Sprintf("history writer to buffer every record (%v of %d)", got, records)
 	})
 	h.stop(t)
 
@@ -156,10 +155,10 @@ func TestHistoryFlushesOnShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(readings) != len(want.valid) {
-		t.Fatalf("after shutdown ClickHouse holds %d readings, want %d", len(readings), len(want.valid))
+	if len(readings) != valid {
+		t.Fatalf("after shutdown ClickHouse holds %d readings, want %d", len(readings), valid)
 	}
-	got := committed(t, client, consumer.DefaultHistoryGroup, cfg.ReadingsTopic())
+	got := committed(t, client, history.DefaultGroup, cfg.ReadingsTopic())
 	ends, err := streamtest.EndOffsets(ctx, client, cfg.ReadingsTopic())
 	if err != nil {
 		t.Fatal(err)
@@ -171,5 +170,4 @@ func TestHistoryFlushesOnShutdown(t *testing.T) {
 	}
 }
 
-var _ consumer.HistoryStore = (*storage.ClickHouse)(nil)
-var _ consumer.StateStore = (*storage.Postgres)(nil)
+var _ history.Store = (*storage.ClickHouse)(nil)

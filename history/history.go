@@ -1,7 +1,9 @@
-package consumer
+// Package history is the history writer: it copies valid readings and every
+// event into ClickHouse, in large batches, in a consumer group of its own, so it
+// scales and fails apart from the state consumer.
+package history
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,32 +15,37 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/internal/metrics"
+	"github.com/lockstream/lockstream/reading"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
 )
 
-// HistoryStore is where history goes (storage.ClickHouse). Inserting the same rows
+// Store is where history goes (storage.ClickHouse). Inserting the same rows
 // twice must leave one copy after deduplication: the writer is at-least-once.
-type HistoryStore interface {
+type Store interface {
 	InsertReadings(ctx context.Context, rows []storage.HistoryReading) error
 	InsertEvents(ctx context.Context, rows []storage.HistoryEvent) error
 }
 
-// Defaults of HistoryConfig.
+// Defaults of Config.
 const (
-	DefaultHistoryGroup  = "lockstream-history"
-	DefaultFlushRows     = 200_000
-	DefaultFlushInterval = time.Second
-	DefaultInsertTimeout = 30 * time.Second
+	DefaultGroup           = "lockstream-history"
+	DefaultFlushRows       = 200_000
+	DefaultFlushInterval   = time.Second
+	DefaultInsertTimeout   = 30 * time.Second
+	DefaultMinBackoff      = 100 * time.Millisecond
+	DefaultMaxBackoff      = 10 * time.Second
+	DefaultShutdownTimeout = 30 * time.Second
 )
 
-// HistoryConfig configures the history writer.
-type HistoryConfig struct {
+// Config configures the history writer.
+type Config struct {
 	// Stream says where Kafka is and names the topics. Brokers is required.
 	Stream stream.Config
 	// Group is the history writer's consumer group, separate from the state
 	// consumer's so each scales and fails on its own. Defaults to
-	// DefaultHistoryGroup ("lockstream-history").
+	// DefaultGroup ("lockstream-history").
 	Group string
 	// FlushRows is how many records are buffered before they are written. The
 	// writer holds at most two such batches (one being written, one filling),
@@ -64,10 +71,10 @@ type HistoryConfig struct {
 }
 
 // WithDefaults returns the config with every unset field set to its default.
-func (c HistoryConfig) WithDefaults() HistoryConfig {
+func (c Config) WithDefaults() Config {
 	c.Stream = c.Stream.WithDefaults()
 	if c.Group == "" {
-		c.Group = DefaultHistoryGroup
+		c.Group = DefaultGroup
 	}
 	if c.FlushRows == 0 {
 		c.FlushRows = DefaultFlushRows
@@ -91,7 +98,7 @@ func (c HistoryConfig) WithDefaults() HistoryConfig {
 }
 
 // Validate reports the first field that cannot work.
-func (c HistoryConfig) Validate() error {
+func (c Config) Validate() error {
 	if err := c.Stream.Validate(); err != nil {
 		return fmt.Errorf("history config: Stream: %w", err)
 	}
@@ -112,12 +119,12 @@ func (c HistoryConfig) Validate() error {
 	return nil
 }
 
-// History is the history writer: valid readings and every event into ClickHouse,
+// Writer is the history writer: valid readings and every event into ClickHouse,
 // in batches, committing offsets only after the batch is stored. Create it with
-// NewHistory and start it with Run.
-type History struct {
-	cfg     HistoryConfig
-	store   HistoryStore
+// New and start it with Run.
+type Writer struct {
+	cfg     Config
+	store   Store
 	logger  *slog.Logger
 	metrics *historyMetrics
 	started atomic.Bool
@@ -125,9 +132,9 @@ type History struct {
 	readingsTopic, eventsTopic string
 }
 
-// NewHistory returns a history writer. Its metrics are registered with reg; a nil
+// New returns a history writer. Its metrics are registered with reg; a nil
 // logger logs nothing.
-func NewHistory(cfg HistoryConfig, store HistoryStore, reg prometheus.Registerer, logger *slog.Logger) (*History, error) {
+func New(cfg Config, store Store, reg prometheus.Registerer, logger *slog.Logger) (*Writer, error) {
 	cfg = cfg.WithDefaults()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -136,13 +143,13 @@ func NewHistory(cfg HistoryConfig, store HistoryStore, reg prometheus.Registerer
 		return nil, err
 	}
 	if store == nil {
-		return nil, errors.New("history: nil HistoryStore")
+		return nil, errors.New("history: nil Store")
 	}
 	m, err := newHistoryMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
-	return &History{cfg: cfg, store: store, logger: logger.With("component", "history"), metrics: m,
+	return &Writer{cfg: cfg, store: store, logger: logger.With("component", "history"), metrics: m,
 		readingsTopic: cfg.Stream.ReadingsTopic(), eventsTopic: cfg.Stream.EventsTopic()}, nil
 }
 
@@ -158,7 +165,7 @@ func NewHistory(cfg HistoryConfig, store HistoryStore, reg prometheus.Registerer
 // memory stays bounded (two batches) and no offset moves past an unstored
 // record. After a rebalance the new owner of a partition may store again what
 // was buffered but not yet committed here; the tables collapse such copies.
-func (h *History) Run(ctx context.Context) error {
+func (h *Writer) Run(ctx context.Context) error {
 	if !h.started.CompareAndSwap(false, true) {
 		return errors.New("history: Run called twice")
 	}
@@ -269,7 +276,7 @@ poll:
 }
 
 // add buffers one partition's polled records as the rows they become.
-func (h *History) add(buf *historyBuffer, p kgo.FetchTopicPartition) {
+func (h *Writer) add(buf *historyBuffer, p kgo.FetchTopicPartition) {
 	if len(p.Records) == 0 {
 		return
 	}
@@ -287,24 +294,19 @@ func (h *History) add(buf *historyBuffer, p kgo.FetchTopicPartition) {
 	}
 }
 
-func (h *History) addReading(buf *historyBuffer, r *kgo.Record) {
-	var reading Reading
-	if f, ok := parseFast(r.Value); ok && bytes.Equal(r.Key, f.id) {
-		reading = Reading{SensorID: string(f.id), Data: f.data, TS: f.ts}
-	} else {
-		var err error
-		if reading, err = parseRecord(r); err != nil {
-			h.metrics.skipped.WithLabelValues(r.Topic).Inc() // the state consumer sent it to the DLQ
-			return
-		}
+func (h *Writer) addReading(buf *historyBuffer, r *kgo.Record) {
+	raw, err := reading.ParseKeyed(r.Key, r.Value)
+	if err != nil {
+		h.metrics.skipped.WithLabelValues(r.Topic).Inc() // the state consumer sent it to the DLQ
+		return
 	}
 	buf.readings = append(buf.readings, storage.HistoryReading{
-		SensorID: reading.SensorID, Data: reading.Data, TS: reading.TS,
+		SensorID: string(raw.ID), Data: raw.Data, TS: raw.TS,
 		ReceivedAt: r.Timestamp, Partition: r.Partition, Offset: r.Offset,
 	})
 }
 
-func (h *History) addEvent(buf *historyBuffer, r *kgo.Record) {
+func (h *Writer) addEvent(buf *historyBuffer, r *kgo.Record) {
 	e, err := event.Decode(r.Value)
 	if err != nil {
 		h.metrics.skipped.WithLabelValues(r.Topic).Inc()
@@ -318,7 +320,7 @@ func (h *History) addEvent(buf *historyBuffer, r *kgo.Record) {
 
 // flush writes the buffer, retrying with back-off until it is stored or ctx ends,
 // then commits the buffered records' offsets and empties the buffer.
-func (h *History) flush(ctx context.Context, client *kgo.Client, buf *historyBuffer) error {
+func (h *Writer) flush(ctx context.Context, client *kgo.Client, buf *historyBuffer) error {
 	backoff := h.cfg.MinBackoff
 	for attempt := 1; ; attempt++ {
 		err := h.insert(ctx, buf)
@@ -351,7 +353,7 @@ func (h *History) flush(ctx context.Context, client *kgo.Client, buf *historyBuf
 
 // insert writes what of the buffer is not written yet. An insert in progress is
 // not cancelled with ctx; it has its own deadline.
-func (h *History) insert(ctx context.Context, buf *historyBuffer) error {
+func (h *Writer) insert(ctx context.Context, buf *historyBuffer) error {
 	base := context.WithoutCancel(ctx)
 	if !buf.readingsDone {
 		if err := h.timed(base, "readings", len(buf.readings), func(ctx context.Context) error {
@@ -372,7 +374,7 @@ func (h *History) insert(ctx context.Context, buf *historyBuffer) error {
 	return nil
 }
 
-func (h *History) timed(ctx context.Context, table string, rows int, insert func(context.Context) error) error {
+func (h *Writer) timed(ctx context.Context, table string, rows int, insert func(context.Context) error) error {
 	if rows == 0 {
 		return nil
 	}
@@ -421,4 +423,46 @@ func (b *historyBuffer) reset() {
 	b.events = b.events[:0]
 	clear(b.last)
 	b.readingsDone, b.eventsDone = false, false
+}
+
+// historyMetrics are the history writer's metrics of DESIGN.md.
+type historyMetrics struct {
+	rows          *prometheus.CounterVec
+	insertSeconds *prometheus.HistogramVec
+	failures      prometheus.Counter
+	skipped       *prometheus.CounterVec
+	buffered      prometheus.Gauge
+}
+
+func newHistoryMetrics(reg prometheus.Registerer) (*historyMetrics, error) {
+	m := &historyMetrics{
+		rows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockstream_history_rows_written_total",
+			Help: "Rows inserted into ClickHouse by the history writer, by table.",
+		}, []string{"table"}),
+		insertSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "lockstream_history_insert_duration_seconds",
+			Help:    "Time of one ClickHouse insert of the history writer, by table.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}, []string{"table"}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockstream_history_flush_failures_total",
+			Help: "Failed attempts to flush history to ClickHouse; the flush is retried.",
+		}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockstream_history_skipped_total",
+			Help: "Records the history writer does not store: invalid readings (in the DLQ) and undecodable events.",
+		}, []string{"topic"}),
+		buffered: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "lockstream_history_buffered_records",
+			Help: "Records polled by the history writer and not yet stored (bounded by the flush size).",
+		}),
+	}
+	for _, table := range []string{"readings", "events"} {
+		m.rows.WithLabelValues(table)
+	}
+	if err := metrics.RegisterAll(reg, m.rows, m.insertSeconds, m.failures, m.skipped, m.buffered); err != nil {
+		return nil, fmt.Errorf("registering history metrics: %w", err)
+	}
+	return m, nil
 }
