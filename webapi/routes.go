@@ -91,6 +91,8 @@ func (s *Server) routes() *chi.Mux {
 		r.Get("/v1/clients/{id}/deliveries", s.handle(s.listClientDeliveries))
 		r.Get("/v1/deliveries/{id}", s.handle(s.getDelivery))
 		r.Post("/v1/deliveries/{id}/retry", s.handle(s.retryDelivery))
+
+		r.Post("/notification", s.handle(s.postNotification))
 	})
 	return r
 }

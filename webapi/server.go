@@ -305,6 +305,9 @@ type Server struct {
 
 	// console serves /console; see WithConsole.
 	console http.Handler
+
+	// notifications publishes POST /notification; see WithNotificationPublisher.
+	notifications NotificationPublisher
 }
 
 // New builds the server. checks names the stores GET /readyz pings (for instance

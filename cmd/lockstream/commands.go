@@ -46,7 +46,8 @@ func commands() []command {
 	storeSettings := []string{"pg-url", "redis-url", "redis-prefix", "clickhouse-url", "metrics-addr"}
 	kafkaSettings := []string{"kafka-brokers", "kafka-partitions", "kafka-topic-prefix"}
 	apiSettings := []string{"http-addr", "admin-token", "ingest-token", "push-token",
-		"http-read-timeout", "http-write-timeout", "http-idle-timeout", "secret-key", "secret-overlap", "data-dir"}
+		"http-read-timeout", "http-write-timeout", "http-idle-timeout", "secret-key", "secret-overlap", "data-dir",
+		"amqp-url", "amqp-exchange"}
 	heartbeatSettings := []string{"heartbeat-timeout", "heartbeat-sweep-interval"}
 	return []command{
 		{
@@ -101,6 +102,12 @@ func commands() []command {
 			settings: concat([]string{"retention", "history-retention", "maintain-interval"}, storeSettings, kafkaSettings),
 			run:      runDaemonsCommand(usesPostgres|usesClickHouse, maintainDaemon, metricsDaemon),
 		},
+		{
+			name:     "bridge",
+			summary:  "the intake bridges: AMQP (RabbitMQ) and MQTT (Mosquitto) messages → readings on Kafka, acknowledged once Kafka has them",
+			settings: concat(bridgeSettings, []string{"metrics-addr"}, kafkaSettings),
+			run:      runDaemonsCommand(0, bridgeDaemon, metricsDaemon),
+		},
 		simulateCommand(kafkaSettings),
 		benchCommand(kafkaSettings),
 		{
@@ -122,6 +129,14 @@ func commands() []command {
 			run:      runAll,
 		},
 	}
+}
+
+// closeBoth returns a close that runs a (when not nil), then b.
+func closeBoth(a, b func()) func() {
+	if a == nil {
+		return b
+	}
+	return func() { a(); b() }
 }
 
 func concat(groups ...[]string) []string {
@@ -343,13 +358,21 @@ func apiDaemon(ctx context.Context, n *node) (daemon, error) {
 		webapi.WithSensorStatus(hooks),
 		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks), webapi.WithConsole(con.Handler())}
 	d := daemon{name: "api"}
+	publisher, err := n.notificationPublisher()
+	if err != nil {
+		return daemon{}, err
+	}
+	if publisher != nil {
+		opts = append(opts, webapi.WithNotificationPublisher(publisher))
+		d.close = publisher.Close
+	}
 	if len(n.stream.Brokers) > 0 {
 		client, err := kgo.NewClient(append(stream.ClientOpts(n.stream), stream.WithLogger(n.logger),
 			stream.ClientMetrics(n.reg, "api"))...)
 		if err != nil {
 			return daemon{}, fmt.Errorf("api: kafka client: %w", err)
 		}
-		d.close = client.Close
+		d.close = closeBoth(d.close, client.Close)
 		opts = append(opts, webapi.WithReadingPublisher(stream.NewReadingPublisher(n.stream, client)))
 	}
 	cfg, err := n.apiConfig()
@@ -468,8 +491,12 @@ func runAll(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logge
 		n.stream.Brokers = broker.Addrs()
 		logger.Info("embedded Kafka broker started", "addr", embeddedBrokerAddr, "dir", dir)
 	}
-	return n.run(ctx, apiDaemon, consumerDaemon, historyDaemon, heartbeatDaemon, fanoutDaemon, retrierDaemon,
-		maintainDaemon, statsDaemon(stdout))
+	daemons := []daemonFactory{apiDaemon, consumerDaemon, historyDaemon, heartbeatDaemon, fanoutDaemon, retrierDaemon,
+		maintainDaemon, statsDaemon(stdout)}
+	if bridgesConfigured(v) {
+		daemons = append(daemons, bridgeDaemon)
+	}
+	return n.run(ctx, daemons...)
 }
 
 // embeddedBrokerAddr is where `all` serves its embedded broker, so kcat and

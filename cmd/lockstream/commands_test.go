@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/bridge/bridgetest"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream/streamtest"
 )
@@ -40,6 +41,9 @@ func TestEveryDaemonCommandStartsAndStops(t *testing.T) {
 			httpAddr, metricsAddr := freeAddr(t), freeAddr(t)
 			t.Setenv("LOCKSTREAM_HTTP_ADDR", httpAddr)
 			t.Setenv("LOCKSTREAM_METRICS_ADDR", metricsAddr)
+			if c.name == "bridge" {
+				bridgeBrokers(t)
+			}
 			ctx, cancel := context.WithCancel(context.Background())
 			var logs syncBuffer
 			exited := make(chan int, 1)
@@ -79,5 +83,26 @@ func TestEveryDaemonCommandStartsAndStops(t *testing.T) {
 				t.Fatalf("%s did not stop within %v", c.name, waitLimit)
 			}
 		})
+	}
+}
+
+// bridgeBrokers points the bridge at the local RabbitMQ and Mosquitto, on an
+// exchange, queue, topic and session of the test's own.
+func bridgeBrokers(t *testing.T) {
+	t.Helper()
+	broker := bridgetest.DialAMQP(t)
+	suffix := bridgetest.Suffix(t)
+	broker.Exchange("lstest." + suffix)
+	broker.DeleteQueueAtEnd("lstest.recorder." + suffix)
+	bridgetest.EndSession(t, "lstest-bridge-"+suffix)
+	for k, v := range map[string]string{
+		"LOCKSTREAM_AMQP_URL":       broker.URL,
+		"LOCKSTREAM_AMQP_EXCHANGE":  "lstest." + suffix,
+		"LOCKSTREAM_AMQP_QUEUE":     "lstest.recorder." + suffix,
+		"LOCKSTREAM_MQTT_URL":       bridgetest.MQTTURL(t),
+		"LOCKSTREAM_MQTT_TOPIC":     "lstest/" + suffix + "/readings/+",
+		"LOCKSTREAM_MQTT_CLIENT_ID": "lstest-bridge-" + suffix,
+	} {
+		t.Setenv(k, v)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lockstream/lockstream/bench"
+	"github.com/lockstream/lockstream/bridge/mqtt"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
 )
@@ -35,20 +36,35 @@ func toolStream(v *values) (stream.Config, error) {
 }
 
 func simulateCommand(kafkaSettings []string) command {
-	var sim stream.SimulateConfig
+	var (
+		sim        stream.SimulateConfig
+		mqttURL    string
+		mqttPrefix string
+	)
 	return command{
 		name:     "simulate",
-		summary:  "publish readings of a simulated fleet to Kafka (default: a running `all`'s embedded broker)",
+		summary:  "publish readings of a simulated fleet to Kafka (default: a running `all`'s embedded broker) or over MQTT",
 		settings: kafkaSettings,
 		flags: func(fs *flag.FlagSet) {
 			fs.IntVar(&sim.Sensors, "sensors", stream.DefaultSimSensors, "fleet size")
+			fs.IntVar(&sim.FirstSensor, "first-sensor", 0, "number of the fleet's first sensor (two fleets must not share sensors)")
 			fs.Float64Var(&sim.Rate, "rate", stream.DefaultSimRate, "readings per second of the whole fleet")
 			fs.Float64Var(&sim.Flip, "flip", stream.DefaultSimFlip, "probability that a reading changes its sensor's state")
 			fs.Float64Var(&sim.SilentFraction, "silent", stream.DefaultSimSilentFraction, "share of sensors that fall silent")
 			fs.DurationVar(&sim.SilentAfter, "silent-after", stream.DefaultSimSilentAfter, "when the silent sensors stop")
 			fs.DurationVar(&sim.Duration, "duration", 0, "stop after this long (0 = until interrupted)")
+			fs.StringVar(&mqttURL, "mqtt-url", "", "publish over MQTT to this broker (QoS 1, the MQTT bridge's way in) instead of to Kafka")
+			fs.StringVar(&mqttPrefix, "mqtt-topic-prefix", "lockstream/readings/", "MQTT: readings go to this prefix + the sensor id")
 		},
 		run: func(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logger) error {
+			if mqttURL != "" {
+				pub, err := mqtt.NewPublisher(ctx, mqttURL, mqttPrefix, 2)
+				if err != nil {
+					return fmt.Errorf("simulate: %w", err)
+				}
+				defer pub.Close()
+				return simulated(stream.Simulate(ctx, pub, sim, stdout))
+			}
 			cfg, err := toolStream(v)
 			if err != nil {
 				return err
@@ -62,13 +78,17 @@ func simulateCommand(kafkaSettings []string) command {
 				return fmt.Errorf("simulate: %w", err)
 			}
 			sim.Topic = cfg.ReadingsTopic()
-			err = stream.Simulate(ctx, client, sim, stdout)
-			if errors.Is(err, context.Canceled) {
-				return nil
-			}
-			return err
+			return simulated(stream.Simulate(ctx, client, sim, stdout))
 		},
 	}
+}
+
+// simulated is a simulation's error, with an interrupt as a clean stop.
+func simulated(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
 }
 
 func benchCommand(kafkaSettings []string) command {
@@ -170,6 +190,9 @@ type statColumn struct{ label, metric string }
 func statColumns() []statColumn {
 	return []statColumn{
 		{"readings/s", "lockstream_readings_consumed_total"},
+		// Readings the bridges took in (counted again in readings/s once consumed).
+		{"via mqtt/s", "lockstream_mqtt_produced_total"},
+		{"via amqp/s", "lockstream_amqp_produced_total"},
 		{"changes/s", "lockstream_readings_changed_total"},
 		{"dlq/s", "lockstream_readings_rejected_total"},
 		{"history rows/s", "lockstream_history_rows_written_total"},
