@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -221,16 +223,75 @@ func backfillInbox(ctx context.Context, tx pgx.Tx, memberID, clientID string, b 
 
 // FreeFormNotification is a notification that is not about a sensor, from
 // another service (POST /v1/notifications, the AMQP bridge): it reaches the
-// inbox of one member, or of every member of one client.
+// inbox of one member, or of every member of one client. Its JSON form is the
+// body of POST /v1/notifications.
 type FreeFormNotification struct {
 	// MemberID or ClientID (exactly one) says whose inboxes it reaches.
-	MemberID string
-	ClientID string
+	MemberID string `json:"member_id,omitempty"`
+	ClientID string `json:"client_id,omitempty"`
 	// Type is the message type (a word: letters, digits, '_' or '-').
-	Type    string
-	Subject string
+	Type    string `json:"type"`
+	Subject string `json:"subject"`
 	// Message is any JSON value, or nil.
-	Message json.RawMessage
+	Message json.RawMessage `json:"message,omitempty"`
+	// Email asks for an email to each addressed member that has an address.
+	Email bool `json:"email,omitempty"`
+}
+
+// Limits of a free-form notification.
+const (
+	// MaxSubjectLen bounds the subject, in bytes.
+	MaxSubjectLen = 1000
+	// MaxMessageLen bounds the message's JSON, in bytes: it is stored in every
+	// addressed inbox.
+	MaxMessageLen = 16 << 10
+)
+
+// messageTypeRE is a message type: an event type or a free-form notification's.
+var messageTypeRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidMessageType reports whether t can be a message type: 1 to 64 letters,
+// digits, '_' or '-' (it is also the last word of an AMQP routing key).
+func ValidMessageType(t string) bool { return messageTypeRE.MatchString(t) }
+
+// FieldError names one invalid field of an input and says what is wrong.
+type FieldError struct {
+	Field  string
+	Detail string
+}
+
+// Check returns every invalid field of n; none for a notification
+// RecordNotification can take.
+func (n FreeFormNotification) Check() []FieldError {
+	var errs []FieldError
+	add := func(field, format string, args ...any) {
+		errs = append(errs, FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
+	}
+	switch {
+	case n.ClientID == "" && n.MemberID == "":
+		add("member_id", "one of member_id and client_id is required")
+	case n.ClientID != "" && n.MemberID != "":
+		add("client_id", "give member_id or client_id, not both")
+	case n.ClientID != "" && uuid.Validate(n.ClientID) != nil:
+		add("client_id", "must be a client id (a UUID), got %q", n.ClientID)
+	case n.MemberID != "" && uuid.Validate(n.MemberID) != nil:
+		add("member_id", "must be a member id (a UUID), got %q", n.MemberID)
+	}
+	if !ValidMessageType(n.Type) {
+		add("type", "must be 1 to 64 letters, digits, '_' or '-', got %q", n.Type)
+	}
+	switch {
+	case strings.TrimSpace(n.Subject) == "":
+		add("subject", "is required")
+	case !utf8.ValidString(n.Subject):
+		add("subject", "must be valid UTF-8")
+	case len(n.Subject) > MaxSubjectLen:
+		add("subject", "must be at most %d bytes", MaxSubjectLen)
+	}
+	if len(n.Message) > MaxMessageLen {
+		add("message", "must be at most %d bytes of JSON", MaxMessageLen)
+	}
+	return errs
 }
 
 // RecordedNotification says what RecordNotification did.
@@ -239,6 +300,8 @@ type RecordedNotification struct {
 	Messages int
 	// Members lists the members reached, with their message.
 	Members []RecordedMessage
+	// Emails is the number of emails queued in the outbox.
+	Emails int
 }
 
 // RecordedMessage is one message a free-form notification added.
@@ -262,7 +325,7 @@ func (p *Postgres) RecordNotification(ctx context.Context, n FreeFormNotificatio
 		return RecordedNotification{}, fmt.Errorf("recording a notification for %q%q: %w", n.MemberID, n.ClientID, ErrNotFound)
 	}
 	var message []byte
-	if len(n.Message) > 0 {
+	if len(n.Message) > 0 && string(n.Message) != "null" {
 		message = n.Message
 	}
 	var out RecordedNotification
