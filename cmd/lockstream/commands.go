@@ -42,7 +42,7 @@ type command struct {
 func commands() []command {
 	storeSettings := []string{"pg-url", "redis-url", "redis-prefix", "clickhouse-url", "metrics-addr"}
 	kafkaSettings := []string{"kafka-brokers", "kafka-partitions", "kafka-topic-prefix"}
-	apiSettings := []string{"http-addr", "admin-token", "ingest-token", "push-token"}
+	apiSettings := []string{"http-addr", "admin-token", "ingest-token", "push-token", "new-member-window"}
 	heartbeatSettings := []string{"heartbeat-timeout", "heartbeat-sweep-interval"}
 	return []command{
 		{
@@ -81,7 +81,7 @@ func commands() []command {
 			name:     "fanout",
 			summary:  "the fan-out: events → one notification and delivery per linked client and channel (the outbox)",
 			settings: concat(storeSettings, kafkaSettings),
-			run:      runDaemonsCommand(usesPostgres, fanoutDaemon, metricsDaemon),
+			run:      runDaemonsCommand(usesPostgres, fanoutDaemon, inboxPartitionsDaemon, metricsDaemon),
 		},
 		{
 			name:    "retrier",
@@ -298,9 +298,14 @@ func apiDaemon(_ context.Context, n *node) (daemon, error) {
 	if err != nil {
 		return daemon{}, err
 	}
+	inboxCfg, err := inboxConfig(n.v)
+	if err != nil {
+		return daemon{}, err
+	}
 	opts := []webapi.Option{webapi.WithHistory(n.ch), webapi.WithDeliveries(n.pg, n.ch), webapi.WithPushes(n.pg, n.ch),
 		webapi.WithSensorStatus(tracker),
-		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks), webapi.WithConsole(con.Handler())}
+		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks), webapi.WithConsole(con.Handler()),
+		webapi.WithInbox(n.pg, n.pg, n.redis, inboxCfg)}
 	d := daemon{name: "api"}
 	if len(n.stream.Brokers) > 0 {
 		client, err := kgo.NewClient(append(stream.ClientOpts(n.stream), stream.WithLogger(n.logger))...)
@@ -400,8 +405,8 @@ func runAll(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logge
 		n.stream.Brokers = broker.Addrs()
 		logger.Info("embedded Kafka broker started", "addr", embeddedBrokerAddr, "dir", dir)
 	}
-	return n.run(ctx, apiDaemon, consumerDaemon, historyDaemon, heartbeatDaemon, fanoutDaemon, retrierDaemon,
-		statsDaemon(stdout))
+	return n.run(ctx, apiDaemon, consumerDaemon, historyDaemon, heartbeatDaemon, fanoutDaemon, inboxPartitionsDaemon,
+		retrierDaemon, statsDaemon(stdout))
 }
 
 // embeddedBrokerAddr is where `all` serves its embedded broker, so kcat and
