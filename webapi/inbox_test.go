@@ -59,11 +59,11 @@ func newInboxAPI(t *testing.T, cfg webapi.InboxConfig) *testAPI {
 }
 
 type memberJSON struct {
-	ID          string           `json:"id"`
-	ClientID    string           `json:"client_id"`
-	Name        string           `json:"name"`
-	Email       *string          `json:"email"`
-	Timezone    string           `json:"timezone"`
+	ID          string  `json:"id"`
+	ClientID    string  `json:"client_id"`
+	Name        string  `json:"name"`
+	Email       *string `json:"email"`
+	Timezone    string  `json:"timezone"`
 	Preferences struct {
 		Email       string   `json:"email"`
 		Push        bool     `json:"push"`
@@ -150,7 +150,7 @@ func TestMemberRoutes(t *testing.T) {
 
 	a.request("POST", "/v1/clients/"+c.ID+"/members", map[string]any{
 		"email": "not an address", "timezone": "Mars/Olympus",
-		"preferences": map[string]any{"email": "sometimes", "digest_times": []string{"9:00", "25:00", "08:00", "08:00"}},
+		"preferences":  map[string]any{"email": "sometimes", "digest_times": []string{"9:00", "25:00", "08:00", "08:00"}},
 		"push_targets": []map[string]any{{"platform": "BLACKBERRY", "push_key": "k"}},
 	}).expectInvalid("name", "email", "timezone", "preferences.email", "preferences.digest_times[0]",
 		"preferences.digest_times[1]", "preferences.digest_times[3]", "push_targets[0].platform")
