@@ -17,13 +17,9 @@ import (
 // InboxChannel is the Postgres NOTIFY channel every inbox write announces its
 // new messages on, in the writing transaction: listeners hear of them only once
 // they are committed. A payload is a comma-separated list of
-// "<member id>:<newest seq>" (at most inboxNotifyChunk pairs, well under the
-// 8000-byte payload limit); a write for many members sends several.
+// "<member id>:<newest seq>", at most 120 pairs (120 × (36 + 1 + 19 + 1) bytes,
+// under Postgres's 8000-byte limit); a write for many members sends several.
 const InboxChannel = "lockstream_inbox"
-
-// inboxNotifyChunk bounds the pairs of one NOTIFY payload: 120 × (36 + 1 + 19 + 1)
-// bytes at most, under Postgres's 8000.
-const inboxNotifyChunk = 120
 
 // The causes of a message.
 const (
