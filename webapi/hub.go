@@ -46,8 +46,10 @@ type hub struct {
 // subscriber is one connected stream.
 type subscriber struct {
 	member string
-	// out is the stream's buffer; only the hub's fetch loop sends on it.
-	out chan storage.InboxMessage
+	// out is the stream's buffer; only the hub's fetch loop sends on it. It holds
+	// pointers: a buffer of values would cost its whole capacity of messages per
+	// stream, even idle.
+	out chan *storage.InboxMessage
 	// gone is closed when the hub drops the stream (shutdown).
 	gone     chan struct{}
 	goneOnce sync.Once
@@ -75,7 +77,7 @@ func newHub(store InboxStore, cfg InboxConfig, metrics *streamMetrics, logger *s
 // subscribe registers a stream of member positioned after seq pos; the hub
 // replays what follows at once.
 func (h *hub) subscribe(member string, pos, replayUpTo int64) *subscriber {
-	sub := &subscriber{member: member, out: make(chan storage.InboxMessage, h.cfg.StreamBuffer),
+	sub := &subscriber{member: member, out: make(chan *storage.InboxMessage, h.cfg.StreamBuffer),
 		gone: make(chan struct{}), replayUpTo: replayUpTo, pos: pos}
 	h.mu.Lock()
 	if h.stopped {
@@ -299,7 +301,8 @@ func (h *hub) deliver(jobs []fetchJob, messages [][]storage.InboxMessage) {
 		if _, ok := h.streams[j.sub.member][j.sub]; !ok {
 			continue // gone meanwhile
 		}
-		for _, m := range messages[i] {
+		for k := range messages[i] {
+			m := &messages[i][k]
 			if m.Seq <= j.sub.pos {
 				continue
 			}

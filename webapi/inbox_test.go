@@ -688,3 +688,82 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name, label, value str
 	}
 	return 0
 }
+
+// Over HTTP/2 the connection cannot be taken over; the stream is served through
+// the ResponseWriter instead, with the same events.
+func TestStreamOverHTTP2(t *testing.T) {
+	t.Parallel()
+	stores := storagetest.New(t)
+	reg := prometheus.NewRegistry()
+	server, err := webapi.New(webapi.Config{AdminToken: testToken}, stores.Postgres, nil, reg, reg,
+		slog.New(slog.DiscardHandler), webapi.WithInbox(stores.Postgres, stores.Postgres, stores.Redis,
+			webapi.InboxConfig{StreamPing: 50 * time.Millisecond}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewUnstartedServer(server.Handler())
+	ts.EnableHTTP2 = true
+	ts.StartTLS()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = server.RunStreams(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		ts.Close()
+	})
+	c := tlsCall(t, ts, "POST", "/v1/clients", testToken, map[string]any{"name": "h2", "webhook_url": "https://example.com/h"})
+	m := tlsCall(t, ts, "POST", "/v1/clients/"+c["id"].(string)+"/members", testToken, map[string]any{"name": "Alice"})
+	ticket := tlsCall(t, ts, "POST", "/v1/stream/tickets", m["token"].(string), nil)
+
+	req, _ := http.NewRequestWithContext(ctx, "GET", ts.URL+"/v1/stream?ticket="+url.QueryEscape(ticket["ticket"].(string)), nil)
+	resp, err := ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("stream over %s: %s %q", resp.Proto, resp.Status, resp.Header.Get("Content-Type"))
+	}
+	if _, err := stores.Postgres.RecordNotification(context.Background(), storage.FreeFormNotification{
+		MemberID: m["id"].(string), Type: "note", Subject: "over h2"}); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	var events []string
+	for sc.Scan() && len(events) < 2 {
+		if line := sc.Text(); strings.HasPrefix(line, "event: ") {
+			events = append(events, line)
+		} else if strings.HasPrefix(line, "data: ") && len(events) == 2 && !strings.Contains(line, "over h2") {
+			t.Fatalf("message %s", line)
+		}
+	}
+	if !slices.Equal(events, []string{"event: hello", "event: message"}) {
+		t.Fatalf("events over HTTP/2: %v", events)
+	}
+}
+
+// tlsCall makes one request to a TLS test server and decodes its JSON answer.
+func tlsCall(t *testing.T, ts *httptest.Server, method, path, token string, body any) map[string]any {
+	t.Helper()
+	var reader io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		reader = strings.NewReader(string(b))
+	}
+	req, _ := http.NewRequest(method, ts.URL+path, reader)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]any{}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode >= 300 {
+		t.Fatalf("%s %s: %s %v %v", method, path, resp.Status, out, err)
+	}
+	return out
+}
