@@ -393,8 +393,8 @@ func apiMemory(b *testing.B, api string) processMemory {
 	b.Helper()
 	m := scrape(b, api)
 	return processMemory{rss: int64(m["process_resident_memory_bytes"]),
-		goBytes:    int64(m["go_memstats_heap_inuse_bytes"] + m["go_memstats_stack_inuse_bytes"]),
-		stack: int64(m["go_memstats_stack_inuse_bytes"]), goroutines: int64(m["go_goroutines"])}
+		goBytes: int64(m["go_memstats_heap_inuse_bytes"] + m["go_memstats_stack_inuse_bytes"]),
+		stack:   int64(m["go_memstats_stack_inuse_bytes"]), goroutines: int64(m["go_goroutines"])}
 }
 
 // scrape reads the unlabelled series of the api process's /metrics.
