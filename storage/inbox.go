@@ -95,10 +95,11 @@ func scanInboxMessage(row pgx.Row, extra ...any) (InboxMessage, error) {
 //     member's count: seqs are taken under the lock and committed with the
 //     messages, so they have no gap and no duplicate whatever the number of
 //     writers;
-//   - inserts the messages with seqs base+1, base+2… in ord order;
-//   - NOTIFYs InboxChannel with each member's newest seq, delivered on commit.
+//   - inserts the messages with seqs base+1, base+2… in ord order.
 //
-// A member deleted meanwhile has no member_inbox row and gets nothing.
+// A member deleted meanwhile has no member_inbox row and gets nothing. What
+// follows it announces the messages on InboxChannel: inboxWriteRows (the writer
+// then calls notifyInbox) or inboxWriteCount.
 const inboxWrite = `
 ), c AS (
 	SELECT member_id, count(*) AS n FROM t GROUP BY member_id
@@ -119,17 +120,30 @@ const inboxWrite = `
 	       t.client_id, t.notification_id, t.type, t.sensor_id, t.data, t.previous, t.event_at, t.severity, t.cause,
 	       t.subject, t.message
 	FROM t JOIN bumped b ON b.member_id = t.member_id
-	RETURNING member_id, seq, id
-), notified AS (
+	RETURNING *
+)
+`
+
+// inboxWriteRows ends an inbox write by returning the messages added, with their
+// sensor's address, for notifyInbox (inboxPayloads reads them in this order).
+const inboxWriteRows = inboxWrite + `SELECT ` + inboxRowColumns + `
+	FROM ins m LEFT JOIN sensors s ON s.id = m.sensor_id
+	ORDER BY m.notification_id, m.member_id`
+
+// inboxRowColumns are what inboxWriteRows returns of each message: the
+// notification it belongs to and the columns of inboxColumns (m = the inserted
+// rows).
+const inboxRowColumns = `coalesce(m.notification_id::text, ''), ` + inboxColumns
+
+// inboxWriteCount ends an inbox write by NOTIFYing pointers (<member id>:<newest
+// seq>, 120 a payload) in SQL and answering how many messages it added; the
+// count of notified forces the NOTIFYs to run.
+const inboxWriteCount = inboxWrite + `, notified AS (
 	SELECT pg_notify('` + InboxChannel + `', string_agg(member_id::text || ':' || last_seq, ','))
 	FROM (SELECT member_id, last_seq, (row_number() OVER () - 1) / 120 AS chunk FROM bumped) x
 	GROUP BY chunk
 )
-`
-
-// inboxWriteCount is the end of an inbox write that answers how many messages it
-// added (the count of notified forces the NOTIFYs to run).
-const inboxWriteCount = inboxWrite + `SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM notified)`
+SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM notified)`
 
 // eventSeverity is the severity of a sensor event's message: a connection lost
 // while unlocked is critical, another loss a warning, anything else info.
@@ -166,8 +180,7 @@ func insertEventMessages(ctx context.Context, tx pgx.Tx, events []NotificationIn
 		types[i], sensors[i], times[i] = e.Type, e.SensorID, e.At
 		data[i], previous[i] = outboxInt16Ptr(e.Data), outboxInt16Ptr(e.Previous)
 	}
-	var added, notified int
-	err := tx.QueryRow(ctx, `
+	rows, err := tx.Query(ctx, `
 		WITH nn AS (
 			SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::int2[], $6::int2[],
 			                     $7::timestamptz[], $8::int[])
@@ -177,12 +190,35 @@ func insertEventMessages(ctx context.Context, tx pgx.Tx, events []NotificationIn
 			       nn.event_at, `+fmt.Sprintf(eventSeverity, "nn")+` AS severity, 'event' AS cause,
 			       NULL::text AS subject, NULL::jsonb AS message, nn.ord
 			FROM nn JOIN members m ON m.client_id = nn.client_id
-		`+inboxWriteCount,
-		ids, clients, types, sensors, data, previous, times, ords).Scan(&added, &notified)
+		`+inboxWriteRows,
+		ids, clients, types, sensors, data, previous, times, ords)
 	if err != nil {
 		return 0, fmt.Errorf("inserting inbox messages: %w", err)
 	}
-	return added, nil
+	added, err := collectAdded(rows)
+	if err != nil {
+		return 0, fmt.Errorf("inserting inbox messages: %w", err)
+	}
+	if err := notifyInbox(ctx, tx, added); err != nil {
+		return 0, err
+	}
+	return len(added), nil
+}
+
+// addedMessage is a message an inbox write added, with the notification it
+// belongs to ("" for a free-form one).
+type addedMessage struct {
+	InboxMessage
+	notification string
+}
+
+func collectAdded(rows pgx.Rows) ([]addedMessage, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (addedMessage, error) {
+		var a addedMessage
+		m, err := scanInboxMessage(row, &a.notification)
+		a.InboxMessage = m
+		return a, err
+	})
 }
 
 // backfillInbox copies into the new member's inbox the client's notifications of
@@ -342,20 +378,19 @@ func (p *Postgres) RecordNotification(ctx context.Context, n FreeFormNotificatio
 				       'info' AS severity, 'event' AS cause, $4::text AS subject, $5::jsonb AS message, 1 AS ord
 				FROM members m
 				WHERE ($1::uuid IS NOT NULL AND m.id = $1) OR ($2::uuid IS NOT NULL AND m.client_id = $2)
-			`+inboxWrite+`SELECT member_id::text, id::text, seq, (SELECT count(*) FROM notified) FROM ins`,
+			`+inboxWriteRows,
 			member, client, n.Type, n.Subject, message)
 		if err != nil {
 			return err
 		}
-		out.Members, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (RecordedMessage, error) {
-			var (
-				m        RecordedMessage
-				notified int
-			)
-			err := row.Scan(&m.MemberID, &m.MessageID, &m.Seq, &notified)
-			return m, err
-		})
-		return err
+		added, err := collectAdded(rows)
+		if err != nil {
+			return err
+		}
+		for _, a := range added {
+			out.Members = append(out.Members, RecordedMessage{MemberID: a.MemberID, MessageID: a.ID, Seq: a.Seq})
+		}
+		return notifyInbox(ctx, tx, added)
 	})
 	if err != nil {
 		return RecordedNotification{}, fmt.Errorf("recording a %s notification: %w", n.Type, mapError(err))
@@ -599,36 +634,12 @@ func (p *Postgres) InboxAfter(ctx context.Context, cursors []InboxCursor) ([][]I
 	return out, nil
 }
 
-// InboxNotice is one pair of an InboxChannel payload: the member's inbox reached
-// seq Seq.
-type InboxNotice struct {
-	MemberID string
-	Seq      int64
-}
-
-// ParseInboxNotices reads an InboxChannel payload; malformed pairs are skipped.
-func ParseInboxNotices(payload string) []InboxNotice {
-	var out []InboxNotice
-	for pair := range strings.SplitSeq(payload, ",") {
-		member, seq, ok := strings.Cut(pair, ":")
-		if !ok || uuid.Validate(member) != nil {
-			continue
-		}
-		var n int64
-		if _, err := fmt.Sscan(seq, &n); err != nil {
-			continue
-		}
-		out = append(out, InboxNotice{MemberID: member, Seq: n})
-	}
-	return out
-}
-
 // ListenInbox listens on InboxChannel on a connection of its own (taken out of
-// the pool) and calls notice for every pair of every payload, in order, until
-// ctx ends (it then returns nil) or the connection fails (it returns the error;
+// the pool) and calls notice with every payload, parsed, in order, until ctx
+// ends (it then returns nil) or the connection fails (it returns the error;
 // call it again). ready is called once the LISTEN is in place: a caller that
 // missed notifications while not listening must catch up after it.
-func (p *Postgres) ListenInbox(ctx context.Context, ready func(), notice func([]InboxNotice)) error {
+func (p *Postgres) ListenInbox(ctx context.Context, ready func(), notice func(InboxNews)) error {
 	pooled, err := p.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("listening for inbox messages: %w", err)
@@ -648,7 +659,7 @@ func (p *Postgres) ListenInbox(ctx context.Context, ready func(), notice func([]
 		if err != nil {
 			return fmt.Errorf("waiting for inbox messages: %w", err)
 		}
-		notice(ParseInboxNotices(n.Payload))
+		notice(ParseInboxNews(n.Payload))
 	}
 }
 

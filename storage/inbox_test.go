@@ -107,7 +107,14 @@ func TestInboxConcurrentWritersNoGapNoDuplicate(t *testing.T) {
 	ctx, cancel := context.WithCancel(f.ctx)
 	defer cancel()
 	go func() {
-		_ = f.pg.ListenInbox(ctx, func() { close(listening) }, func(ns []storage.InboxNotice) {
+		_ = f.pg.ListenInbox(ctx, func() { close(listening) }, func(news storage.InboxNews) {
+			ns := news.Pointers
+			for _, m := range news.Messages {
+				if m.ID == "" || m.ClientID == "" || m.Type == "" {
+					t.Errorf("a message announced without its fields: %+v", m)
+				}
+				ns = append(ns, storage.InboxNotice{MemberID: m.MemberID, Seq: m.Seq})
+			}
 			for _, n := range ns {
 				if old, ok := notices.Load(n.MemberID); !ok || old.(int64) < n.Seq {
 					notices.Store(n.MemberID, n.Seq)

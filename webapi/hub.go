@@ -13,18 +13,19 @@ import (
 	"github.com/lockstream/lockstream/storage"
 )
 
-// hub feeds the streams connected to this process. It is the one reader of the
-// inbox for all of them: it listens on Postgres (storage.InboxChannel, NOTIFY
-// sent by every inbox write in its transaction, so heard only once committed,
-// whichever process wrote) and, for the streams whose member has news, reads
-// what each is missing, in one query per batch of streams, and queues it in the
-// stream's bounded buffer.
+// hub feeds the streams connected to this process. It listens on Postgres
+// (storage.InboxChannel: NOTIFY sent by every inbox write in its transaction,
+// so heard only once committed, whichever process wrote). A new message that
+// comes whole in the notification and follows a stream's position right away
+// is queued in the stream's bounded buffer at once (direct delivery, no read).
+// Anything else — replay on connect, a pointer, a gap — marks the stream, and
+// the fetch loop reads what each marked stream is missing ("stored after its
+// position, in seq order"), in one query per batch of streams.
 //
-// Delivery is always "what is stored after the stream's position, in seq
-// order": replay on connect and live delivery are the same read, so a stream
-// gets no gap and no duplicate whatever the timing of notifications, and a
-// missed notification (the listening connection broke) costs only a re-read of
-// every stream. The hub never blocks on a stream: it reads for a stream only
+// Both paths queue only the seq right after the stream's position, so a stream
+// gets no gap and no duplicate whatever the timing of notifications and reads,
+// and a missed notification (the listening connection broke) costs only a
+// re-read of every stream. The hub never blocks on a stream: it reads for a stream only
 // what fits in its buffer; a stream whose buffer is full waits (stalled) until
 // its writer drains it, and a writer that cannot write within the write timeout
 // is cut off (the client resumes by replay). Memory is bounded by streams ×
@@ -136,11 +137,27 @@ func (h *hub) drained(sub *subscriber) {
 	h.signal()
 }
 
-// notice marks the streams of members whose inbox moved past their position.
-func (h *hub) notice(ns []storage.InboxNotice) {
+// notice serves news from Postgres. A message that follows a stream's position
+// right away is queued at once (direct delivery, no read); a pointer, or a
+// message after a gap (the stream is still replaying, or missed something) or
+// for a full buffer, marks the stream for the fetch loop to read.
+func (h *hub) notice(news storage.InboxNews) {
 	marked := false
 	h.mu.Lock()
-	for _, n := range ns {
+	for i := range news.Messages {
+		m := &news.Messages[i]
+		for sub := range h.streams[m.MemberID] {
+			switch {
+			case m.Seq <= sub.pos:
+			case m.Seq == sub.pos+1 && h.queue(sub, m):
+			default:
+				sub.gen++
+				h.dirty[sub] = struct{}{}
+				marked = true
+			}
+		}
+	}
+	for _, n := range news.Pointers {
 		for sub := range h.streams[n.MemberID] {
 			if n.Seq > sub.pos {
 				sub.gen++
@@ -152,6 +169,19 @@ func (h *hub) notice(ns []storage.InboxNotice) {
 	h.mu.Unlock()
 	if marked {
 		h.signal()
+	}
+}
+
+// queue puts m in sub's buffer unless it is full; h.mu is held.
+func (h *hub) queue(sub *subscriber, m *storage.InboxMessage) bool {
+	select {
+	case sub.out <- m:
+		sub.pos = m.Seq
+		return true
+	default:
+		sub.stalled.Store(true)
+		h.metrics.stalls.Inc()
+		return false
 	}
 }
 
@@ -301,20 +331,20 @@ func (h *hub) deliver(jobs []fetchJob, messages [][]storage.InboxMessage) {
 		if _, ok := h.streams[j.sub.member][j.sub]; !ok {
 			continue // gone meanwhile
 		}
+		full := false
 		for k := range messages[i] {
 			m := &messages[i][k]
 			if m.Seq <= j.sub.pos {
-				continue
+				continue // queued directly meanwhile
 			}
-			select {
-			case j.sub.out <- m:
-				j.sub.pos = m.Seq
-			default:
-				// Unreachable: only this loop sends, and it read no more than the
-				// room there was.
+			if !h.queue(j.sub, m) {
+				// Direct deliveries took the room this read counted on; what is
+				// left is read again once the writer drained some.
+				full = true
+				break
 			}
 		}
-		if len(messages[i]) == j.limit || j.sub.gen != j.gen {
+		if !full && (len(messages[i]) == j.limit || j.sub.gen != j.gen) {
 			h.dirty[j.sub] = struct{}{}
 		}
 	}

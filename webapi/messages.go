@@ -27,7 +27,7 @@ type InboxStore interface {
 	GetInboxState(ctx context.Context, memberID string) (storage.InboxState, error)
 	AckInbox(ctx context.Context, memberID string, seq int64) error
 	InboxAfter(ctx context.Context, cursors []storage.InboxCursor) ([][]storage.InboxMessage, error)
-	ListenInbox(ctx context.Context, ready func(), notice func([]storage.InboxNotice)) error
+	ListenInbox(ctx context.Context, ready func(), notice func(storage.InboxNews)) error
 }
 
 // sensorRef is a message's sensor.
