@@ -83,6 +83,9 @@ type NotificationsCreated struct {
 	// Superseded counts older undelivered state_changed deliveries made moot, by
 	// channel.
 	Superseded map[Channel]int
+	// InboxMessages is the number of messages put in members' inboxes: one per
+	// new notification and member of its client.
+	InboxMessages int
 }
 
 // Delivery is one channel's job of delivering one notification, with the event it
@@ -168,7 +171,10 @@ func outboxInt16Ptr(v *int) *int16 {
 // channel, target)'s older state_changed deliveries that are not sent or being
 // sent (SCHEDULED, PENDING, RETRY) become SUPERSEDED; an IN_FLIGHT one is
 // superseded by FinishDeliveries if its attempt does not succeed. Events
-// repeated within the batch count once.
+// repeated within the batch count once. Each new notification also puts one
+// message in the inbox of every member of its client, in the same transaction
+// and one more statement (insertEventMessages), so a replayed event adds no
+// message either.
 func (p *Postgres) CreateNotifications(ctx context.Context, events []NotificationInput) (NotificationsCreated, error) {
 	created := NotificationsCreated{Deliveries: map[Channel]int{}, Superseded: map[Channel]int{}}
 	if len(events) == 0 {
@@ -183,11 +189,17 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 		previous = make([]*int16, 0, len(events))
 		times    = make([]time.Time, 0, len(events))
 	)
+	var (
+		unique     = make([]NotificationInput, 0, len(events))
+		eventIndex = make(map[string]int, len(events))
+	)
 	for _, e := range events {
 		if seen[e.EventID] {
 			continue
 		}
 		seen[e.EventID] = true
+		eventIndex[e.EventID] = len(unique)
+		unique = append(unique, e)
 		ids = append(ids, e.EventID)
 		types = append(types, e.Type)
 		sensors = append(sensors, e.SensorID)
@@ -221,23 +233,30 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 				-- Inserted in the events' order, so seq (the column default) follows it.
 				ORDER BY ev.ord
 				ON CONFLICT (notification_id, channel, target, event_at) DO NOTHING
-				RETURNING client_id, sensor_id, event_type, channel, target, event_at
+				RETURNING notification_id, client_id, sensor_id, event_type, channel, target, event_at
 			)
-			SELECT (SELECT count(*) FROM n), client_id::text, sensor_id, event_type, channel, target, event_at FROM d`,
+			SELECT (SELECT count(*) FROM n), d.client_id::text, d.sensor_id, d.event_type, d.channel, d.target,
+			       d.event_at, d.notification_id::text, n.event_id
+			FROM d JOIN n ON n.id = d.notification_id`,
 			ids, types, sensors, data, previous, times)
 		if err != nil {
 			return fmt.Errorf("inserting notifications: %w", err)
 		}
 		type key struct{ client, sensor, channel, target string }
-		newest := map[key]time.Time{}
+		var (
+			newest    = map[key]time.Time{}
+			newNotifs []newNotification
+		)
 		for rows.Next() {
 			var (
-				k         key
-				eventType string
-				at        time.Time
-				count     int
+				k                       key
+				eventType               string
+				at                      time.Time
+				count                   int
+				notificationID, eventID string
 			)
-			if err := rows.Scan(&count, &k.client, &k.sensor, &eventType, &k.channel, &k.target, &at); err != nil {
+			if err := rows.Scan(&count, &k.client, &k.sensor, &eventType, &k.channel, &k.target, &at,
+				&notificationID, &eventID); err != nil {
 				rows.Close()
 				return fmt.Errorf("inserting notifications: %w", err)
 			}
@@ -246,10 +265,18 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 			if eventType == eventTypeStateChanged && at.After(newest[k]) {
 				newest[k] = at
 			}
+			// Every notification has exactly one webhook delivery.
+			if Channel(k.channel) == ChannelWebhook {
+				newNotifs = append(newNotifs, newNotification{id: notificationID, clientID: k.client, event: eventIndex[eventID]})
+			}
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("inserting notifications: %w", err)
+		}
+		// The members' inboxes, in the same transaction: one statement.
+		if created.InboxMessages, err = insertEventMessages(ctx, tx, unique, newNotifs); err != nil {
+			return err
 		}
 		if len(newest) == 0 {
 			return nil

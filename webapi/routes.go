@@ -5,6 +5,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lockstream/lockstream/storage"
 )
 
 // routes declares every route of the API. To add one: write an apiHandler in the
@@ -94,5 +96,52 @@ func (s *Server) routes() *chi.Mux {
 
 		r.Post("/notification", s.handle(s.postNotification))
 	})
+	s.inboxRoutes(r)
 	return r
+}
+
+// inboxRoutes declares the routes of members, their inboxes and live streams.
+func (s *Server) inboxRoutes(r chi.Router) {
+	// Admin: members and free-form notifications.
+	r.Group(func(r chi.Router) {
+		r.Use(s.bounded)
+		r.Use(s.requireToken(bearerAuth{name: "admin", setting: "LOCKSTREAM_ADMIN_TOKEN", realm: "lockstream",
+			disabled: "the admin API is disabled: the server has no admin token"}, s.cfg.AdminToken))
+
+		r.Post("/v1/clients/{id}/members", s.handle(s.createMember))
+		r.Get("/v1/clients/{id}/members", s.handle(s.listClientMembers))
+		r.Get("/v1/members/{id}", s.handle(s.getMember))
+		r.Patch("/v1/members/{id}", s.handle(s.updateMember))
+		r.Delete("/v1/members/{id}", s.handle(s.deleteMember))
+		r.Post("/v1/members/{id}/token", s.handle(s.rotateMemberToken))
+
+		r.Post("/v1/notifications", s.handle(s.createNotification))
+	})
+
+	// A member's own inbox: a member token, or the admin token with ?user=.
+	r.Group(func(r chi.Router) {
+		r.Use(s.bounded)
+		r.Use(s.requireMember(true))
+
+		r.Get("/v1/messages", s.handle(s.listMessages))
+		r.Post("/v1/messages/seen", s.handle(s.markMessages(storage.ActionSeen)))
+		r.Post("/v1/messages/delete", s.handle(s.markMessages(storage.ActionDelete)))
+		r.Get("/v1/messages/{id}", s.handle(s.getMessage))
+		r.Delete("/v1/messages/{id}", s.handle(s.markMessage(storage.ActionDelete)))
+		r.Post("/v1/messages/{id}/seen", s.handle(s.markMessage(storage.ActionSeen)))
+		r.Post("/v1/messages/{id}/unseen", s.handle(s.markMessage(storage.ActionUnseen)))
+		r.Post("/v1/stream/ack", s.handle(s.ackStream))
+	})
+
+	// Tickets: a member token only, so that the stream opened is the member's own.
+	r.Group(func(r chi.Router) {
+		r.Use(s.bounded)
+		r.Use(s.requireMember(false))
+
+		r.Post("/v1/stream/tickets", s.handle(s.createStreamTicket))
+	})
+
+	// The stream: its single-use ticket is its credential (EventSource sends no
+	// Authorization header), and it clears the server's write deadline itself.
+	r.With(s.streaming).Get("/v1/stream", s.handle(s.openStream))
 }

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -308,6 +309,15 @@ type Server struct {
 
 	// notifications publishes POST /notification; see WithNotificationPublisher.
 	notifications NotificationPublisher
+
+	// members, inbox and tickets serve members, inboxes and live streams; see
+	// WithInbox. hub feeds the streams.
+	members       MemberStore
+	inbox         InboxStore
+	tickets       StreamTickets
+	inboxCfg      InboxConfig
+	hub           *hub
+	streamMetrics *streamMetrics
 }
 
 // New builds the server. checks names the stores GET /readyz pings (for instance
@@ -355,6 +365,16 @@ func New(cfg Config, registry Registry, checks map[string]Pinger, reg prometheus
 	for _, opt := range opts {
 		opt(s)
 	}
+	if s.streamMetrics, err = newStreamMetrics(reg); err != nil {
+		return nil, fmt.Errorf("registering stream metrics: %w", err)
+	}
+	s.inboxCfg = s.inboxCfg.WithDefaults()
+	if err := s.inboxCfg.Validate(); err != nil {
+		return nil, err
+	}
+	if s.inbox != nil {
+		s.hub = newHub(s.inbox, s.inboxCfg, s.streamMetrics, logger.With("component", "stream-hub"))
+	}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -398,6 +418,16 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := s.httpServer(ctx, s.handler)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	// The streams end when ctx does, so that shutdown does not wait for them.
+	var streams sync.WaitGroup
+	defer streams.Wait()
+	streamsCtx, stopStreams := context.WithCancel(ctx)
+	defer stopStreams() // first: also when serving failed
+	streams.Go(func() {
+		if err := s.RunStreams(streamsCtx); err != nil {
+			s.logger.ErrorContext(ctx, "the live stream hub failed", "err", err)
+		}
+	})
 	s.logger.InfoContext(ctx, "http server listening", "addr", ln.Addr().String())
 
 	select {

@@ -47,7 +47,7 @@ func commands() []command {
 	kafkaSettings := []string{"kafka-brokers", "kafka-partitions", "kafka-topic-prefix"}
 	apiSettings := []string{"http-addr", "admin-token", "ingest-token", "push-token",
 		"http-read-timeout", "http-write-timeout", "http-idle-timeout", "secret-key", "secret-overlap", "data-dir",
-		"amqp-url", "amqp-exchange"}
+		"amqp-url", "amqp-exchange", "new-member-window"}
 	heartbeatSettings := []string{"heartbeat-timeout", "heartbeat-sweep-interval"}
 	return []command{
 		{
@@ -86,7 +86,7 @@ func commands() []command {
 			name:     "fanout",
 			summary:  "the fan-out: events → one notification and delivery per linked client and channel (the outbox)",
 			settings: concat(storeSettings, kafkaSettings),
-			run:      runDaemonsCommand(usesPostgres, fanoutDaemon, metricsDaemon),
+			run:      runDaemonsCommand(usesPostgres, fanoutDaemon, inboxPartitionsDaemon, metricsDaemon),
 		},
 		{
 			name:    "retrier",
@@ -354,9 +354,14 @@ func apiDaemon(ctx context.Context, n *node) (daemon, error) {
 	if err != nil {
 		return daemon{}, err
 	}
+	inboxCfg, err := inboxConfig(n.v)
+	if err != nil {
+		return daemon{}, err
+	}
 	opts := []webapi.Option{webapi.WithHistory(n.ch), webapi.WithDeliveries(n.pg, n.pg), webapi.WithPushes(n.pg, n.pg),
 		webapi.WithSensorStatus(hooks),
-		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks), webapi.WithConsole(con.Handler())}
+		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks), webapi.WithConsole(con.Handler()),
+		webapi.WithInbox(n.pg, n.pg, n.redis, inboxCfg)}
 	d := daemon{name: "api"}
 	publisher, err := n.notificationPublisher()
 	if err != nil {
@@ -491,8 +496,8 @@ func runAll(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logge
 		n.stream.Brokers = broker.Addrs()
 		logger.Info("embedded Kafka broker started", "addr", embeddedBrokerAddr, "dir", dir)
 	}
-	daemons := []daemonFactory{apiDaemon, consumerDaemon, historyDaemon, heartbeatDaemon, fanoutDaemon, retrierDaemon,
-		maintainDaemon, statsDaemon(stdout)}
+	daemons := []daemonFactory{apiDaemon, consumerDaemon, historyDaemon, heartbeatDaemon, fanoutDaemon, inboxPartitionsDaemon,
+		retrierDaemon, maintainDaemon, statsDaemon(stdout)}
 	if bridgesConfigured(v) {
 		daemons = append(daemons, bridgeDaemon)
 	}

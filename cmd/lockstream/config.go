@@ -53,6 +53,8 @@ func settingTable() map[string]setting {
 			"silence after which a sensor's connection is lost"},
 		"heartbeat-sweep-interval": {"heartbeat-sweep-interval", "LOCKSTREAM_HEARTBEAT_SWEEP_INTERVAL", "10s",
 			"how often the heartbeat looks for silent sensors"},
+		"new-member-window": {"new-member-window", "LOCKSTREAM_NEW_MEMBER_WINDOW", "24h",
+			"how far back a new member's inbox is filled with the client's messages (at most 20)"},
 		"retry-max-attempts": {"retry-max-attempts", "LOCKSTREAM_RETRY_MAX_ATTEMPTS", "10", "delivery attempts before GIVEN_UP"},
 		"retry-backoff-base": {"retry-backoff-base", "LOCKSTREAM_RETRY_BACKOFF_BASE", "5m",
 			"scale of the logarithmic back-off between delivery attempts"},

@@ -127,6 +127,12 @@ for id in $demo_sensors; do
   curl -fsS -o /dev/null -X PUT "$API/v1/clients/$client_id/sensors/$id" -H "$AUTH"
 done
 
+# A member of the client: a person with an inbox of the client's notifications and a
+# live stream of them. Its token is shown once, here.
+member=$(curl -fsS -X POST "$API/v1/clients/$client_id/members" -H "$AUTH" \
+  -d '{"name":"Demo Resident","timezone":"Europe/Paris"}')
+member_token=$(printf '%s' "$member" | sed -n 's/.*"token":"\([^"]*\)".*/\1/p')
+
 LOCKSTREAM_SINK_SECRET=$secret "$BIN" webhook-sink --sink-addr "$SINK_ADDR" 2>>"$LOG" > >(sed -u 's/^/client    /') &
 pids+=($!)
 # Two standalone pushes: one now (the legacy route), one when the next 10-second window
@@ -185,6 +191,20 @@ AMQP: $amqp_note.
   export LOCKSTREAM_ADMIN_TOKEN=$LOCKSTREAM_ADMIN_TOKEN
   export LOCKSTREAM_INGEST_TOKEN=$LOCKSTREAM_INGEST_TOKEN
   export LOCKSTREAM_PUSH_TOKEN=$LOCKSTREAM_PUSH_TOKEN
+
+"Demo Resident", a member of Demo Security, reads the same notifications in an inbox
+of its own, and can watch them arrive live. Its token (shown only now):
+
+  export MEMBER_TOKEN=$member_token
+
+Its live stream (server-sent events; a single-use ticket in the URL, valid 60 s):
+
+  curl -N "$API/v1/stream?ticket=\$(curl -fsS -X POST $API/v1/stream/tickets -H "Authorization: Bearer \$MEMBER_TOKEN" | sed -n 's/.*"ticket":"\([^"]*\)".*/\1/p')"
+
+Its inbox:
+
+  curl -s "$API/v1/messages?limit=5" -H "Authorization: Bearer \$MEMBER_TOKEN"
+  curl -s "$API/v1/messages?count-only=true" -H "Authorization: Bearer \$MEMBER_TOKEN"
 
 Try:
   curl -s $API/v1/sensors/sim1 -H "Authorization: Bearer \$LOCKSTREAM_ADMIN_TOKEN"
