@@ -292,7 +292,7 @@ func apiDaemon(_ context.Context, n *node) (daemon, error) {
 	hooks := heartbeatHooks{tracker: tracker, pg: n.pg}
 	opts := []webapi.Option{webapi.WithHistory(n.ch), webapi.WithDeliveries(n.pg, n.ch), webapi.WithPushes(n.pg, n.ch),
 		webapi.WithSensorStatus(tracker),
-		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks)}
+		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks), webapi.WithUnregistered(n.pg)}
 	d := daemon{name: "api"}
 	if len(n.stream.Brokers) > 0 {
 		client, err := kgo.NewClient(append(stream.ClientOpts(n.stream), stream.WithLogger(n.logger),
@@ -324,7 +324,8 @@ func consumerDaemon(_ context.Context, n *node) (daemon, error) {
 	if err != nil {
 		return daemon{}, err
 	}
-	c, err := consumer.New(consumer.Config{Stream: n.stream}, n.pg, tracker, n.reg, n.logger.With("daemon", "consumer"))
+	c, err := consumer.New(consumer.Config{Stream: n.stream},
+		consumer.Deps{States: n.pg, Sightings: tracker, Unregistered: n.pg}, n.reg, n.logger.With("daemon", "consumer"))
 	if err != nil {
 		return daemon{}, err
 	}
