@@ -27,26 +27,26 @@ func (k sensorKey) String() string {
 	return string(k[:n])
 }
 
-// cached is what a partition worker knows about one sensor. It holds no pointers
-// (see sensorKey).
+// cached is what a partition worker knows about one registered sensor, as read
+// from Postgres and kept up to date by the worker's batches; unregistered sensors
+// are never cached. It holds no pointers (see sensorKey).
 type cached struct {
 	key sensorKey
-	// loaded is false until the sensor's row was read from Postgres.
-	loaded     bool
-	registered bool
 	// known is false until the sensor's first reading.
 	known bool
 	data  int8
+	// topic (the worker's number for a topic id, see worker.topicIndex),
 	// partition and offset locate the reading that set data; changedAt is its
 	// receive time in Unix nanoseconds.
+	topic     uint16
 	partition int32
 	offset    int64
 	changedAt int64
-	// The batch that last asked Postgres for the sensor, saw it and changed it;
-	// with them a batch needs no maps of its own. seenAt is the latest receive
-	// time within batch seenIn, in Unix nanoseconds.
-	missIn, seenIn, changedIn uint64
-	seenAt                    int64
+	// The batch that last saw the sensor and changed it; with them a batch needs
+	// no maps of its own. seenAt is the latest receive time within batch seenIn,
+	// in Unix nanoseconds.
+	seenIn, changedIn uint64
+	seenAt            int64
 }
 
 // chunkBits sizes the chunks sensorCache keeps its slots in: 4,096 slots.
@@ -80,7 +80,16 @@ func newSensorCache() sensorCache {
 	return sensorCache{seed: maphash.MakeSeed(), index: make([]uint64, 1<<minIndexBits), bits: minIndexBits}
 }
 
-// slot returns the number of k's slot, adding an unloaded one if k is new.
+// lookup returns the number of k's slot, if k has one.
+func (c *sensorCache) lookup(k sensorKey) (int32, bool) {
+	h := uint32(maphash.Bytes(c.seed, k[:]) >> 32)
+	if e := c.index[c.probe(h, k)]; e != 0 {
+		return int32(uint32(e)) - 1, true
+	}
+	return 0, false
+}
+
+// slot returns the number of k's slot, adding an empty one if k is new.
 func (c *sensorCache) slot(k sensorKey) int32 {
 	h := uint32(maphash.Bytes(c.seed, k[:]) >> 32)
 	i := c.probe(h, k)

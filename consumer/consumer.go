@@ -9,10 +9,14 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,7 +36,8 @@ type StateStore interface {
 	ApplyStateChanges(ctx context.Context, changes []storage.StateChange) error
 }
 
-// Sightings is told about every valid reading, for heartbeat bookkeeping.
+// Sightings is told about every valid reading of a registered sensor, for
+// heartbeat bookkeeping.
 //
 // Record gets, once per batch, each sensor seen in it with the latest receive time,
 // and returns the events the sightings cause (connection_restored for a sensor
@@ -53,7 +58,25 @@ const (
 	DefaultMinBackoff      = 100 * time.Millisecond
 	DefaultMaxBackoff      = 10 * time.Second
 	DefaultCacheSize       = 1_000_000
+	// DefaultUnregisteredTopK is how many unregistered ids a process's hourly
+	// summary holds.
+	DefaultUnregisteredTopK          = 2000
+	DefaultUnregisteredFlushInterval = 5 * time.Second
+	// DefaultDLQMaxBytes keeps a DLQ record under both franz-go's default batch
+	// limit (1,000,012 bytes) and Kafka's default max.message.bytes (1,048,588).
+	DefaultDLQMaxBytes = 1_000_000
 )
+
+// Deps are what the state consumer works with.
+type Deps struct {
+	// States is where sensor state lives. Required.
+	States StateStore
+	// Sightings is told about the registered sensors seen. Optional.
+	Sightings Sightings
+	// Unregistered keeps the summaries of unregistered ids seen. Optional:
+	// without it, unregistered readings are only counted.
+	Unregistered UnregisteredStore
+}
 
 // Config configures the state consumer.
 type Config struct {
@@ -86,6 +109,20 @@ type Config struct {
 	// CacheSize bounds the sensors whose state a partition worker caches; past it
 	// the cache starts over from Postgres. Defaults to DefaultCacheSize (1,000,000).
 	CacheSize int
+	// UnregisteredTopK is how many unregistered ids the process's hourly summary
+	// holds (see summary). Defaults to DefaultUnregisteredTopK (2,000).
+	UnregisteredTopK int
+	// UnregisteredFlushInterval is how often the summary is stored. Defaults to
+	// DefaultUnregisteredFlushInterval (5 s).
+	UnregisteredFlushInterval time.Duration
+	// Process names this process in the summaries. Defaults to the host name
+	// and a random suffix, new at every start.
+	Process string
+	// DLQMaxBytes bounds a DLQ record: a rejected record's value (then its key)
+	// is cut to fit, and its size before is kept in the original-size header, so
+	// that a record at the broker's size limit cannot wedge its partition.
+	// Defaults to DefaultDLQMaxBytes (1,000,000).
+	DLQMaxBytes int
 }
 
 // WithDefaults returns the config with every unset field set to its default.
@@ -112,6 +149,15 @@ func (c Config) WithDefaults() Config {
 	if c.CacheSize == 0 {
 		c.CacheSize = DefaultCacheSize
 	}
+	c.UnregisteredTopK = cmp.Or(c.UnregisteredTopK, DefaultUnregisteredTopK)
+	c.UnregisteredFlushInterval = cmp.Or(c.UnregisteredFlushInterval, DefaultUnregisteredFlushInterval)
+	c.DLQMaxBytes = cmp.Or(c.DLQMaxBytes, DefaultDLQMaxBytes)
+	if c.Process == "" {
+		host, _ := os.Hostname()
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		c.Process = cmp.Or(host, "consumer") + "-" + hex.EncodeToString(b)
+	}
 	return c
 }
 
@@ -133,23 +179,31 @@ func (c Config) Validate() error {
 		return fmt.Errorf("consumer config: MaxBackoff: %v is less than MinBackoff %v", c.MaxBackoff, c.MinBackoff)
 	case c.CacheSize < 1:
 		return fmt.Errorf("consumer config: CacheSize: %d, want at least 1", c.CacheSize)
+	case c.UnregisteredTopK < 1:
+		return fmt.Errorf("consumer config: UnregisteredTopK: %d, want at least 1", c.UnregisteredTopK)
+	case c.UnregisteredFlushInterval <= 0:
+		return fmt.Errorf("consumer config: UnregisteredFlushInterval: %v, want more than 0", c.UnregisteredFlushInterval)
+	case c.DLQMaxBytes < minDLQMaxBytes:
+		return fmt.Errorf("consumer config: DLQMaxBytes: %d, want at least %d", c.DLQMaxBytes, minDLQMaxBytes)
 	}
 	return nil
 }
 
 // Consumer is the state consumer. Create it with New and start it with Run.
 type Consumer struct {
-	cfg       Config
-	states    StateStore
-	sightings Sightings
-	logger    *slog.Logger
-	metrics   *stateMetrics
-	group     *stream.Group
+	cfg          Config
+	states       StateStore
+	sightings    Sightings
+	unregistered UnregisteredStore
+	summary      *summary
+	logger       *slog.Logger
+	metrics      *stateMetrics
+	group        *stream.Group
 }
 
-// New returns a state consumer. sightings may be nil. Its metrics (the Kafka
-// client's included) are registered with reg; a nil logger logs nothing.
-func New(cfg Config, states StateStore, sightings Sightings, reg prometheus.Registerer, logger *slog.Logger) (*Consumer, error) {
+// New returns a state consumer. Its metrics (the Kafka client's included) are
+// registered with reg; a nil logger logs nothing.
+func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) (*Consumer, error) {
 	cfg = cfg.WithDefaults()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -157,7 +211,7 @@ func New(cfg Config, states StateStore, sightings Sightings, reg prometheus.Regi
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if states == nil {
+	if deps.States == nil {
 		return nil, errors.New("consumer: nil StateStore")
 	}
 	m, err := newStateMetrics(reg)
@@ -165,11 +219,13 @@ func New(cfg Config, states StateStore, sightings Sightings, reg prometheus.Regi
 		return nil, err
 	}
 	c := &Consumer{
-		cfg:       cfg,
-		states:    states,
-		sightings: sightings,
-		logger:    logger.With("component", "consumer"),
-		metrics:   m,
+		cfg:          cfg,
+		states:       deps.States,
+		sightings:    deps.Sightings,
+		unregistered: deps.Unregistered,
+		summary:      newSummary(cfg.UnregisteredTopK),
+		logger:       logger.With("component", "consumer"),
+		metrics:      m,
 	}
 	c.group, err = stream.NewGroup(stream.GroupConfig{
 		Stream:         cfg.Stream,
@@ -189,7 +245,23 @@ func New(cfg Config, states StateStore, sightings Sightings, reg prometheus.Regi
 // commits their offsets and leaves the group, returning nil. It returns an error
 // when Kafka cannot be reached at start. Run may be called once.
 func (c *Consumer) Run(ctx context.Context) error {
-	return c.group.Run(ctx)
+	if c.unregistered == nil {
+		return c.group.Run(ctx)
+	}
+	flushCtx, stopFlush := context.WithCancel(ctx)
+	flushed := make(chan struct{})
+	go func() {
+		defer close(flushed)
+		c.flushUnregisteredLoop(flushCtx)
+	}()
+	err := c.group.Run(ctx)
+	stopFlush()
+	<-flushed
+	// The workers are done: store what they counted last.
+	final, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ShutdownTimeout)
+	defer cancel()
+	c.flushUnregistered(final)
+	return err
 }
 
 // Assigned starts the worker of a partition the group assigned (stream.Handler).

@@ -55,7 +55,7 @@ func TestConfigValidate(t *testing.T) {
 func TestKnownPattern(t *testing.T) {
 	t.Parallel()
 	runKnownPattern(t, knownPattern{seed: 1, sensors: 300, records: 3000,
-		consumer: consumer.Config{MaxPollRecords: 400},
+		consumer: consumer.Config{MaxPollRecords: 400, UnregisteredFlushInterval: 100 * time.Millisecond},
 		history:  history.Config{FlushRows: 700, FlushInterval: 200 * time.Millisecond}})
 }
 
@@ -87,9 +87,9 @@ func runKnownPattern(t *testing.T, p knownPattern) {
 	}
 	records := produce(t, producer, cfg, pattern(p.seed, p.sensors, p.records))
 	at := timestamps(t, cfg)
-	want := expect(records, at)
+	want := expect(records, at, streamtest.TopicID(t, cfg, cfg.ReadingsTopic()), registered)
 
-	sightings := &sightingsRecorder{seen: map[string]time.Time{}, restore: "s7",
+	sightings := &sightingsRecorder{seen: map[string]time.Time{}, restore: "s10",
 		lostAt: time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)}
 	ccfg, hcfg := p.consumer, p.history
 	ccfg.Stream, hcfg.Stream = cfg, cfg
@@ -186,6 +186,7 @@ func runKnownPattern(t *testing.T, p knownPattern) {
 	for _, r := range want.valid {
 		if !registered[r.sensor] {
 			unknown++
+			continue // no sighting either
 		}
 		if ts := at(r.partition, r.offset); ts.After(latest[r.sensor]) {
 			latest[r.sensor] = ts
@@ -194,6 +195,29 @@ func runKnownPattern(t *testing.T, p knownPattern) {
 	if got := metric(t, reg, "lockstream_readings_unknown_sensor_total", nil); got != float64(unknown) {
 		t.Errorf("unknown sensor readings = %v, want %d", got, unknown)
 	}
+	// The unregistered ids reach the hourly summary, counted exactly (there are
+	// fewer than the summary holds).
+	wantUnreg := map[string]int64{}
+	for _, r := range want.valid {
+		if !registered[r.sensor] {
+			wantUnreg[r.sensor]++
+		}
+	}
+	waitFor(t, func() (bool, string) {
+		top, err := stores.Postgres.TopUnregistered(ctx, time.Now().Add(-time.Hour), 1000)
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(top) != len(wantUnreg) {
+			return false, fmt.Sprintf("%d unregistered ids stored, want %d", len(top), len(wantUnreg))
+		}
+		for _, u := range top {
+			if u.Count != wantUnreg[u.SensorID] || u.MinCount != u.Count {
+				return false, fmt.Sprintf("%s counted %d (at least %d), want %d", u.SensorID, u.Count, u.MinCount, wantUnreg[u.SensorID])
+			}
+		}
+		return true, ""
+	})
 	if got := metric(t, reg, "lockstream_consumer_batch_size", nil); got < 1 {
 		t.Errorf("batch size histogram is empty")
 	}
@@ -267,6 +291,11 @@ func TestRestartAndRebalance(t *testing.T) {
 	producer := streamtest.Client(t, cfg)
 	inputs := pattern(2, 200, 3600)
 	ccfg := consumer.Config{Stream: cfg, MaxPollRecords: 100}
+	for i := range 200 {
+		if _, err := stores.Postgres.CreateSensor(ctx, storage.Sensor{ID: fmt.Sprintf("s%d", i), Address: "here"}); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	var records []produced
 	records = append(records, produce(t, producer, cfg, inputs[:1200])...)
@@ -300,7 +329,7 @@ func TestRestartAndRebalance(t *testing.T) {
 	b.stop(t)
 	startConsumer(t, ccfg, stores.Postgres, nil)
 
-	want := expect(records, timestamps(t, cfg))
+	want := expect(records, timestamps(t, cfg), streamtest.TopicID(t, cfg, cfg.ReadingsTopic()), nil)
 	waitFor(t, func() (bool, string) { return stateMatches(ctx, stores.Postgres, want) })
 	waitFor(t, func() (bool, string) {
 		got, _ := decodeEvents(t, cfg)
@@ -367,8 +396,12 @@ func TestReplayAfterStoredStateEmitsNothingTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A previous run stored the change at offset 1 (data 0), then died.
+	if _, err := stores.Postgres.CreateSensor(ctx, storage.Sensor{ID: "lock1", Address: "door"}); err != nil {
+		t.Fatal(err)
+	}
+	topicID := streamtest.TopicID(t, cfg, cfg.ReadingsTopic())
 	if err := stores.Postgres.ApplyStateChanges(ctx, []storage.StateChange{
-		{SensorID: "lock1", Data: 0, ChangedAt: recs[1].Timestamp, Partition: 1, Offset: 1},
+		{SensorID: "lock1", Data: 0, ChangedAt: recs[1].Timestamp, TopicID: topicID, Partition: 1, Offset: 1},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +422,7 @@ func TestReplayAfterStoredStateEmitsNothingTwice(t *testing.T) {
 		data, previous int
 	}{{2, 1, 0}, {4, 0, 1}} {
 		e := got["lock1"][i]
-		if e.ID != event.StateChangedID("lock1", 1, w.offset) || *e.Data != w.data || e.Previous == nil || *e.Previous != w.previous {
+		if e.ID != event.StateChangedID("lock1", topicID, 1, w.offset) || *e.Data != w.data || e.Previous == nil || *e.Previous != w.previous {
 			t.Fatalf("event %d = %+v, want offset %d data %d previous %d", i, e, w.offset, w.data, w.previous)
 		}
 	}

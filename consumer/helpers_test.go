@@ -95,7 +95,11 @@ func start(t *testing.T, run func(context.Context) error) *running {
 func startConsumer(t *testing.T, cfg consumer.Config, states consumer.StateStore, sightings consumer.Sightings) (*running, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	c, err := consumer.New(cfg, states, sightings, reg, testLogger())
+	deps := consumer.Deps{States: states, Sightings: sightings}
+	if pg, ok := states.(*storage.Postgres); ok {
+		deps.Unregistered = pg
+	}
+	c, err := consumer.New(cfg, deps, reg, testLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,8 +266,11 @@ type expectation struct {
 	ids     []string              // every sensor id mentioned, valid or not
 }
 
-// expect derives the expected outcome; at gives each record's broker timestamp.
-func expect(records []produced, at func(partition int32, offset int64) time.Time) expectation {
+// expect derives the expected outcome; at gives each record's broker timestamp,
+// topicID is the readings topic's id, and only registered sensors have a state
+// (nil: every sensor is registered).
+func expect(records []produced, at func(partition int32, offset int64) time.Time, topicID [16]byte,
+	registered map[string]bool) expectation {
 	e := expectation{final: map[string]storage.StateChange{}, changes: map[string][]event.Event{},
 		bad: map[[2]int64]produced{}}
 	seenIDs := map[string]bool{}
@@ -279,12 +286,15 @@ func expect(records []produced, at func(partition int32, offset int64) time.Time
 			continue
 		}
 		e.valid = append(e.valid, r)
+		if registered != nil && !registered[r.sensor] {
+			continue // history only
+		}
 		prev, known := e.final[r.sensor]
 		if known && prev.Data == r.data {
 			continue
 		}
 		data := r.data
-		ev := event.Event{ID: event.StateChangedID(r.sensor, r.partition, r.offset), Type: event.StateChanged,
+		ev := event.Event{ID: event.StateChangedID(r.sensor, topicID, r.partition, r.offset), Type: event.StateChanged,
 			SensorID: r.sensor, Data: &data, At: at(r.partition, r.offset)}
 		if known {
 			p := prev.Data
@@ -292,7 +302,7 @@ func expect(records []produced, at func(partition int32, offset int64) time.Time
 		}
 		e.changes[r.sensor] = append(e.changes[r.sensor], ev)
 		e.final[r.sensor] = storage.StateChange{SensorID: r.sensor, Data: r.data, ChangedAt: ev.At,
-			Partition: r.partition, Offset: r.offset}
+			TopicID: topicID, Partition: r.partition, Offset: r.offset}
 	}
 	return e
 }
@@ -322,7 +332,7 @@ func stateMatches(ctx context.Context, pg *storage.Postgres, want expectation) (
 		case !ok:
 		case s == nil:
 			return false, fmt.Sprintf("sensor %s has no state, want %+v", id, w)
-		case s.Data != w.Data || s.Partition != w.Partition || s.Offset != w.Offset ||
+		case s.Data != w.Data || s.TopicID != w.TopicID || s.Partition != w.Partition || s.Offset != w.Offset ||
 			!s.ChangedAt.Equal(w.ChangedAt.Truncate(time.Microsecond)):
 			return false, fmt.Sprintf("sensor %s state %+v, want %+v", id, *s, w)
 		}

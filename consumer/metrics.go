@@ -12,14 +12,16 @@ import (
 
 // stateMetrics are the state consumer's metrics of DESIGN.md.
 type stateMetrics struct {
-	consumed      prometheus.Counter
-	rejected      *prometheus.CounterVec
-	changed       prometheus.Counter
-	unknown       prometheus.Counter
-	batchErrors   prometheus.Counter
-	lag           *prometheus.GaugeVec
-	batchSize     prometheus.Histogram
-	batchDuration prometheus.Histogram
+	consumed prometheus.Counter
+	rejected *prometheus.CounterVec
+	changed  prometheus.Counter
+	unknown  prometheus.Counter
+	// unregisteredFlushErrors counts failed stores of the unregistered summary.
+	unregisteredFlushErrors prometheus.Counter
+	batchErrors             prometheus.Counter
+	lag                     *prometheus.GaugeVec
+	batchSize               prometheus.Histogram
+	batchDuration           prometheus.Histogram
 }
 
 func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
@@ -38,7 +40,11 @@ func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
 		}),
 		unknown: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockstream_readings_unknown_sensor_total",
-			Help: "Valid readings of sensors nobody registered: tracked, but they notify nobody.",
+			Help: "Valid readings of sensors nobody registered: stored in history only (no state, no heartbeat, no events).",
+		}),
+		unregisteredFlushErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockstream_consumer_unregistered_flush_failures_total",
+			Help: "Failed stores of the summary of unregistered sensor ids; retried at the next flush.",
 		}),
 		batchErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockstream_consumer_batch_failures_total",
@@ -62,7 +68,7 @@ func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
 	for _, reason := range reading.Reasons() {
 		m.rejected.WithLabelValues(reason)
 	}
-	if err := metrics.RegisterAll(reg, m.consumed, m.rejected, m.changed, m.unknown, m.batchErrors, m.lag,
+	if err := metrics.RegisterAll(reg, m.consumed, m.rejected, m.changed, m.unknown, m.unregisteredFlushErrors, m.batchErrors, m.lag,
 		m.batchSize, m.batchDuration); err != nil {
 		return nil, fmt.Errorf("registering consumer metrics: %w", err)
 	}

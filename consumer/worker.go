@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lockstream/lockstream/event"
@@ -23,18 +25,28 @@ type worker struct {
 	partition int32
 	label     string // the partition as a metric label
 	cache     sensorCache
+	// topics are the topic ids met, numbered for cached.topic; topic is the
+	// current batch's number.
+	topics [][16]byte
+	topic  uint16
 	// batch numbers attempts at batches, for the stamps in cached.
 	batch uint64
-	// Scratch space every batch reuses.
-	readings []valid
-	misses   []int32
-	changed  []int32
-	undo     []undoEntry
-	seen     []int32
+	// Scratch space every batch reuses. The sensors the cache lacks are
+	// missKeys (missIdx finds an id's place), resolved to slots in missSlots
+	// (-1: not registered); unreg counts the batch's unregistered readings.
+	readings  []valid
+	missKeys  []sensorKey
+	missIdx   map[sensorKey]int32
+	missSlots []int32
+	unreg     map[sensorKey]seenCount
+	changed   []int32
+	undo      []undoEntry
+	seen      []int32
 }
 
 func newWorker(c *Consumer, client *kgo.Client, partition int32) *worker {
-	return &worker{c: c, client: client, partition: partition, label: partitionLabel(partition), cache: newSensorCache()}
+	return &worker{c: c, client: client, partition: partition, label: partitionLabel(partition), cache: newSensorCache(),
+		missIdx: map[sensorKey]int32{}, unreg: map[sensorKey]seenCount{}}
 }
 
 // Handle applies a batch, retrying with back-off until it succeeds or ctx ends
@@ -45,16 +57,22 @@ func (w *worker) Handle(ctx context.Context, b stream.Batch) (stream.Pending, er
 	c := w.c
 	recs := b.Records
 	c.metrics.lag.WithLabelValues(w.label).Set(float64(b.HighWatermark - recs[len(recs)-1].Offset - 1))
+	w.topic = w.topicIndex(b.TopicID)
 	backoff := c.cfg.MinBackoff
 	// Events Sightings returned in a failed attempt: asking again may not return
 	// them, so they are carried into the next attempt.
 	var carried []event.Event
+	dlqMax := c.cfg.DLQMaxBytes
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.BatchTimeout)
-		err := w.process(actx, recs, &carried)
+		err := w.process(actx, recs, &carried, dlqMax)
 		cancel()
 		if err == nil {
 			return nil, nil
+		}
+		if errors.Is(err, kerr.MessageTooLarge) {
+			// The DLQ topic takes less than DLQMaxBytes: cut harder.
+			dlqMax = minDLQMaxBytes
 		}
 		c.metrics.batchErrors.Inc()
 		c.logger.Error("batch failed; retrying", "partition", w.partition,
@@ -90,6 +108,17 @@ type undoEntry struct {
 	was  cached
 }
 
+// topicIndex returns the worker's number for topic id id.
+func (w *worker) topicIndex(id [16]byte) uint16 {
+	for i, t := range w.topics {
+		if t == id {
+			return uint16(i)
+		}
+	}
+	w.topics = append(w.topics, id)
+	return uint16(len(w.topics) - 1)
+}
+
 // rejects are a batch's invalid records: their DLQ copies and counts by reason.
 type rejects struct {
 	dlq      []*kgo.Record
@@ -104,10 +133,10 @@ type rejects struct {
 //
 // The comparison updates the cache in place; if a later step fails, the slots it
 // changed are put back, so the retry finds the same changes again.
-func (w *worker) process(ctx context.Context, recs []*kgo.Record, carried *[]event.Event) (err error) {
+func (w *worker) process(ctx context.Context, recs []*kgo.Record, carried *[]event.Event, dlqMax int) (err error) {
 	start := time.Now()
 	w.batch++
-	rej, err := w.parse(recs)
+	rej, err := w.parse(recs, dlqMax)
 	if err != nil {
 		return err
 	}
@@ -130,6 +159,9 @@ func (w *worker) process(ctx context.Context, recs []*kgo.Record, carried *[]eve
 	if w.cache.len() > w.c.cfg.CacheSize {
 		w.cache.reset()
 	}
+	if len(w.unreg) > 0 && w.c.unregistered != nil {
+		w.c.summary.add(time.Now(), w.unreg)
+	}
 
 	m := w.c.metrics
 	for reason, n := range rej.byReason {
@@ -145,11 +177,12 @@ func (w *worker) process(ctx context.Context, recs []*kgo.Record, carried *[]eve
 }
 
 // parse validates the batch's records: the valid ones go to w.readings with
-// their cache slots (the sensors the cache lacks to w.misses), the others
-// become DLQ records.
-func (w *worker) parse(recs []*kgo.Record) (rejects, error) {
+// their cache slots (the sensors the cache lacks to w.missKeys, their readings
+// with slot -1-i for missKeys[i]), the others become DLQ records.
+func (w *worker) parse(recs []*kgo.Record, dlqMax int) (rejects, error) {
 	var rej rejects
-	w.readings, w.misses = w.readings[:0], w.misses[:0]
+	w.readings, w.missKeys = w.readings[:0], w.missKeys[:0]
+	clear(w.missIdx)
 	for _, r := range recs {
 		raw, err := reading.ParseKeyed(r.Key, r.Value)
 		if err != nil {
@@ -161,13 +194,19 @@ func (w *worker) parse(recs []*kgo.Record) (rejects, error) {
 				rej.byReason = map[string]int{}
 			}
 			rej.byReason[re.Reason]++
-			rej.dlq = append(rej.dlq, w.c.dlqRecord(r, re))
+			rej.dlq = append(rej.dlq, w.c.dlqRecord(r, re, dlqMax))
 			continue
 		}
-		slot := w.cache.slot(keyOf(raw.ID))
-		if s := w.cache.at(slot); !s.loaded && s.missIn != w.batch {
-			s.missIn = w.batch
-			w.misses = append(w.misses, slot)
+		k := keyOf(raw.ID)
+		slot, ok := w.cache.lookup(k)
+		if !ok {
+			i, seen := w.missIdx[k]
+			if !seen {
+				i = int32(len(w.missKeys))
+				w.missIdx[k] = i
+				w.missKeys = append(w.missKeys, k)
+			}
+			slot = -1 - i
 		}
 		w.readings = append(w.readings, valid{rec: r, slot: slot, data: int8(raw.Data)})
 	}
@@ -179,13 +218,26 @@ func (w *worker) parse(recs []*kgo.Record) (rejects, error) {
 // in w.undo) and returns the state_changed events and how many readings were
 // of unregistered sensors.
 func (w *worker) compare() (events []event.Event, unknowns int) {
-	batch, track := w.batch, w.c.sightings != nil
+	batch, track, topic := w.batch, w.c.sightings != nil, w.topic
+	topicID := w.topics[topic]
+	clear(w.unreg)
 	for _, v := range w.readings {
-		s := w.cache.at(v.slot)
 		offset, at := v.rec.Offset, v.rec.Timestamp
-		if !s.registered {
-			unknowns++
+		slot := v.slot
+		if slot < 0 {
+			slot = w.missSlots[-1-slot]
 		}
+		if slot < 0 {
+			// Unregistered: history only. Counted for the summary, and kept
+			// nowhere else, so such ids cost no memory that grows.
+			unknowns++
+			k := w.missKeys[-1-v.slot]
+			c := w.unreg[k]
+			w.unreg[k] = seenCount{count: c.count + 1, last: max(c.last, at.UnixNano())}
+			continue
+		}
+		v.slot = slot
+		s := w.cache.at(slot)
 		if track {
 			switch nanos := at.UnixNano(); {
 			case s.seenIn != batch:
@@ -195,8 +247,9 @@ func (w *worker) compare() (events []event.Event, unknowns int) {
 				s.seenAt = nanos
 			}
 		}
-		if s.known && s.partition == w.partition && offset <= s.offset {
+		if s.known && s.topic == topic && s.partition == w.partition && offset <= s.offset {
 			// Stored before a restart or rebalance: its event was produced then.
+			// (Only within one topic id: a topic created again starts at 0.)
 			continue
 		}
 		if s.known && s.data == v.data {
@@ -209,14 +262,14 @@ func (w *worker) compare() (events []event.Event, unknowns int) {
 		}
 		id := s.key.String()
 		data := int(v.data)
-		e := event.Event{ID: event.StateChangedID(id, w.partition, offset), Type: event.StateChanged,
+		e := event.Event{ID: event.StateChangedID(id, topicID, w.partition, offset), Type: event.StateChanged,
 			SensorID: id, Data: &data, At: at}
 		if s.known {
 			previous := int(s.data)
 			e.Previous = &previous
 		}
 		events = append(events, e)
-		s.known, s.data, s.changedAt, s.partition, s.offset = true, v.data, at.UnixNano(), w.partition, offset
+		s.known, s.data, s.changedAt, s.topic, s.partition, s.offset = true, v.data, at.UnixNano(), topic, w.partition, offset
 	}
 	return events, unknowns
 }
@@ -259,7 +312,7 @@ func (w *worker) effects(ctx context.Context, dlq []*kgo.Record, events []event.
 	for i, slot := range w.changed {
 		s := w.cache.at(slot)
 		changes[i] = storage.StateChange{SensorID: s.key.String(), Data: int(s.data),
-			ChangedAt: time.Unix(0, s.changedAt), Partition: s.partition, Offset: s.offset}
+			ChangedAt: time.Unix(0, s.changedAt), TopicID: w.topics[s.topic], Partition: s.partition, Offset: s.offset}
 	}
 	if err := c.states.ApplyStateChanges(ctx, changes); err != nil {
 		return fmt.Errorf("storing states: %w", err)
@@ -267,16 +320,18 @@ func (w *worker) effects(ctx context.Context, dlq []*kgo.Record, events []event.
 	return nil
 }
 
-// loadMisses reads the state of the batch's sensors the cache lacks, in one
-// query. What Postgres holds is true whatever happens to the rest of the batch,
-// so it stays cached even if the batch fails.
+// loadMisses reads the registration and state of the batch's sensors the cache
+// lacks, in one query, and caches the registered ones (w.missSlots gets their
+// slots, -1 for the others). What Postgres holds is true whatever happens to the
+// rest of the batch, so it stays cached even if the batch fails.
 func (w *worker) loadMisses(ctx context.Context) error {
-	if len(w.misses) == 0 {
+	w.missSlots = w.missSlots[:0]
+	if len(w.missKeys) == 0 {
 		return nil
 	}
-	ids := make([]string, len(w.misses))
-	for i, slot := range w.misses {
-		ids[i] = w.cache.at(slot).key.String()
+	ids := make([]string, len(w.missKeys))
+	for i, k := range w.missKeys {
+		ids[i] = k.String()
 	}
 	found, err := w.c.states.LookupSensors(ctx, ids)
 	if err != nil {
@@ -285,20 +340,42 @@ func (w *worker) loadMisses(ctx context.Context) error {
 	if len(found) != len(ids) {
 		return fmt.Errorf("loading state of %d sensors: got %d answers", len(ids), len(found))
 	}
-	for i, slot := range w.misses {
-		s := w.cache.at(slot)
-		s.loaded, s.registered = true, found[i].Registered
-		if st := found[i].State; st != nil {
-			s.known, s.data, s.changedAt, s.partition, s.offset =
-				true, int8(st.Data), st.ChangedAt.UnixNano(), st.Partition, st.Offset
+	for i, k := range w.missKeys {
+		if !found[i].Registered {
+			w.missSlots = append(w.missSlots, -1)
+			continue
 		}
+		slot := w.cache.slot(k)
+		s := w.cache.at(slot)
+		if st := found[i].State; st != nil {
+			s.known, s.data, s.changedAt, s.topic, s.partition, s.offset =
+				true, int8(st.Data), st.ChangedAt.UnixNano(), w.topicIndex(st.TopicID), st.Partition, st.Offset
+		}
+		w.missSlots = append(w.missSlots, slot)
 	}
 	return nil
 }
 
-// dlqRecord is the DLQ copy of a rejected record, with the reason in its headers.
-func (c *Consumer) dlqRecord(r *kgo.Record, rej *reading.RejectError) *kgo.Record {
-	return &kgo.Record{
+// Headers of a DLQ record cut to fit: the value's (and key's) size before.
+const (
+	HeaderOriginalSize    = "original-size"
+	HeaderOriginalKeySize = "original-key-size"
+)
+
+// minDLQMaxBytes is the least DLQMaxBytes, and the bound the consumer falls back
+// to when the broker refuses a DLQ record as too large.
+const minDLQMaxBytes = 16 << 10
+
+// dlqKeyMax bounds the key of a DLQ record cut to fit.
+const dlqKeyMax = 1 << 10
+
+// dlqRecord is the DLQ copy of a rejected record, with the reason in its
+// headers. A record over max bytes (key, value and headers) has its value cut,
+// and its key too when that is large, with the sizes before in
+// original-size and original-key-size: the record that was too large for the
+// DLQ is exactly the one that must not stop the partition.
+func (c *Consumer) dlqRecord(r *kgo.Record, rej *reading.RejectError, limit int) *kgo.Record {
+	out := &kgo.Record{
 		Topic: c.cfg.Stream.DLQTopic(),
 		Key:   r.Key,
 		Value: r.Value,
@@ -308,6 +385,25 @@ func (c *Consumer) dlqRecord(r *kgo.Record, rej *reading.RejectError) *kgo.Recor
 			{Key: reading.HeaderSource, Value: fmt.Appendf(nil, "%s/%d/%d", r.Topic, r.Partition, r.Offset)},
 		},
 	}
+	// What a record costs beyond its bytes: the batch header (61 bytes), the
+	// record's varints and the headers' lengths; 256 bytes is ample.
+	size := len(out.Key) + len(out.Value) + 256
+	for _, h := range out.Headers {
+		size += len(h.Key) + len(h.Value)
+	}
+	if size <= limit {
+		return out
+	}
+	if len(out.Key) > dlqKeyMax {
+		out.Headers = append(out.Headers, kgo.RecordHeader{Key: HeaderOriginalKeySize, Value: strconv.AppendInt(nil, int64(len(r.Key)), 10)})
+		size -= len(out.Key) - dlqKeyMax
+		out.Key = out.Key[:dlqKeyMax]
+	}
+	if size > limit {
+		out.Headers = append(out.Headers, kgo.RecordHeader{Key: HeaderOriginalSize, Value: strconv.AppendInt(nil, int64(len(r.Value)), 10)})
+		out.Value = out.Value[:len(out.Value)-min(len(out.Value), size+64-limit)]
+	}
+	return out
 }
 
 // mergeEvents appends to a the events of b whose ids it lacks.

@@ -78,11 +78,19 @@ func Decode(b []byte) (Event, error) {
 }
 
 // StateChangedID derives a state_changed event's id from the reading that caused it:
-// the sensor and the reading's position in the readings topic.
-func StateChangedID(sensorID string, partition int32, offset int64) string {
-	var pos [12]byte
+// the sensor and the reading's position in the readings topic, which includes the
+// topic's identity (its Kafka topic id): a topic deleted and created again starts
+// its offsets at 0, and its readings must not take the ids of the old topic's,
+// or every step downstream would drop their events as replays. A zero topicID
+// (a broker that sends none) derives the id from partition and offset alone.
+func StateChangedID(sensorID string, topicID [16]byte, partition int32, offset int64) string {
+	var pos [28]byte
 	binary.BigEndian.PutUint32(pos[:4], uint32(partition))
-	binary.BigEndian.PutUint64(pos[4:], uint64(offset))
+	binary.BigEndian.PutUint64(pos[4:12], uint64(offset))
+	if topicID == ([16]byte{}) {
+		return derive(StateChanged, sensorID, pos[:12])
+	}
+	copy(pos[12:], topicID[:])
 	return derive(StateChanged, sensorID, pos[:])
 }
 

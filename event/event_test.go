@@ -9,10 +9,12 @@ func TestIDsAreDeterministicAndDistinct(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	ids := map[string]string{
-		"changed":       StateChangedID("s1", 3, 42),
-		"changed again": StateChangedID("s1", 3, 43),
-		"other sensor":  StateChangedID("s2", 3, 42),
-		"other part":    StateChangedID("s1", 4, 42),
+		"changed":       StateChangedID("s1", [16]byte{}, 3, 42),
+		"changed again": StateChangedID("s1", [16]byte{}, 3, 43),
+		"other sensor":  StateChangedID("s2", [16]byte{}, 3, 42),
+		"other part":    StateChangedID("s1", [16]byte{}, 4, 42),
+		"other topic":   StateChangedID("s1", [16]byte{1}, 3, 42),
+		"another topic": StateChangedID("s1", [16]byte{2}, 3, 42),
 		"lost":          ConnectionLostID("s1", at),
 		"restored":      ConnectionRestoredID("s1", at),
 		"lost later":    ConnectionLostID("s1", at.Add(time.Millisecond)),
@@ -27,7 +29,7 @@ func TestIDsAreDeterministicAndDistinct(t *testing.T) {
 		}
 		seen[id] = name
 	}
-	if StateChangedID("s1", 3, 42) != ids["changed"] || ConnectionLostID("s1", at) != ids["lost"] {
+	if StateChangedID("s1", [16]byte{}, 3, 42) != ids["changed"] || StateChangedID("s1", [16]byte{1}, 3, 42) != ids["other topic"] || ConnectionLostID("s1", at) != ids["lost"] {
 		t.Error("ids are not deterministic")
 	}
 }

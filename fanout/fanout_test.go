@@ -139,8 +139,8 @@ func TestFanoutCreatesDeliveriesOncePerEvent(t *testing.T) {
 
 	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	one, zero := 1, 0
-	flip1 := event.Event{ID: event.StateChangedID("s1", 0, 1), Type: event.StateChanged, SensorID: "s1", Data: &one, At: t0}
-	flip2 := event.Event{ID: event.StateChangedID("s1", 0, 2), Type: event.StateChanged, SensorID: "s1", Data: &zero,
+	flip1 := event.Event{ID: event.StateChangedID("s1", [16]byte{}, 0, 1), Type: event.StateChanged, SensorID: "s1", Data: &one, At: t0}
+	flip2 := event.Event{ID: event.StateChangedID("s1", [16]byte{}, 0, 2), Type: event.StateChanged, SensorID: "s1", Data: &zero,
 		Previous: &one, At: t0.Add(time.Second)}
 	lost := event.Event{ID: event.ConnectionLostID("s2", t0), Type: event.ConnectionLost, SensorID: "s2", At: t0}
 	unwatched := event.Event{ID: event.ConnectionLostID("nobody", t0), Type: event.ConnectionLost, SensorID: "nobody", At: t0}

@@ -53,7 +53,7 @@ func TestFanoutFillsMembersInboxesOncePerEvent(t *testing.T) {
 	var events []event.Event
 	for i, data := range []int{1, 0, 1, 0} {
 		d := data
-		events = append(events, event.Event{ID: event.StateChangedID("door", 0, int64(i)), Type: event.StateChanged,
+		events = append(events, event.Event{ID: event.StateChangedID("door", [16]byte{}, 0, int64(i)), Type: event.StateChanged,
 			SensorID: "door", Data: &d, At: t0.Add(time.Duration(i) * time.Second)})
 	}
 	producer := streamtest.Client(t, scfg)

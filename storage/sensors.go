@@ -120,3 +120,16 @@ func (p *Postgres) SensorsByID(ctx context.Context, ids []string) ([]Sensor, err
 	}
 	return sensors, nil
 }
+
+// CreateSensors registers the sensors ids, all at address, in one statement;
+// ids already registered are left as they are. It is for bulk set-ups (the
+// ingest benchmark registers its fleet with it).
+func (p *Postgres) CreateSensors(ctx context.Context, ids []string, address string) error {
+	_, err := p.pool.Exec(ctx, `
+		INSERT INTO sensors (id, address) SELECT id, $2 FROM unnest($1::text[]) AS id
+		ON CONFLICT (id) DO NOTHING`, ids, address)
+	if err != nil {
+		return fmt.Errorf("creating %d sensors: %w", len(ids), err)
+	}
+	return nil
+}

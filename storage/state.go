@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // StateChange is a sensor's state as of the reading that last changed it, with that
@@ -18,7 +19,11 @@ type StateChange struct {
 	Data     int
 	// ChangedAt is the changing reading's receive time (its Kafka timestamp).
 	ChangedAt time.Time
-	// Partition and Offset locate the changing reading in the readings topic.
+	// TopicID, Partition and Offset locate the changing reading in the readings
+	// topic. TopicID is the topic's Kafka id, zero when unknown (a broker that
+	// sends none, or a state stored before lockstream kept it): offsets order
+	// readings only within one topic id.
+	TopicID   [16]byte
 	Partition int32
 	Offset    int64
 }
@@ -27,8 +32,8 @@ type StateChange struct {
 // state for.
 type SensorLookup struct {
 	SensorID string
-	// Registered is false for sensors nobody registered: they are tracked but
-	// notify nobody.
+	// Registered is false for sensors nobody registered: their readings go to
+	// history only.
 	Registered bool
 	// State is nil when the sensor never reported.
 	State *StateChange
@@ -65,7 +70,7 @@ func (p *Postgres) LookupSensors(ctx context.Context, ids []string) ([]SensorLoo
 	array, arg := idArray(ids)
 	batch := &pgx.Batch{}
 	batch.Queue(`
-		SELECT sensor_id, data, changed_at, source_partition, source_offset
+		SELECT sensor_id, data, changed_at, source_topic_id, source_partition, source_offset
 		FROM sensor_state WHERE sensor_id = ANY((SELECT `+array+`)::text[])`, arg)
 	batch.Queue(`SELECT id FROM sensors WHERE id = ANY((SELECT `+array+`)::text[])`, arg)
 	results := p.pool.SendBatch(ctx, batch)
@@ -76,11 +81,13 @@ func (p *Postgres) LookupSensors(ctx context.Context, ids []string) ([]SensorLoo
 		return nil, fmt.Errorf("looking up the state of %d sensors: %w", len(ids), err)
 	}
 	var (
-		s    StateChange
-		data int16
+		s     StateChange
+		data  int16
+		topic pgtype.UUID
 	)
-	_, err = pgx.ForEachRow(rows, []any{&s.SensorID, &data, &s.ChangedAt, &s.Partition, &s.Offset}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&s.SensorID, &data, &s.ChangedAt, &topic, &s.Partition, &s.Offset}, func() error {
 		s.Data = int(data)
+		s.TopicID = topic.Bytes // zero when NULL
 		i, ok := first[s.SensorID]
 		for ; ok && i >= 0; i = next[i] {
 			states[i] = s
@@ -135,9 +142,10 @@ func idArray(ids []string) (string, any) {
 
 // ApplyStateChanges stores the changes in one statement. A change is applied only
 // when it is newer than the stored one, so a replay never moves a sensor back in
-// time: on the same partition, newer means a higher offset; across partitions
-// (after the topic gained partitions and the sensor moved), a later ChangedAt.
-// When changes repeat a sensor, the one with the highest offset is kept.
+// time: on the same partition of the same topic (same topic id), newer means a
+// higher offset; otherwise (the topic gained partitions and the sensor moved, or
+// it was deleted and created again), a later ChangedAt. When changes repeat a
+// sensor, the one with the highest offset is kept.
 func (p *Postgres) ApplyStateChanges(ctx context.Context, changes []StateChange) error {
 	if len(changes) == 0 {
 		return nil
@@ -152,6 +160,7 @@ func (p *Postgres) ApplyStateChanges(ctx context.Context, changes []StateChange)
 		ids        = make([]string, 0, len(latest))
 		data       = make([]int16, 0, len(latest))
 		changedAt  = make([]time.Time, 0, len(latest))
+		topics     = make([]pgtype.UUID, 0, len(latest))
 		partitions = make([]int32, 0, len(latest))
 		offsets    = make([]int64, 0, len(latest))
 	)
@@ -163,21 +172,25 @@ func (p *Postgres) ApplyStateChanges(ctx context.Context, changes []StateChange)
 		ids = append(ids, c.SensorID)
 		data = append(data, int16(c.Data))
 		changedAt = append(changedAt, c.ChangedAt)
+		topics = append(topics, pgtype.UUID{Bytes: c.TopicID, Valid: c.TopicID != [16]byte{}})
 		partitions = append(partitions, c.Partition)
 		offsets = append(offsets, c.Offset)
 	}
 	_, err := p.pool.Exec(ctx, `
-		INSERT INTO sensor_state AS st (sensor_id, data, changed_at, source_partition, source_offset)
-		SELECT * FROM unnest($1::text[], $2::smallint[], $3::timestamptz[], $4::integer[], $5::bigint[])
+		INSERT INTO sensor_state AS st (sensor_id, data, changed_at, source_topic_id, source_partition, source_offset)
+		SELECT * FROM unnest($1::text[], $2::smallint[], $3::timestamptz[], $4::uuid[], $5::integer[], $6::bigint[])
 		ON CONFLICT (sensor_id) DO UPDATE SET
 			data = excluded.data,
 			changed_at = excluded.changed_at,
+			source_topic_id = excluded.source_topic_id,
 			source_partition = excluded.source_partition,
 			source_offset = excluded.source_offset,
 			updated_at = now()
-		WHERE (st.source_partition = excluded.source_partition AND st.source_offset < excluded.source_offset)
-		   OR (st.source_partition <> excluded.source_partition AND st.changed_at <= excluded.changed_at)`,
-		ids, data, changedAt, partitions, offsets)
+		WHERE CASE WHEN st.source_topic_id IS NOT DISTINCT FROM excluded.source_topic_id
+		            AND st.source_partition = excluded.source_partition
+		      THEN st.source_offset < excluded.source_offset
+		      ELSE st.changed_at <= excluded.changed_at END`,
+		ids, data, changedAt, topics, partitions, offsets)
 	if err != nil {
 		return fmt.Errorf("storing %d sensor states: %w", len(ids), err)
 	}

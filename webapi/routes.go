@@ -72,6 +72,7 @@ func (s *Server) routes() *chi.Mux {
 
 		r.Post("/v1/sensors", s.handle(s.createSensor))
 		r.Get("/v1/sensors", s.handle(s.listSensors))
+		r.Get("/v1/sensors/unregistered", s.handle(s.listUnregistered))
 		r.Get("/v1/sensors/{id}", s.handle(s.getSensor))
 		r.Patch("/v1/sensors/{id}", s.handle(s.updateSensor))
 		r.Delete("/v1/sensors/{id}", s.handle(s.deleteSensor))

@@ -294,6 +294,8 @@ type Server struct {
 	history   History
 	metrics   *metrics
 	handler   http.Handler
+	// unregistered serves GET /v1/sensors/unregistered; see WithUnregistered.
+	unregistered UnregisteredSensors
 
 	// deliveries and attempts serve the delivery routes; see WithDeliveries.
 	deliveries DeliveryStore

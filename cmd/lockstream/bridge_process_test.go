@@ -175,7 +175,7 @@ func TestProcessBridgeReadingsChangeState(t *testing.T) {
 	bridge.stop()
 
 	records := readingsOnTopic(t, kafka)
-	want := expectOutcome(records, readingTimes(t, kafka))
+	want := expectOutcome(records, readingTimes(t, kafka), streamtest.TopicID(t, kafka, kafka.ReadingsTopic()))
 	checkState(t, stores.PostgresURL, want)
 	checkEvents(t, kafka, want)
 	for sensor, data := range fleet.last() {

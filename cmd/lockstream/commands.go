@@ -361,7 +361,7 @@ func apiDaemon(ctx context.Context, n *node) (daemon, error) {
 	opts := []webapi.Option{webapi.WithHistory(n.ch), webapi.WithDeliveries(n.pg, n.pg), webapi.WithPushes(n.pg, n.pg),
 		webapi.WithSensorStatus(hooks),
 		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks), webapi.WithConsole(con.Handler()),
-		webapi.WithInbox(n.pg, n.pg, n.redis, inboxCfg)}
+		webapi.WithInbox(n.pg, n.pg, n.redis, inboxCfg), webapi.WithUnregistered(n.pg)}
 	d := daemon{name: "api"}
 	publisher, err := n.notificationPublisher()
 	if err != nil {
@@ -434,7 +434,8 @@ func consumerDaemon(_ context.Context, n *node) (daemon, error) {
 	if err != nil {
 		return daemon{}, err
 	}
-	c, err := consumer.New(consumer.Config{Stream: n.stream}, n.pg, tracker, n.reg, n.logger.With("daemon", "consumer"))
+	c, err := consumer.New(consumer.Config{Stream: n.stream},
+		consumer.Deps{States: n.pg, Sightings: tracker, Unregistered: n.pg}, n.reg, n.logger.With("daemon", "consumer"))
 	if err != nil {
 		return daemon{}, err
 	}

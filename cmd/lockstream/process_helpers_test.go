@@ -392,6 +392,16 @@ type record struct {
 	reason     string // "" for a valid reading, else the DLQ reason
 }
 
+// registerFleet registers the sensors lock00000… of a fleet of n.
+func registerFleet(t *testing.T, pgURL string, n int) {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("lock%05d", i)
+	}
+	storagetest.CreateSensors(t, pgURL, ids...)
+}
+
 // fleetRounds builds rounds of readings of a fleet of sensors lock00000…: in each
 // round every sensor reports once (first a random state, then a flip a third of the
 // time, a repeat otherwise), and every badEvery-th record is a bad one of a kind
@@ -564,8 +574,9 @@ type outcome struct {
 }
 
 // expectOutcome derives the outcome of records; at gives each reading's broker
-// timestamp.
-func expectOutcome(records []produced, at map[pos]time.Time) outcome {
+// timestamp, topicID is the readings topic's id. Every sensor is registered
+// (registerFleet).
+func expectOutcome(records []produced, at map[pos]time.Time, topicID [16]byte) outcome {
 	o := outcome{final: map[string]storage.StateChange{}, changes: map[string][]event.Event{},
 		byID: map[string]event.Event{}, source: map[string]pos{}, valid: map[pos]produced{}, bad: map[pos]produced{}}
 	for _, r := range records {
@@ -580,7 +591,7 @@ func expectOutcome(records []produced, at map[pos]time.Time) outcome {
 			continue
 		}
 		data := r.data
-		e := event.Event{ID: event.StateChangedID(r.sensor, r.partition, r.offset), Type: event.StateChanged,
+		e := event.Event{ID: event.StateChangedID(r.sensor, topicID, r.partition, r.offset), Type: event.StateChanged,
 			SensorID: r.sensor, Data: &data, At: at[where]}
 		if known {
 			previous := prev.Data
@@ -590,7 +601,7 @@ func expectOutcome(records []produced, at map[pos]time.Time) outcome {
 		o.byID[e.ID] = e
 		o.source[e.ID] = where
 		o.final[r.sensor] = storage.StateChange{SensorID: r.sensor, Data: r.data, ChangedAt: e.At,
-			Partition: r.partition, Offset: r.offset}
+			TopicID: topicID, Partition: r.partition, Offset: r.offset}
 	}
 	return o
 }
@@ -616,7 +627,7 @@ func checkState(t *testing.T, pgURL string, want outcome) {
 		switch {
 		case !ok:
 			t.Errorf("sensor_state has %+v for a sensor with no valid reading", s)
-		case s.Data != w.Data || s.Partition != w.Partition || s.Offset != w.Offset || !s.ChangedAt.Equal(w.ChangedAt):
+		case s.Data != w.Data || s.TopicID != w.TopicID || s.Partition != w.Partition || s.Offset != w.Offset || !s.ChangedAt.Equal(w.ChangedAt):
 			t.Errorf("sensor_state of %s is %+v, want %+v", s.SensorID, s, w)
 		default:
 			continue

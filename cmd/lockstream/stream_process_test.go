@@ -54,6 +54,7 @@ func TestProcessConsumerSurvivesSIGKILL(t *testing.T) {
 
 	// 2,000 sensors × 30 readings and 300 bad records, one round every 700 ms: the
 	// stream outlasts the three crashes (the consumer commits every 5 s).
+	registerFleet(t, stores.PostgresURL, 2000)
 	rounds := fleetRounds(1, 2000, 30, 200)
 	total := int64(0)
 	for _, r := range rounds {
@@ -96,7 +97,7 @@ func TestProcessConsumerSurvivesSIGKILL(t *testing.T) {
 	})
 	proc.stop()
 
-	want := expectOutcome(records, readingTimes(t, kafka))
+	want := expectOutcome(records, readingTimes(t, kafka), streamtest.TopicID(t, kafka, kafka.ReadingsTopic()))
 	checkState(t, stores.PostgresURL, want)
 	events := checkEvents(t, kafka, want)
 	checkDLQ(t, kafka, want)
@@ -159,6 +160,7 @@ func TestProcessHistoryRidesOutClickHouseOutage(t *testing.T) {
 	o := offsets{t: t, client: client}
 	const failedFlush = "history flush failed"
 
+	registerFleet(t, stores.PostgresURL, 1000)
 	rounds := fleetRounds(2, 1000, 30, 250)
 	prod := startProducer(t, client, kafka.ReadingsTopic(), rounds, 500*time.Millisecond, 0)
 	prod.allowFraction(0.3)
@@ -225,7 +227,7 @@ func TestProcessHistoryRidesOutClickHouseOutage(t *testing.T) {
 	})
 	hist.stop()
 
-	want := expectOutcome(records, readingTimes(t, kafka))
+	want := expectOutcome(records, readingTimes(t, kafka), streamtest.TopicID(t, kafka, kafka.ReadingsTopic()))
 	checkState(t, stores.PostgresURL, want)
 	checkEvents(t, kafka, want)
 	checkHistory(t, chURL, want)
@@ -245,6 +247,7 @@ func TestProcessConsumeStartsWhileClickHouseIsDown(t *testing.T) {
 	client := streamtest.Client(t, kafka)
 	o := offsets{t: t, client: client}
 
+	registerFleet(t, stores.PostgresURL, 200)
 	prod := startProducer(t, client, kafka.ReadingsTopic(), fleetRounds(4, 200, 3, 50), 10*time.Millisecond, 3)
 	records := prod.wait(t)
 	consume := h.start("consume", "consume")
@@ -252,7 +255,7 @@ func TestProcessConsumeStartsWhileClickHouseIsDown(t *testing.T) {
 		return o.caughtUp(consumer.DefaultGroup, kafka.ReadingsTopic())
 	})
 	consume.stop()
-	want := expectOutcome(records, readingTimes(t, kafka))
+	want := expectOutcome(records, readingTimes(t, kafka), streamtest.TopicID(t, kafka, kafka.ReadingsTopic()))
 	checkState(t, stores.PostgresURL, want)
 	checkEvents(t, kafka, want)
 }
@@ -269,6 +272,7 @@ func TestProcessConsumerRebalance(t *testing.T) {
 	client := streamtest.Client(t, kafka)
 	o := offsets{t: t, client: client}
 
+	registerFleet(t, stores.PostgresURL, 2000)
 	rounds := fleetRounds(3, 2000, 30, 200)
 	total := int64(0)
 	for _, r := range rounds {
@@ -313,7 +317,7 @@ func TestProcessConsumerRebalance(t *testing.T) {
 	})
 	a.stop()
 
-	want := expectOutcome(records, readingTimes(t, kafka))
+	want := expectOutcome(records, readingTimes(t, kafka), streamtest.TopicID(t, kafka, kafka.ReadingsTopic()))
 	checkState(t, stores.PostgresURL, want)
 	checkEvents(t, kafka, want)
 	checkDLQ(t, kafka, want)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/lockstream/lockstream/storage"
 )
@@ -28,7 +29,7 @@ func AllSensorStates(t testing.TB, pgURL string) []storage.StateChange {
 	}
 	defer conn.Close(ctx)
 	rows, err := conn.Query(ctx, `
-		SELECT sensor_id, data, changed_at, source_partition, source_offset
+		SELECT sensor_id, data, changed_at, source_topic_id, source_partition, source_offset
 		FROM sensor_state ORDER BY sensor_id`)
 	if err != nil {
 		t.Fatalf("reading all sensor states: %v", err)
@@ -37,13 +38,14 @@ func AllSensorStates(t testing.TB, pgURL string) []storage.StateChange {
 	var out []storage.StateChange
 	for rows.Next() {
 		var (
-			s    storage.StateChange
-			data int16
+			s     storage.StateChange
+			data  int16
+			topic pgtype.UUID
 		)
-		if err := rows.Scan(&s.SensorID, &data, &s.ChangedAt, &s.Partition, &s.Offset); err != nil {
+		if err := rows.Scan(&s.SensorID, &data, &s.ChangedAt, &topic, &s.Partition, &s.Offset); err != nil {
 			t.Fatalf("reading all sensor states: %v", err)
 		}
-		s.Data = int(data)
+		s.Data, s.TopicID = int(data), topic.Bytes
 		out = append(out, s)
 	}
 	if err := rows.Err(); err != nil {
@@ -164,4 +166,20 @@ func intPtr(v *int8) *int {
 	}
 	i := int(*v)
 	return &i
+}
+
+// CreateSensors registers sensors ids (address "test") in the Postgres database
+// at pgURL, in one statement.
+func CreateSensors(t testing.TB, pgURL string, ids ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), auditTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		t.Fatalf("registering sensors: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `INSERT INTO sensors (id, address) SELECT id, 'test' FROM unnest($1::text[]) AS id`, ids); err != nil {
+		t.Fatalf("registering %d sensors: %v", len(ids), err)
+	}
 }

@@ -192,3 +192,25 @@ func Committed(ctx context.Context, client *kgo.Client, group, topic string) (ma
 	}
 	return out, nil
 }
+
+// TopicID returns topic's Kafka topic id (zero when the broker sends none).
+func TopicID(t testing.TB, cfg stream.Config, topic string) [16]byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, mt)
+	resp, err := req.RequestWith(ctx, Client(t, cfg))
+	if err != nil {
+		t.Fatalf("metadata of %s: %v", topic, err)
+	}
+	if len(resp.Topics) != 1 {
+		t.Fatalf("metadata of %s: %d topics in the answer", topic, len(resp.Topics))
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
+		t.Fatalf("metadata of %s: %v", topic, err)
+	}
+	return resp.Topics[0].TopicID
+}
