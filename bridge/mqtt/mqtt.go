@@ -136,6 +136,7 @@ func (b *Bridge) clientConfig(ctx context.Context, refused chan<- error) autopah
 		SessionExpiryInterval:         expiry,
 		ReconnectBackoff:              autopaho.NewExponentialBackoff(b.cfg.ReconnectMin, b.cfg.ReconnectMax, b.cfg.ReconnectMin, 2),
 		ConnectTimeout:                10 * time.Second,
+		AttemptConnection:             dial,
 		ConnectPacketBuilder: func(cp *paho.Connect, _ *url.URL) (*paho.Connect, error) {
 			if cp.Properties == nil {
 				cp.Properties = &paho.ConnectProperties{}

@@ -47,6 +47,7 @@ func NewPublisher(ctx context.Context, rawURL, topicPrefix string, connections i
 		cm, err := autopaho.NewConnection(context.Background(), autopaho.ClientConfig{
 			ServerUrls: []*url.URL{u}, KeepAlive: 30, CleanStartOnInitialConnection: true,
 			ReconnectBackoff: autopaho.NewConstantBackoff(time.Second), ConnectTimeout: 10 * time.Second,
+			AttemptConnection: dial,
 			ClientConfig: paho.ClientConfig{ClientID: fmt.Sprintf("lockstream-pub-%d-%d", time.Now().UnixNano(), i)},
 		})
 		if err != nil {
