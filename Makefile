@@ -9,7 +9,7 @@ export PATH := $(PATH):/usr/local/go/bin:/usr/sbin:/sbin
 
 .PHONY: services build migrate test lint demo bench clean
 
-## services: install (apt-get) and start PostgreSQL, Redis, ClickHouse and kcat on 127.0.0.1
+## services: install (apt-get) and start PostgreSQL, Redis, ClickHouse, RabbitMQ, Mosquitto and kcat on 127.0.0.1
 services:
 	bash deploy/local/services.sh
 

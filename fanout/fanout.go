@@ -101,7 +101,8 @@ type NotificationStore interface {
 
 // Fanout consumes lockstream.events in its own consumer group and, for each
 // polled batch of a partition, creates in one transaction a notification per (event, linked
-// client) and a delivery per channel, superseding older undelivered states; it
+// client), a delivery per channel and a message in the inbox of each of the
+// client's members, superseding older undelivered states; it
 // commits the batch's offsets only after that transaction. Replays create
 // nothing (event ids are deterministic), so at-least-once consumption yields
 // exactly one delivery per (event, client, channel, target). Records that do not
@@ -114,6 +115,7 @@ type Fanout struct {
 	events        prometheus.Counter
 	rejected      *prometheus.CounterVec
 	notifications prometheus.Counter
+	inbox         prometheus.Counter
 	created       *prometheus.CounterVec
 	deliveries    *prometheus.CounterVec
 	writeErrors   prometheus.Counter
@@ -162,6 +164,12 @@ func New(cfg Config, store NotificationStore, reg prometheus.Registerer, logger 
 	if f.notifications, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Name: "notifications_created_total",
 		Help: "Notifications created: one per event and client watching its sensor.",
+	})); err != nil {
+		return nil, err
+	}
+	if f.inbox, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Name: "inbox_messages_created_total",
+		Help: "Messages put in members' inboxes: one per notification and member of its client.",
 	})); err != nil {
 		return nil, err
 	}
@@ -245,6 +253,7 @@ func (f *Fanout) write(ctx context.Context, inputs []storage.NotificationInput) 
 		cancel()
 		if err == nil {
 			f.notifications.Add(float64(created.Notifications))
+			f.inbox.Add(float64(created.InboxMessages))
 			for ch, n := range created.Deliveries {
 				f.created.WithLabelValues(string(ch)).Add(float64(n))
 			}

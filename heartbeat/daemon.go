@@ -47,6 +47,15 @@ type Publisher interface {
 	Publish(ctx context.Context, events []event.Event) error
 }
 
+// Progress tells how far the state consumer has got through the readings
+// (stream.Progress).
+type Progress interface {
+	// Watermark returns a time before which every reading has been consumed and
+	// its sighting recorded in Redis; now when consumption is caught up, never
+	// later. An error means it is unknown.
+	Watermark(ctx context.Context, now time.Time) (time.Time, error)
+}
+
 // Deps are the Daemon's stores and its way out.
 type Deps struct {
 	// Store holds the heartbeat sets (storage.Redis).
@@ -59,6 +68,11 @@ type Deps struct {
 	// Publisher delivers connection_lost (and rebuild-found connection_restored)
 	// events to lockstream.events.
 	Publisher Publisher
+	// Progress is how far the state consumer has got; a sweep declares lost only
+	// the sensors whose deadline is at or before it, so a consumer that lags or
+	// stalls never makes reporting sensors look silent. Nil judges deadlines by
+	// the clock alone, for tests and for a Redis fed by no consumer.
+	Progress Progress
 }
 
 // ErrRebuildBusy is returned by Rebuild while another daemon rebuilds; Sweep then
@@ -90,6 +104,8 @@ type Daemon struct {
 	rebuilds      prometheus.Counter
 	sweepErrors   prometheus.Counter
 	sweepDuration prometheus.Histogram
+	lag           prometheus.Gauge
+	lagErrors     prometheus.Counter
 }
 
 // New returns a Daemon; Run starts it.
@@ -140,6 +156,14 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) 
 		"Sweeps that failed; their work is retried by the next sweep."); err != nil {
 		return nil, err
 	}
+	if d.lag, err = newGauge(reg, "watermark_lag_seconds",
+		"How far the state consumer's progress (the watermark sweeps judge deadlines by) is behind the clock, as of the last sweep."); err != nil {
+		return nil, err
+	}
+	if d.lagErrors, err = newCounter(reg, "watermark_errors_total",
+		"Sweeps that could not learn the state consumer's progress and so declared no sensor lost."); err != nil {
+		return nil, err
+	}
 	if d.sweepDuration, err = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "sweep_duration_seconds",
 		Help:    "Time a sweep took, rebuilds included.",
@@ -178,6 +202,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 // then claims and publishes every sensor past its deadline, and forgets restores
 // older than RestoreMemory. Its cost grows with the number of expired sensors, not
 // with the fleet.
+//
+// A deadline has passed when it is at or before the cutoff: the clock, or the state
+// consumer's watermark when that is earlier, since a sighting the consumer has not
+// recorded yet may still push the deadline. When the watermark is unknown, the
+// sweep claims nothing, finishes the rest and returns the error.
 func (d *Daemon) Sweep(ctx context.Context) error {
 	start := time.Now()
 	defer func() { d.sweepDuration.Observe(time.Since(start).Seconds()) }()
@@ -194,15 +223,18 @@ func (d *Daemon) Sweep(ctx context.Context) error {
 			return fmt.Errorf("sweeping: %w", err)
 		}
 	}
-	if err := d.publishLosses(ctx, d.deps.Store.ReclaimHeartbeatPending, "republished"); err != nil {
+	if err := d.publishLosses(ctx, d.deps.Store.ReclaimHeartbeatPending, d.cfg.Now, "republished"); err != nil {
 		return fmt.Errorf("sweeping: %w", err)
 	}
-	if err := d.publishLosses(ctx, d.deps.Store.ClaimHeartbeatExpired, "claimed"); err != nil {
-		return fmt.Errorf("sweeping: %w", err)
+	cutoff, werr := d.cutoff(ctx)
+	if werr == nil {
+		if err := d.publishLosses(ctx, d.deps.Store.ClaimHeartbeatExpired, cutoff, "claimed"); err != nil {
+			return fmt.Errorf("sweeping: %w", err)
+		}
 	}
-	cutoff := d.cfg.Now().Add(-d.cfg.RestoreMemory)
+	expiry := d.cfg.Now().Add(-d.cfg.RestoreMemory)
 	for {
-		n, err := d.deps.Store.ExpireHeartbeatRestores(ctx, cutoff, d.cfg.ClaimBatch)
+		n, err := d.deps.Store.ExpireHeartbeatRestores(ctx, expiry, d.cfg.ClaimBatch)
 		if err != nil {
 			return fmt.Errorf("sweeping: %w", err)
 		}
@@ -216,20 +248,44 @@ func (d *Daemon) Sweep(ctx context.Context) error {
 	}
 	d.tracked.Set(float64(tracked))
 	d.lost.Set(float64(lost))
+	if werr != nil {
+		return fmt.Errorf("sweeping: no sensor declared lost: %w", werr)
+	}
 	return nil
+}
+
+// cutoff returns the sweep's deadline cutoff: a function giving the earlier of the
+// clock and the state consumer's watermark, the watermark read once per sweep.
+func (d *Daemon) cutoff(ctx context.Context) (func() time.Time, error) {
+	if d.deps.Progress == nil {
+		return d.cfg.Now, nil
+	}
+	now := d.cfg.Now()
+	mark, err := d.deps.Progress.Watermark(ctx, now)
+	if err != nil {
+		d.lagErrors.Inc()
+		return nil, fmt.Errorf("reading the state consumer's progress: %w", err)
+	}
+	d.lag.Set(max(0, now.Sub(mark).Seconds()))
+	return func() time.Time {
+		if now := d.cfg.Now(); now.Before(mark) {
+			return now
+		}
+		return mark
+	}, nil
 }
 
 type claimFunc func(ctx context.Context, now time.Time, limit int, lease time.Time) ([]storage.HeartbeatDeadline, error)
 
-// publishLosses claims losses a chunk at a time and publishes each chunk, until a
-// chunk comes back short.
-func (d *Daemon) publishLosses(ctx context.Context, claim claimFunc, what string) error {
+// publishLosses claims losses due at cutoff a chunk at a time and publishes each
+// chunk, until a chunk comes back short. Leases run on the clock.
+func (d *Daemon) publishLosses(ctx context.Context, claim claimFunc, cutoff func() time.Time, what string) error {
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		now := d.cfg.Now()
-		losses, err := claim(ctx, now, d.cfg.ClaimBatch, now.Add(2*d.cfg.PublishTimeout))
+		lease := d.cfg.Now().Add(2 * d.cfg.PublishTimeout)
+		losses, err := claim(ctx, cutoff(), d.cfg.ClaimBatch, lease)
 		if err != nil {
 			return err
 		}
@@ -369,15 +425,9 @@ func (d *Daemon) rebuild(ctx context.Context) error {
 	if len(reported) > 0 {
 		events := make([]event.Event, len(reported))
 		for i, r := range reported {
-			at := d.tm.lastSeen(r.Deadline, timeout(r.SensorID))
-			lostSeen := d.tm.lastSeen(missed[r.SensorID], timeout(r.SensorID))
-			events[i] = event.Event{
-				ID:        event.ConnectionRestoredID(r.SensorID, missed[r.SensorID]),
-				Type:      event.ConnectionRestored,
-				SensorID:  r.SensorID,
-				At:        at,
-				SilentFor: max(0, int64(at.Sub(lostSeen)/time.Second)),
-			}
+			tmo := timeout(r.SensorID)
+			events[i] = restoredEvent(r.SensorID, missed[r.SensorID],
+				d.tm.lastSeen(r.Deadline, tmo), d.tm.lastSeen(missed[r.SensorID], tmo))
 		}
 		pctx, cancel := context.WithTimeout(ctx, d.cfg.PublishTimeout)
 		defer cancel()

@@ -7,7 +7,9 @@
 // sensor's latest restore for RestoreMemory. The Tracker, called by the consumer once
 // per batch, pushes deadlines forward in one round trip and ends losses atomically,
 // returning connection_restored events (again, to a consumer replaying a batch after
-// a crash). The Daemon sweeps: it claims expired deadlines in chunks with one Lua
+// a crash). The Daemon sweeps: it claims expired deadlines (at or before the earlier
+// of the clock and the state consumer's watermark, so a lagging or stalled consumer
+// never makes reporting sensors look silent) in chunks with one Lua
 // script per chunk, so several daemons never claim a sensor twice and a sweep costs
 // O(expired), and publishes connection_lost events through a Publisher. Event ids
 // derive from the sensor and the missed deadline, so retries and replays are dropped

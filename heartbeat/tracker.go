@@ -26,8 +26,9 @@ const (
 type TrackerStore interface {
 	RecordHeartbeats(ctx context.Context, sightings []storage.HeartbeatSighting) ([]storage.HeartbeatRestore, error)
 	ForgetHeartbeat(ctx context.Context, sensorID string) error
-	HeartbeatStatus(ctx context.Context, sensorID string) (storage.HeartbeatStatus, error)
+	HeartbeatStatuses(ctx context.Context, sensorIDs []string) (map[string]storage.HeartbeatStatus, error)
 	LostHeartbeats(ctx context.Context, page storage.Page) ([]storage.HeartbeatDeadline, error)
+	LostHeartbeatIDs(ctx context.Context, page storage.Page) ([]string, error)
 	ShiftHeartbeatDeadline(ctx context.Context, sensorID string, delta time.Duration) error
 	LoadHeartbeatDeadlines(ctx context.Context, deadlines []storage.HeartbeatDeadline) (int, error)
 }
@@ -186,15 +187,7 @@ func (t *Tracker) Record(ctx context.Context, seen map[string]time.Time) ([]even
 		if r.Unpublished {
 			events = append(events, lostEvent(r.SensorID, r.Missed))
 		}
-		// Computed from what Redis remembers only, so a replay is the same event.
-		lastSeen := t.tm.lastSeen(r.Missed, timeouts[i])
-		events = append(events, event.Event{
-			ID:        id,
-			Type:      event.ConnectionRestored,
-			SensorID:  r.SensorID,
-			At:        r.RestoredAt,
-			SilentFor: max(0, int64(r.RestoredAt.Sub(lastSeen)/time.Second)),
-		})
+		events = append(events, restoredEvent(r.SensorID, r.Missed, r.RestoredAt, t.tm.lastSeen(r.Missed, timeouts[i])))
 		t.emitted.put(id, r.RestoredAt.UnixMilli())
 	}
 	t.restored.Add(float64(fresh))
@@ -202,26 +195,50 @@ func (t *Tracker) Record(ctx context.Context, seen map[string]time.Time) ([]even
 	return events, nil
 }
 
-// Status returns when the sensor was last seen (within the coalescing window; for a
-// sensor Redis lost and that has not reported since the rebuild, the rebuild's
-// estimate) and whether it is online, lost or unknown to the heartbeat.
+// Status is what the heartbeat knows of one sensor's connection.
+type Status struct {
+	// LastSeen is when the sensor was last seen, within the coalescing window; for
+	// a sensor Redis lost and that has not reported since the rebuild, the
+	// rebuild's estimate. Zero when the heartbeat does not know the sensor.
+	LastSeen time.Time
+	// Connection is ConnectionOnline, ConnectionLost or ConnectionUnknown.
+	Connection string
+}
+
+// Status returns when the sensor was last seen and whether it is online, lost or
+// unknown to the heartbeat; see Statuses.
 func (t *Tracker) Status(ctx context.Context, sensorID string) (lastSeen time.Time, connection string, err error) {
-	if err := t.ensureTimeouts(ctx); err != nil {
-		return time.Time{}, "", fmt.Errorf("getting connection of %s: %w", sensorID, err)
-	}
-	st, err := t.store.HeartbeatStatus(ctx, sensorID)
+	st, err := t.Statuses(ctx, []string{sensorID})
 	if err != nil {
-		return time.Time{}, "", fmt.Errorf("getting connection of %s: %w", sensorID, err)
+		return time.Time{}, "", err
 	}
-	timeout := t.timeout(sensorID)
-	switch {
-	case !st.Deadline.IsZero():
-		return t.lastSeen(st.Deadline, timeout), ConnectionOnline, nil
-	case !st.Missed.IsZero():
-		return t.lastSeen(st.Missed, timeout), ConnectionLost, nil
-	default:
-		return time.Time{}, ConnectionUnknown, nil
+	return st[sensorID].LastSeen, st[sensorID].Connection, nil
+}
+
+// Statuses returns the Status of every sensor in sensorIDs in one Redis round trip,
+// however many there are (a page of a sensor list asks once, not once a sensor).
+// Every id asked for has an entry.
+func (t *Tracker) Statuses(ctx context.Context, sensorIDs []string) (map[string]Status, error) {
+	if err := t.ensureTimeouts(ctx); err != nil {
+		return nil, fmt.Errorf("getting connections of %d sensors: %w", len(sensorIDs), err)
 	}
+	known, err := t.store.HeartbeatStatuses(ctx, sensorIDs)
+	if err != nil {
+		return nil, fmt.Errorf("getting connections of %d sensors: %w", len(sensorIDs), err)
+	}
+	out := make(map[string]Status, len(sensorIDs))
+	for _, id := range sensorIDs {
+		st := known[id]
+		switch {
+		case !st.Deadline.IsZero():
+			out[id] = Status{LastSeen: t.lastSeen(st.Deadline, t.timeout(id)), Connection: ConnectionOnline}
+		case !st.Missed.IsZero():
+			out[id] = Status{LastSeen: t.lastSeen(st.Missed, t.timeout(id)), Connection: ConnectionLost}
+		default:
+			out[id] = Status{Connection: ConnectionUnknown}
+		}
+	}
+	return out, nil
 }
 
 // Lost returns up to page.Limit lost sensors ordered by id, after page.After.
@@ -242,6 +259,17 @@ func (t *Tracker) Lost(ctx context.Context, page storage.Page) ([]LostSensor, er
 		}
 	}
 	return out, nil
+}
+
+// LostIDs returns up to page.Limit ids of lost sensors ordered by id, after
+// page.After, in one Redis round trip whatever the number of lost sensors: a page
+// of a list whose connections are then asked for with Statuses.
+func (t *Tracker) LostIDs(ctx context.Context, page storage.Page) ([]string, error) {
+	ids, err := t.store.LostHeartbeatIDs(ctx, page)
+	if err != nil {
+		return nil, fmt.Errorf("listing lost sensors: %w", err)
+	}
+	return ids, nil
 }
 
 // Register starts tracking a newly registered sensor from its registration time, so
@@ -369,6 +397,29 @@ func (t *Tracker) timeoutLocked(sensorID string) time.Duration {
 		return d
 	}
 	return t.cfg.Timeout
+}
+
+// restoredEvent is the connection_restored of a sensor seen at seen after missing
+// the deadline missed, having last been seen at lastSeen before it. It is computed
+// from what Redis remembers only, so a replay is the same event.
+//
+// It is never timed before its loss: deliveries to a client go in event-time order,
+// so a restore timed earlier would reach the client before the loss it ends. A
+// sighting earlier than the deadline can end a loss only if it was recorded after
+// the sweep passed the deadline, which the watermark prevents unless record times
+// go backwards within a partition (producer clocks on a broker that keeps them).
+func restoredEvent(sensorID string, missed, seen, lastSeen time.Time) event.Event {
+	at := seen
+	if at.Before(missed) {
+		at = missed
+	}
+	return event.Event{
+		ID:        event.ConnectionRestoredID(sensorID, missed),
+		Type:      event.ConnectionRestored,
+		SensorID:  sensorID,
+		At:        at,
+		SilentFor: max(0, int64(at.Sub(lastSeen)/time.Second)),
+	}
 }
 
 func lostEvent(sensorID string, deadline time.Time) event.Event {

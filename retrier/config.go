@@ -25,7 +25,6 @@ const (
 	DefaultWriteTimeout         = 10 * time.Second
 	DefaultAttemptFlushInterval = time.Second
 	DefaultAttemptBatchSize     = 5000
-	DefaultAttemptBuffer        = 100_000
 )
 
 // Config configures a Retrier.
@@ -94,18 +93,13 @@ type Config struct {
 	// DefaultWriteTimeout (10s).
 	WriteTimeout time.Duration
 
-	// AttemptFlushInterval is how often recorded attempts are written to
-	// ClickHouse. Defaults to DefaultAttemptFlushInterval (1s).
+	// AttemptFlushInterval is how often the attempt log (in Postgres) is
+	// copied to ClickHouse. Defaults to DefaultAttemptFlushInterval (1s).
 	AttemptFlushInterval time.Duration
 
-	// AttemptBatchSize writes attempts as soon as this many wait. Defaults to
-	// DefaultAttemptBatchSize (5000).
+	// AttemptBatchSize is the most attempts copied to ClickHouse in one batch.
+	// Defaults to DefaultAttemptBatchSize (5000).
 	AttemptBatchSize int
-
-	// AttemptBuffer bounds the attempts held for ClickHouse while it is slow or
-	// down; past it further attempts are dropped from the history (and counted),
-	// never delaying deliveries. Defaults to DefaultAttemptBuffer (100,000).
-	AttemptBuffer int
 
 	// Now returns the current time, which decides what is due; tests inject a
 	// clock. Defaults to time.Now.
@@ -133,7 +127,6 @@ func (c Config) WithDefaults() Config {
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
 	c.AttemptFlushInterval = cmp.Or(c.AttemptFlushInterval, DefaultAttemptFlushInterval)
 	c.AttemptBatchSize = cmp.Or(c.AttemptBatchSize, DefaultAttemptBatchSize)
-	c.AttemptBuffer = cmp.Or(c.AttemptBuffer, DefaultAttemptBuffer)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -161,7 +154,6 @@ func (c Config) Validate() error {
 	atLeastOne("PushWorkers", c.PushWorkers)
 	atLeastOne("BatchSize", c.BatchSize)
 	atLeastOne("AttemptBatchSize", c.AttemptBatchSize)
-	atLeastOne("AttemptBuffer", c.AttemptBuffer)
 	positive("BackoffBase", c.BackoffBase)
 	positive("BackoffMax", c.BackoffMax)
 	positive("PollInterval", c.PollInterval)

@@ -8,15 +8,16 @@ import (
 
 // retrierMetrics are the Retrier's instruments.
 type retrierMetrics struct {
-	deliveries      *prometheus.CounterVec
-	attempts        *prometheus.CounterVec
-	latency         *prometheus.HistogramVec
-	depth           *prometheus.GaugeVec
-	oldestDue       prometheus.Gauge
-	requeued        prometheus.Counter
-	fenced          prometheus.Counter
-	errors          *prometheus.CounterVec
-	attemptsDropped prometheus.Counter
+	deliveries     *prometheus.CounterVec
+	attempts       *prometheus.CounterVec
+	latency        *prometheus.HistogramVec
+	depth          *prometheus.GaugeVec
+	oldestDue      prometheus.Gauge
+	requeued       prometheus.Counter
+	fenced         prometheus.Counter
+	errors         *prometheus.CounterVec
+	attemptsCopied prometheus.Counter
+	notSent        prometheus.Counter
 }
 
 func newRetrierMetrics(reg prometheus.Registerer) (*retrierMetrics, error) {
@@ -69,9 +70,15 @@ func newRetrierMetrics(reg prometheus.Registerer) (*retrierMetrics, error) {
 	}, []string{"op"})); err != nil {
 		return nil, err
 	}
-	if m.attemptsDropped, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Name: "delivery_attempts_dropped_total",
-		Help: "Delivery attempts left out of the ClickHouse history because its buffer was full.",
+	if m.attemptsCopied, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Name: "delivery_attempts_copied_total",
+		Help: "Delivery attempts copied from the Postgres attempt log to ClickHouse.",
+	})); err != nil {
+		return nil, err
+	}
+	if m.notSent, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Name: "delivery_attempts_not_sent_total",
+		Help: "Claimed deliveries put back unsent, their attempt given back, because the store could not say what to send.",
 	})); err != nil {
 		return nil, err
 	}

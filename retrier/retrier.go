@@ -4,7 +4,8 @@
 // email, Swrve push: sensor notifications to clients' devices and the
 // standalone pushes of the push API), and records the outcome, retrying with a
 // logarithmic back-off (see Backoff) until a delivery is SENT, FAILED, GIVEN_UP
-// or SUPERSEDED. Every attempt also goes to ClickHouse's delivery_attempts.
+// or SUPERSEDED. Every attempt is logged in Postgres with its outcome, in the
+// same statement, and copied to ClickHouse's delivery_attempts in batches.
 //
 // Any number of retrier processes share one outbox: claims skip rows another
 // process holds (FOR UPDATE SKIP LOCKED), and a claim is a lease, so deliveries
@@ -40,9 +41,12 @@ type Store interface {
 	// PushRequests reads what the standalone pushes among the deliveries ask
 	// for, by delivery id.
 	PushRequests(ctx context.Context, deliveryIDs []string) (map[string]storage.PushRequest, error)
+	// CopyDeliveryAttempts hands a batch of attempts not copied yet to copy
+	// and marks them copied when it succeeds.
+	CopyDeliveryAttempts(ctx context.Context, limit int, copy func(context.Context, []storage.DeliveryAttempt) error) (int, error)
 }
 
-// AttemptStore keeps the history of attempts (storage.ClickHouse).
+// AttemptStore is the analysts' copy of the attempt log (storage.ClickHouse).
 type AttemptStore interface {
 	InsertDeliveryAttempts(ctx context.Context, attempts []storage.DeliveryAttempt) error
 }
@@ -159,6 +163,9 @@ type outcome struct {
 	next  time.Time             // when a RETRY is due
 	at    time.Time             // when the attempt ended
 	since time.Time             // what a SENT delivery's latency counts from
+	// notSent: no send was made (the store could not say what to send), so the
+	// attempt is given back rather than used up.
+	notSent bool
 }
 
 // New returns a Retrier; Run starts it.
@@ -240,16 +247,15 @@ func (r *Retrier) Run(ctx context.Context) error {
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 
-	attempts := newAttemptWriter(r.cfg, r.deps.Attempts, r.m, r.logger)
-	go attempts.run(ctx)
 	outcomes := make(chan outcome, workers)
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		r.finishLoop(ctx, outcomes, attempts)
+		r.finishLoop(ctx, outcomes)
 	}()
 	var background sync.WaitGroup
 	background.Go(func() { r.every(ctx, r.cfg.LeaseSweepInterval, r.requeueExpired) })
+	background.Go(func() { r.every(ctx, r.cfg.AttemptFlushInterval, r.copyAttempts) })
 	background.Go(func() { r.every(ctx, r.cfg.StatsInterval, r.refreshStats) })
 
 	var claimers sync.WaitGroup
@@ -269,8 +275,9 @@ func (r *Retrier) Run(ctx context.Context) error {
 	drainDeadline.Stop()
 	close(outcomes)
 	<-finished
-	attempts.close()
 	background.Wait()
+	// The last outcomes' attempts, on a context that is not cancelled.
+	r.copyAttempts(stopCtx)
 	r.logger.InfoContext(stopCtx, "retrier stopped")
 	return nil
 }
@@ -351,14 +358,17 @@ func (r *Retrier) claim(ctx, work context.Context, l *lane, limit int, outcomes 
 		l.busy.Add(1)
 		r.workers.Go(func() {
 			var res notifier.Result
+			notSent := false
 			start := time.Now()
 			switch {
 			case targetErr != nil:
 				res = notifier.Result{Outcome: notifier.Retry, ErrorType: ErrorTypeStore,
 					Err: fmt.Errorf("reading the client's current address: %w", targetErr)}
+				notSent = true
 			case pushErr != nil && isStandalonePush(d):
 				res = notifier.Result{Outcome: notifier.Retry, ErrorType: ErrorTypeStore,
 					Err: fmt.Errorf("reading the push: %w", pushErr)}
+				notSent = true
 			default:
 				actx, cancel := context.WithTimeout(work, r.cfg.AttemptTimeout)
 				if isPush {
@@ -371,7 +381,7 @@ func (r *Retrier) claim(ctx, work context.Context, l *lane, limit int, outcomes 
 			if res.Duration == 0 {
 				res.Duration = time.Since(start)
 			}
-			o := r.settle(d, res)
+			o := r.settle(d, res, notSent)
 			if isPush {
 				// A scheduled push waited for its window on purpose.
 				o.since = push.WindowAt
@@ -417,7 +427,8 @@ func (r *Retrier) send(ctx context.Context, d storage.Delivery, t storage.Delive
 	switch d.Channel {
 	case storage.ChannelWebhook:
 		if r.deps.Webhook != nil {
-			return r.deps.Webhook.Send(ctx, webhook.Target{URL: t.WebhookURL, Secret: t.Secret}, n)
+			return r.deps.Webhook.Send(ctx, webhook.Target{URL: t.WebhookURL, Secret: t.Secret,
+				PreviousSecret: t.PreviousSecret, PreviousSecretUntil: t.PreviousSecretUntil}, n)
 		}
 	case storage.ChannelEmail:
 		if t.Email == "" {
@@ -462,9 +473,15 @@ func failed(errorType string, err error) notifier.Result {
 	return notifier.Result{Outcome: notifier.Failed, ErrorType: errorType, Err: err}
 }
 
-// settle turns an attempt's result into the state it asks for.
-func (r *Retrier) settle(d storage.Delivery, res notifier.Result) outcome {
-	o := outcome{d: d, res: res, at: r.cfg.Now(), since: d.EventAt}
+// settle turns an attempt's result into the state it asks for. An attempt not
+// sent is retried after the base back-off whatever the attempts so far: it
+// used none up.
+func (r *Retrier) settle(d storage.Delivery, res notifier.Result, notSent bool) outcome {
+	o := outcome{d: d, res: res, at: r.cfg.Now(), since: d.EventAt, notSent: notSent}
+	if notSent {
+		o.state, o.next = storage.DeliveryRetry, o.at.Add(r.cfg.BackoffBase)
+		return o
+	}
 	switch res.Outcome {
 	case notifier.Sent:
 		o.state = storage.DeliverySent
@@ -488,7 +505,7 @@ func (r *Retrier) settle(d storage.Delivery, res notifier.Result) outcome {
 
 // finishLoop records outcomes in batches as they arrive, until outcomes is
 // closed. Writes run on ctx without its cancellation: the attempts happened.
-func (r *Retrier) finishLoop(ctx context.Context, outcomes <-chan outcome, attempts *attemptWriter) {
+func (r *Retrier) finishLoop(ctx context.Context, outcomes <-chan outcome) {
 	ctx = context.WithoutCancel(ctx)
 	for first := range outcomes {
 		batch := []outcome{first}
@@ -504,15 +521,15 @@ func (r *Retrier) finishLoop(ctx context.Context, outcomes <-chan outcome, attem
 				break collect
 			}
 		}
-		r.record(ctx, batch, attempts)
+		r.record(ctx, batch)
 		// A finished delivery may free the next one of its (client, sensor).
 		r.signalWake()
 	}
 }
 
-// record writes a batch of outcomes to the outbox, then to the attempt history
-// and the metrics.
-func (r *Retrier) record(ctx context.Context, batch []outcome, attempts *attemptWriter) {
+// record writes a batch of outcomes and their attempts to the outbox in one
+// statement, then to the metrics.
+func (r *Retrier) record(ctx context.Context, batch []outcome) {
 	finishes := make([]storage.DeliveryFinish, len(batch))
 	for i, o := range batch {
 		finishes[i] = storage.DeliveryFinish{
@@ -522,6 +539,12 @@ func (r *Retrier) record(ctx context.Context, batch []outcome, attempts *attempt
 			NextAttemptAt: o.next,
 			Error:         errorText(o.res.Err),
 			HTTPStatus:    o.res.HTTPStatus,
+			ErrorType:     o.res.ErrorType,
+			AnswerCode:    o.res.AnswerCode,
+			AnswerMessage: o.res.AnswerMessage,
+			Duration:      o.res.Duration,
+			At:            o.at,
+			NotSent:       o.notSent,
 		}
 	}
 	wctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
@@ -552,25 +575,13 @@ func (r *Retrier) record(ctx context.Context, batch []outcome, attempts *attempt
 		default:
 			status = o.state
 		}
-		r.m.attempts.WithLabelValues(string(o.d.Channel), cmp.Or(o.res.ErrorType, "none")).Inc()
+		if o.notSent {
+			r.m.notSent.Inc()
+		} else {
+			r.m.attempts.WithLabelValues(string(o.d.Channel), cmp.Or(o.res.ErrorType, "none")).Inc()
+		}
 		r.logger.DebugContext(ctx, "delivery attempt", "delivery_id", o.d.ID, "channel", o.d.Channel,
 			"attempt", o.d.Attempts, "status", status, "http_status", o.res.HTTPStatus, "err", o.res.Err)
-		attempts.add(storage.DeliveryAttempt{
-			DeliveryID:    o.d.ID,
-			ClientID:      o.d.ClientID,
-			SensorID:      o.d.SensorID,
-			EventID:       o.d.EventID,
-			Channel:       o.d.Channel,
-			Attempt:       o.d.Attempts,
-			Status:        status,
-			HTTPStatus:    o.res.HTTPStatus,
-			ErrorType:     o.res.ErrorType,
-			Error:         errorText(o.res.Err),
-			AnswerCode:    o.res.AnswerCode,
-			AnswerMessage: o.res.AnswerMessage,
-			Duration:      o.res.Duration,
-			At:            o.at,
-		})
 	}
 }
 
@@ -621,6 +632,28 @@ func (r *Retrier) requeueExpired(ctx context.Context) {
 	if len(requeued) > 0 {
 		r.logger.WarnContext(ctx, "deliveries whose lease ran out were requeued", "deliveries", len(requeued))
 		r.signalWake()
+	}
+}
+
+// copyAttempts copies the attempt log to ClickHouse in batches until it has
+// caught up or a copy fails (retried at the next tick; the rows wait in
+// Postgres, so a slow or absent ClickHouse costs delay, never rows).
+func (r *Retrier) copyAttempts(ctx context.Context) {
+	for ctx.Err() == nil {
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+		n, err := r.deps.Store.CopyDeliveryAttempts(cctx, r.cfg.AttemptBatchSize, r.deps.Attempts.InsertDeliveryAttempts)
+		cancel()
+		if err != nil {
+			if !errors.Is(err, context.Canceled) {
+				r.m.errors.WithLabelValues("attempts").Inc()
+				r.logger.ErrorContext(ctx, "copying delivery attempts to ClickHouse failed", "err", err)
+			}
+			return
+		}
+		r.m.attemptsCopied.Add(float64(n))
+		if n < r.cfg.AttemptBatchSize {
+			return
+		}
 	}
 }
 

@@ -5,10 +5,15 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 )
 
 // DeliveryAttempt is one attempt at a delivery, as the history keeps it.
 type DeliveryAttempt struct {
+	// ID is the attempt's row in Postgres; ClickHouse dedupes copies by it.
+	ID         int64
 	DeliveryID string
 	ClientID   string
 	SensorID   string
@@ -33,6 +38,9 @@ type DeliveryAttempt struct {
 	Duration time.Duration
 	// At is when the attempt ended; ClickHouse keeps seconds.
 	At time.Time
+	// Recorded is false for an attempt whose outcome was fenced off: its lease
+	// had run out and the delivery had moved on (see DeliveryFinish.Attempt).
+	Recorded bool
 }
 
 // InsertDeliveryAttempts writes attempts into delivery_attempts in one batch.
@@ -44,7 +52,7 @@ func (c *ClickHouse) InsertDeliveryAttempts(ctx context.Context, attempts []Deli
 	// ClickHouse 18.16.
 	batch, err := c.conn.PrepareBatch(ctx, `INSERT INTO delivery_attempts (delivery_id, client_id, sensor_id,
 		event_id, channel, attempt, status, http_status, error_type, error, answer_code, answer_message,
-		duration_ms, at)`)
+		duration_ms, at, attempt_id)`)
 	if err != nil {
 		return fmt.Errorf("preparing delivery attempts insert: %w", err)
 	}
@@ -54,7 +62,7 @@ func (c *ClickHouse) InsertDeliveryAttempts(ctx context.Context, attempts []Deli
 		if err := batch.Append(a.DeliveryID, a.ClientID, a.SensorID, a.EventID, string(a.Channel),
 			uint32(max(a.Attempt, 0)), string(a.Status), uint16(min(max(a.HTTPStatus, 0), math.MaxUint16)),
 			a.ErrorType, a.Error, int32(min(max(a.AnswerCode, math.MinInt32), math.MaxInt32)), a.AnswerMessage,
-			uint32(max(ms, 0)), a.At); err != nil {
+			uint32(max(ms, 0)), a.At, uint64(max(a.ID, 0))); err != nil {
 			return fmt.Errorf("appending attempt %d of delivery %s: %w", a.Attempt, a.DeliveryID, err)
 		}
 	}
@@ -64,14 +72,17 @@ func (c *ClickHouse) InsertDeliveryAttempts(ctx context.Context, attempts []Deli
 	return nil
 }
 
-// DeliveryAttempts returns every recorded attempt of the delivery, oldest first.
+// DeliveryAttempts returns the attempts of the delivery copied to ClickHouse,
+// oldest first, each once even if its batch was copied twice (rows written
+// before attempt_id existed carry 0 and are told apart by attempt and time).
 func (c *ClickHouse) DeliveryAttempts(ctx context.Context, deliveryID string) ([]DeliveryAttempt, error) {
 	rows, err := c.conn.Query(ctx, `
 		SELECT delivery_id, client_id, sensor_id, event_id, channel, attempt, status, http_status,
-		       error_type, error, answer_code, answer_message, duration_ms, at
-		FROM delivery_attempts WHERE delivery_id = ? ORDER BY at, attempt`, deliveryID)
+		       error_type, error, answer_code, answer_message, duration_ms, at, attempt_id
+		FROM delivery_attempts WHERE delivery_id = ? ORDER BY at, attempt, attempt_id
+		LIMIT 1 BY attempt_id, attempt, at`, deliveryID)
 	if err != nil {
-		return nil, fmt.Errorf("reading attempts of delivery %s: %w", deliveryID, err)
+		return nil, fmt.Errorf("reading attempts of delivery %s: %w", deliveryID, unreachable(storeClickHouse, err))
 	}
 	defer rows.Close()
 	var out []DeliveryAttempt
@@ -82,18 +93,97 @@ func (c *ClickHouse) DeliveryAttempts(ctx context.Context, deliveryID string) ([
 			attempt, durationMS uint32
 			httpStatus          uint16
 			answerCode          int32
+			id                  uint64
 		)
 		if err := rows.Scan(&a.DeliveryID, &a.ClientID, &a.SensorID, &a.EventID, &channel, &attempt, &status,
-			&httpStatus, &a.ErrorType, &a.Error, &answerCode, &a.AnswerMessage, &durationMS, &a.At); err != nil {
+			&httpStatus, &a.ErrorType, &a.Error, &answerCode, &a.AnswerMessage, &durationMS, &a.At, &id); err != nil {
 			return nil, fmt.Errorf("reading attempts of delivery %s: %w", deliveryID, err)
 		}
 		a.Channel, a.Status = Channel(channel), DeliveryState(status)
 		a.Attempt, a.HTTPStatus, a.AnswerCode = int(attempt), int(httpStatus), int(answerCode)
 		a.Duration = time.Duration(durationMS) * time.Millisecond
+		a.ID, a.Recorded = int64(id), true
 		out = append(out, a)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("reading attempts of delivery %s: %w", deliveryID, err)
 	}
 	return out, nil
+}
+
+// attemptColumns are selected by the Postgres attempt queries, in scanAttempt's
+// order.
+const attemptColumns = `id, delivery_id::text, coalesce(client_id::text, ''), coalesce(sensor_id, ''),
+	coalesce(event_id, ''), channel, attempt, status, recorded, http_status, error_type, error, answer_code,
+	answer_message, duration_ms, at`
+
+func scanAttempt(row pgx.CollectableRow) (DeliveryAttempt, error) {
+	var (
+		a  DeliveryAttempt
+		ms int32
+	)
+	err := row.Scan(&a.ID, &a.DeliveryID, &a.ClientID, &a.SensorID, &a.EventID, &a.Channel, &a.Attempt,
+		&a.Status, &a.Recorded, &a.HTTPStatus, &a.ErrorType, &a.Error, &a.AnswerCode, &a.AnswerMessage, &ms, &a.At)
+	a.Duration = time.Duration(ms) * time.Millisecond
+	return a, err
+}
+
+// DeliveryAttempts returns every attempt of the delivery, oldest first, from
+// Postgres: FinishDeliveries writes them with the outcomes, so this log is
+// complete the moment the outcome is (ClickHouse's copy follows later).
+func (p *Postgres) DeliveryAttempts(ctx context.Context, deliveryID string) ([]DeliveryAttempt, error) {
+	if uuid.Validate(deliveryID) != nil {
+		return nil, nil
+	}
+	rows, err := p.pool.Query(ctx, `SELECT `+attemptColumns+`
+		FROM delivery_attempts WHERE delivery_id = $1 ORDER BY id`, deliveryID)
+	if err != nil {
+		return nil, fmt.Errorf("reading attempts of delivery %s: %w", deliveryID, err)
+	}
+	out, err := pgx.CollectRows(rows, scanAttempt)
+	if err != nil {
+		return nil, fmt.Errorf("reading attempts of delivery %s: %w", deliveryID, err)
+	}
+	return out, nil
+}
+
+// CopyDeliveryAttempts hands up to limit attempts not copied yet, oldest first,
+// to copy (the ClickHouse insert) and marks them copied once it returns nil, all
+// in one transaction that holds the rows, so concurrent copiers take disjoint
+// batches. A crash after copy and before the commit copies the batch again:
+// the receiving side dedupes by DeliveryAttempt.ID. It returns how many it
+// copied.
+func (p *Postgres) CopyDeliveryAttempts(ctx context.Context, limit int, copy func(context.Context, []DeliveryAttempt) error) (int, error) {
+	var n int
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT `+attemptColumns+`
+			FROM delivery_attempts WHERE copied_at IS NULL
+			ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
+		if err != nil {
+			return err
+		}
+		batch, err := pgx.CollectRows(rows, scanAttempt)
+		if err != nil || len(batch) == 0 {
+			return err
+		}
+		if err := copy(ctx, batch); err != nil {
+			return err
+		}
+		ids := make([]int64, len(batch))
+		ats := make([]time.Time, len(batch))
+		for i, a := range batch {
+			ids[i], ats[i] = a.ID, a.At
+		}
+		// at is the partition key: with it, each row is found in its partition.
+		_, err = tx.Exec(ctx, `
+			UPDATE delivery_attempts a SET copied_at = now()
+			FROM unnest($1::int8[], $2::timestamptz[]) AS c (id, at)
+			WHERE a.id = c.id AND a.at = c.at`, ids, ats)
+		n = len(batch)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("copying delivery attempts: %w", err)
+	}
+	return n, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -39,8 +41,11 @@ func scanClient(row pgx.Row) (Client, error) {
 }
 
 // CreateClient stores a new client with a fresh time-ordered id and returns it,
-// secret included.
+// secret included. The secret is stored encrypted (see WithSecretBox).
 func (p *Postgres) CreateClient(ctx context.Context, c Client) (Client, error) {
+	if p.secrets == nil {
+		return Client{}, fmt.Errorf("creating client: %w", errNoSecretBox)
+	}
 	id, err := uuid.NewV7()
 	if err != nil {
 		return Client{}, fmt.Errorf("creating client id: %w", err)
@@ -48,7 +53,7 @@ func (p *Postgres) CreateClient(ctx context.Context, c Client) (Client, error) {
 	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx,
 			`INSERT INTO clients (id, name, webhook_url, email, secret) VALUES ($1, $2, $3, nullif($4, ''), $5)`,
-			id, c.Name, c.WebhookURL, c.Email, c.Secret); err != nil {
+			id, c.Name, c.WebhookURL, c.Email, p.secrets.seal(id.String(), c.Secret)); err != nil {
 			return mapError(err)
 		}
 		return replacePushTargets(ctx, tx, id.String(), c.PushTargets)
@@ -149,12 +154,25 @@ func (p *Postgres) UpdateClient(ctx context.Context, id string, u ClientUpdate) 
 	return p.GetClient(ctx, id)
 }
 
-// RotateClientSecret replaces the client's webhook signing secret.
-func (p *Postgres) RotateClientSecret(ctx context.Context, id, secret string) (Client, error) {
+// RotateClientSecret replaces the client's webhook signing secret. The secret it
+// replaces stays valid until keepPreviousUntil (DeliveryTargets returns both until
+// then, so webhooks are signed with both); a zero keepPreviousUntil drops it at
+// once. A second rotation within the overlap drops the oldest secret.
+func (p *Postgres) RotateClientSecret(ctx context.Context, id, secret string, keepPreviousUntil time.Time) (Client, error) {
 	if uuid.Validate(id) != nil {
 		return Client{}, fmt.Errorf("rotating secret of client %s: %w", id, ErrNotFound)
 	}
-	tag, err := p.pool.Exec(ctx, `UPDATE clients SET secret = $2, updated_at = now() WHERE id = $1`, id, secret)
+	if p.secrets == nil {
+		return Client{}, fmt.Errorf("rotating secret of client %s: %w", id, errNoSecretBox)
+	}
+	var until *time.Time
+	if !keepPreviousUntil.IsZero() {
+		until = &keepPreviousUntil
+	}
+	tag, err := p.pool.Exec(ctx, `
+		UPDATE clients SET previous_secret = CASE WHEN $3::timestamptz IS NULL THEN NULL ELSE secret END,
+		                   previous_secret_until = $3, secret = $2, updated_at = now()
+		WHERE id = $1`, id, p.secrets.seal(strings.ToLower(id), secret), until)
 	if err != nil {
 		return Client{}, fmt.Errorf("rotating secret of client %s: %w", id, err)
 	}

@@ -36,6 +36,15 @@ const (
 	// hbRestoredAt is a sorted set: member = sensor id, score = when the restore in
 	// hbRestored happened, in unix ms; it lets old restores expire in O(expired).
 	hbRestoredAt = "{heartbeat}:restored-at"
+	// hbLostIDs is a sorted set of the members of hbLost, every score 0, so that the
+	// lost sensors can be paged through in id order (ZRANGE … BYLEX LIMIT) at the
+	// cost of a page, whatever the number of lost sensors. Every script that adds to
+	// or removes from hbLost does the same here, in the same step.
+	hbLostIDs = "{heartbeat}:lost-ids"
+	// hbLostIDsBuilt exists once hbLostIDs holds every member of hbLost: a
+	// deployment that kept losses from before the index, or a Redis that lost its
+	// data, builds it once (see buildLostIndex).
+	hbLostIDsBuilt = "{heartbeat}:lost-ids-built"
 	// hbMarker exists once the keys above were rebuilt from the durable stores; its
 	// absence means Redis lost them.
 	hbMarker = "{heartbeat}:rebuilt"
@@ -81,7 +90,7 @@ type HeartbeatStatus struct {
 // it expires or the sensor is lost again. A sighting whose deadline is not later than
 // the missed one is stale (an old batch replayed) and changes nothing.
 //
-// KEYS: deadlines, lost, pending, restored, restored-at.
+// KEYS: deadlines, lost, pending, restored, restored-at, lost-ids.
 // ARGV: member, score, seen, member, score, seen, …
 // Returns member, "missed:seen:unpublished", 0|1 (1: a remembered restore) for each
 // ended or remembered loss.
@@ -97,6 +106,7 @@ for i = 1, #ARGV, 3 do
     if tonumber(score) > tonumber(missed) then
       redis.call('ZADD', KEYS[1], 'GT', score, member)
       redis.call('HDEL', KEYS[2], member)
+      redis.call('ZREM', KEYS[6], member)
       local restore = missed .. ':' .. seen .. ':' .. redis.call('ZREM', KEYS[3], member)
       redis.call('HSET', KEYS[4], member, restore)
       redis.call('ZADD', KEYS[5], seen, member)
@@ -126,21 +136,24 @@ return out
 // scores, so counting them and popping that many from the head takes exactly them.
 // Their remembered restores end: the new loss supersedes them.
 //
-// KEYS: deadlines, lost, pending, restored, restored-at. ARGV: now, limit, lease.
-// Returns member, deadline, member, deadline, …
+// KEYS: deadlines, lost, pending, restored, restored-at, lost-ids.
+// ARGV: now, limit, lease. Returns member, deadline, member, deadline, …
 const claimSrc = `
 local n = math.min(redis.call('ZCOUNT', KEYS[1], '-inf', ARGV[1]), tonumber(ARGV[2]))
 if n == 0 then return {} end
 local due = redis.call('ZPOPMIN', KEYS[1], n)
-local members, lost, pending = {}, {}, {}
+local members, lost, pending, index = {}, {}, {}, {}
 for i = 1, #due, 2 do
   members[#members + 1] = due[i]
+  index[#index + 1] = 0
+  index[#index + 1] = due[i]
   lost[#lost + 1] = due[i]
   lost[#lost + 1] = due[i + 1]
   pending[#pending + 1] = ARGV[3]
   pending[#pending + 1] = due[i]
 end
 redis.call('HSET', KEYS[2], unpack(lost))
+redis.call('ZADD', KEYS[6], unpack(index))
 redis.call('ZADD', KEYS[3], unpack(pending))
 redis.call('HDEL', KEYS[4], unpack(members))
 redis.call('ZREM', KEYS[5], unpack(members))
@@ -206,7 +219,7 @@ return #add / 2
 // deadlines set has reported since (after Redis lost its data): it is returned
 // instead, with its deadline, because its loss has ended.
 //
-// KEYS: deadlines, lost. ARGV: member, missed, …
+// KEYS: deadlines, lost, lost-ids. ARGV: member, missed, …
 const loadLossesSrc = `
 local seen = {}
 for i = 1, #ARGV, 2 do
@@ -216,6 +229,7 @@ for i = 1, #ARGV, 2 do
     seen[#seen + 1] = score
   else
     redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1])
+    redis.call('ZADD', KEYS[3], 0, ARGV[i])
   end
 end
 return seen
@@ -231,6 +245,17 @@ if #old > 0 then
   redis.call('ZREM', KEYS[2], unpack(old))
 end
 return #old
+`
+
+// indexLostSrc adds to the lost index those of the given sensors that are still
+// lost: checking and adding in one step keeps a sensor restored meanwhile out.
+//
+// KEYS: lost, lost-ids. ARGV: member, …
+const indexLostSrc = `
+for _, member in ipairs(ARGV) do
+  if redis.call('HEXISTS', KEYS[1], member) == 1 then redis.call('ZADD', KEYS[2], 0, member) end
+end
+return #ARGV
 `
 
 // unlockSrc deletes the rebuild lock only when it is still ours.
@@ -269,7 +294,8 @@ func (r *Redis) RecordHeartbeats(ctx context.Context, sightings []HeartbeatSight
 		}
 		calls = append(calls, args)
 	}
-	keys := []string{r.key(hbDeadlines), r.key(hbLost), r.key(hbPending), r.key(hbRestored), r.key(hbRestoredAt)}
+	keys := []string{r.key(hbDeadlines), r.key(hbLost), r.key(hbPending), r.key(hbRestored), r.key(hbRestoredAt),
+		r.key(hbLostIDs)}
 	results, err := r.runScripts(ctx, recordSrc, keys, calls)
 	if err != nil {
 		return nil, fmt.Errorf("recording heartbeats: %w", err)
@@ -329,7 +355,8 @@ func (r *Redis) ExpireHeartbeatRestores(ctx context.Context, cutoff time.Time, l
 // ReclaimHeartbeatPending once lease has passed.
 func (r *Redis) ClaimHeartbeatExpired(ctx context.Context, now time.Time, limit int, lease time.Time) ([]HeartbeatDeadline, error) {
 	res, err := redis.NewScript(claimSrc).Run(ctx, r.client,
-		[]string{r.key(hbDeadlines), r.key(hbLost), r.key(hbPending), r.key(hbRestored), r.key(hbRestoredAt)},
+		[]string{r.key(hbDeadlines), r.key(hbLost), r.key(hbPending), r.key(hbRestored), r.key(hbRestoredAt),
+			r.key(hbLostIDs)},
 		now.UnixMilli(), clampBatch(limit), lease.UnixMilli()).Result()
 	if err != nil {
 		return nil, fmt.Errorf("claiming expired heartbeats: %w", err)
@@ -398,6 +425,7 @@ func (r *Redis) ForgetHeartbeat(ctx context.Context, sensorID string) error {
 	_, err := r.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.ZRem(ctx, r.key(hbDeadlines), sensorID)
 		pipe.HDel(ctx, r.key(hbLost), sensorID)
+		pipe.ZRem(ctx, r.key(hbLostIDs), sensorID)
 		pipe.ZRem(ctx, r.key(hbPending), sensorID)
 		pipe.HDel(ctx, r.key(hbRestored), sensorID)
 		pipe.ZRem(ctx, r.key(hbRestoredAt), sensorID)
@@ -409,63 +437,157 @@ func (r *Redis) ForgetHeartbeat(ctx context.Context, sensorID string) error {
 	return nil
 }
 
-// HeartbeatStatus returns the sensor's deadline, or the deadline it missed when it is
-// lost; both are zero for a sensor Redis does not know.
-func (r *Redis) HeartbeatStatus(ctx context.Context, sensorID string) (HeartbeatStatus, error) {
+// HeartbeatStatuses returns what Redis knows of each sensor (see HeartbeatStatus),
+// in one round trip whatever the number of sensors: a sensor Redis does not know
+// has a zero HeartbeatStatus, and every id asked for has an entry.
+func (r *Redis) HeartbeatStatuses(ctx context.Context, sensorIDs []string) (map[string]HeartbeatStatus, error) {
+	out := make(map[string]HeartbeatStatus, len(sensorIDs))
+	if len(sensorIDs) == 0 {
+		return out, nil
+	}
 	var (
-		deadline *redis.FloatCmd
-		missed   *redis.StringCmd
+		deadlines *redis.FloatSliceCmd
+		missed    *redis.SliceCmd
 	)
 	_, err := r.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		deadline = pipe.ZScore(ctx, r.key(hbDeadlines), sensorID)
-		missed = pipe.HGet(ctx, r.key(hbLost), sensorID)
+		deadlines = pipe.ZMScore(ctx, r.key(hbDeadlines), sensorIDs...)
+		missed = pipe.HMGet(ctx, r.key(hbLost), sensorIDs...)
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return HeartbeatStatus{}, fmt.Errorf("getting heartbeat of %s: %w", sensorID, err)
+	if err != nil {
+		return nil, fmt.Errorf("getting heartbeats of %d sensors: %w", len(sensorIDs), err)
 	}
-	var st HeartbeatStatus
-	if score, err := deadline.Result(); err == nil {
-		st.Deadline = time.UnixMilli(int64(score)).UTC()
+	scores, lost := deadlines.Val(), missed.Val()
+	if len(scores) != len(sensorIDs) || len(lost) != len(sensorIDs) {
+		return nil, fmt.Errorf("getting heartbeats of %d sensors: %d deadlines and %d losses returned",
+			len(sensorIDs), len(scores), len(lost))
 	}
-	if ms, err := missed.Result(); err == nil {
-		if st.Missed, err = millisTime(ms); err != nil {
-			return HeartbeatStatus{}, fmt.Errorf("getting heartbeat of %s: %w", sensorID, err)
+	for i, id := range sensorIDs {
+		var st HeartbeatStatus
+		// ZMSCORE answers 0 for a missing member; no real deadline is the epoch.
+		if scores[i] != 0 {
+			st.Deadline = time.UnixMilli(int64(scores[i])).UTC()
 		}
+		if lost[i] != nil {
+			if st.Missed, err = millisTime(lost[i]); err != nil {
+				return nil, fmt.Errorf("getting heartbeat of %s: %w", id, err)
+			}
+		}
+		out[id] = st
 	}
-	return st, nil
+	return out, nil
 }
 
 // LostHeartbeats returns up to page.Limit lost sensors ordered by id, after
-// page.After, each with the deadline it missed. It reads the whole lost hash, so its
-// cost grows with the number of lost sensors (normally few), not with the fleet.
+// page.After, each with the deadline it missed. It reads a page of the lost index
+// and that page's deadlines: two round trips and a page's worth of work, however
+// many sensors are lost.
 func (r *Redis) LostHeartbeats(ctx context.Context, page Page) ([]HeartbeatDeadline, error) {
-	var lost []HeartbeatDeadline
-	iter := r.client.HScan(ctx, r.key(hbLost), 0, "", 1000).Iterator()
-	for iter.Next(ctx) {
-		id := iter.Val()
-		if !iter.Next(ctx) {
-			break
+	if page.Limit <= 0 {
+		return nil, nil
+	}
+	ids, err := r.lostIDs(ctx, page)
+	if err != nil {
+		return nil, fmt.Errorf("listing lost sensors: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	missed, err := r.client.HMGet(ctx, r.key(hbLost), ids...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("listing lost sensors: %w", err)
+	}
+	lost := make([]HeartbeatDeadline, 0, len(ids))
+	for i, id := range ids {
+		if missed[i] == nil {
+			continue // restored between the two reads
 		}
-		if id <= page.After {
-			continue
-		}
-		missed, err := millisTime(iter.Val())
+		t, err := millisTime(missed[i])
 		if err != nil {
 			return nil, fmt.Errorf("listing lost sensors: %w", err)
 		}
-		lost = append(lost, HeartbeatDeadline{SensorID: id, Deadline: missed})
-	}
-	if err := iter.Err(); err != nil {
-		return nil, fmt.Errorf("listing lost sensors: %w", err)
-	}
-	slices.SortFunc(lost, func(a, b HeartbeatDeadline) int { return strings.Compare(a.SensorID, b.SensorID) })
-	// HSCAN may return a field twice while the hash is rehashing.
-	lost = slices.CompactFunc(lost, func(a, b HeartbeatDeadline) bool { return a.SensorID == b.SensorID })
-	if page.Limit > 0 && len(lost) > page.Limit {
-		lost = lost[:page.Limit]
+		lost = append(lost, HeartbeatDeadline{SensorID: id, Deadline: t})
 	}
 	return lost, nil
+}
+
+// LostHeartbeatIDs returns up to page.Limit ids of lost sensors ordered by id,
+// after page.After: a page of the lost index, in one round trip however many
+// sensors are lost.
+func (r *Redis) LostHeartbeatIDs(ctx context.Context, page Page) ([]string, error) {
+	if page.Limit <= 0 {
+		return nil, nil
+	}
+	ids, err := r.lostIDs(ctx, page)
+	if err != nil {
+		return nil, fmt.Errorf("listing lost sensors: %w", err)
+	}
+	return ids, nil
+}
+
+// lostIDs reads a page of the lost index, building the index first when it is
+// not built yet (one EXISTS, pipelined with the read).
+func (r *Redis) lostIDs(ctx context.Context, page Page) ([]string, error) {
+	read := func(pipe redis.Cmdable) *redis.StringSliceCmd {
+		start := "-"
+		if page.After != "" {
+			start = "(" + page.After
+		}
+		return pipe.ZRangeArgs(ctx, redis.ZRangeArgs{
+			Key: r.key(hbLostIDs), Start: start, Stop: "+", ByLex: true, Count: int64(page.Limit),
+		})
+	}
+	var (
+		built *redis.IntCmd
+		ids   *redis.StringSliceCmd
+	)
+	if _, err := r.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		built = pipe.Exists(ctx, r.key(hbLostIDsBuilt))
+		ids = read(pipe)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if built.Val() == 1 {
+		return ids.Val(), nil
+	}
+	if err := r.buildLostIndex(ctx); err != nil {
+		return nil, err
+	}
+	return read(r.client).Result()
+}
+
+// buildLostIndex adds every member of the lost hash to the lost index, a chunk at
+// a time, then marks the index built. It runs once per deployment (and again after
+// Redis lost its data); its cost follows the number of lost sensors. Several may
+// run at once: adding is idempotent, and a sensor restored meanwhile stays out.
+func (r *Redis) buildLostIndex(ctx context.Context) error {
+	keys := []string{r.key(hbLost), r.key(hbLostIDs)}
+	var cursor uint64
+	for {
+		fields, next, err := r.client.HScan(ctx, r.key(hbLost), cursor, "", MaxHeartbeatBatch).Result()
+		if err != nil {
+			return fmt.Errorf("building the lost index: %w", err)
+		}
+		members := make([][]any, 0, 1)
+		var chunk []any
+		for i := 0; i < len(fields); i += 2 {
+			chunk = append(chunk, fields[i])
+		}
+		if len(chunk) > 0 {
+			members = append(members, chunk)
+			if _, err := r.runScripts(ctx, indexLostSrc, keys, members); err != nil {
+				return fmt.Errorf("building the lost index: %w", err)
+			}
+		}
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	if err := r.client.Set(ctx, r.key(hbLostIDsBuilt), "1", 0).Err(); err != nil {
+		return fmt.Errorf("building the lost index: %w", err)
+	}
+	return nil
 }
 
 // CountHeartbeats returns how many sensors are tracked (have a deadline) and how many
@@ -578,7 +700,7 @@ func (r *Redis) LoadHeartbeatLosses(ctx context.Context, losses []HeartbeatDeadl
 		}
 		calls = append(calls, args)
 	}
-	results, err := r.runScripts(ctx, loadLossesSrc, []string{r.key(hbDeadlines), r.key(hbLost)}, calls)
+	results, err := r.runScripts(ctx, loadLossesSrc, []string{r.key(hbDeadlines), r.key(hbLost), r.key(hbLostIDs)}, calls)
 	if err != nil {
 		return nil, fmt.Errorf("loading heartbeat losses: %w", err)
 	}

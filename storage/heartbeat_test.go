@@ -57,11 +57,11 @@ func sightings(deadlines ...storage.HeartbeatDeadline) []storage.HeartbeatSighti
 
 func status(t *testing.T, r *storage.Redis, id string) storage.HeartbeatStatus {
 	t.Helper()
-	st, err := r.HeartbeatStatus(context.Background(), id)
+	st, err := r.HeartbeatStatuses(context.Background(), []string{id})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st
+	return st[id]
 }
 
 func counts(t *testing.T, r *storage.Redis) (tracked, lost int64) {

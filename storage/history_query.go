@@ -23,7 +23,7 @@ func (c *ClickHouse) SensorEvents(ctx context.Context, sensorID string, from, to
 		ORDER BY at DESC, id DESC
 		LIMIT ?`, sensorID, from.Unix(), to.Unix(), limit)
 	if err != nil {
-		return nil, fmt.Errorf("querying events of sensor %s: %w", sensorID, err)
+		return nil, fmt.Errorf("querying events of sensor %s: %w", sensorID, unreachable(storeClickHouse, err))
 	}
 	defer rows.Close()
 	var out []HistoryEvent
@@ -40,7 +40,7 @@ func (c *ClickHouse) SensorEvents(ctx context.Context, sensorID string, from, to
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reading events of sensor %s: %w", sensorID, err)
+		return nil, fmt.Errorf("reading events of sensor %s: %w", sensorID, unreachable(storeClickHouse, err))
 	}
 	return out, nil
 }
@@ -61,7 +61,7 @@ func (c *ClickHouse) SensorReadings(ctx context.Context, sensorID string, from, 
 		ORDER BY received_at DESC, kafka_partition DESC, kafka_offset DESC
 		LIMIT ?`, sensorID, from.Unix(), to.Unix(), limit)
 	if err != nil {
-		return nil, fmt.Errorf("querying readings of sensor %s: %w", sensorID, err)
+		return nil, fmt.Errorf("querying readings of sensor %s: %w", sensorID, unreachable(storeClickHouse, err))
 	}
 	defer rows.Close()
 	var out []HistoryReading
@@ -84,7 +84,7 @@ func (c *ClickHouse) SensorReadings(ctx context.Context, sensorID string, from, 
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reading readings of sensor %s: %w", sensorID, err)
+		return nil, fmt.Errorf("reading readings of sensor %s: %w", sensorID, unreachable(storeClickHouse, err))
 	}
 	return out, nil
 }

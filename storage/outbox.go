@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -82,6 +83,9 @@ type NotificationsCreated struct {
 	// Superseded counts older undelivered state_changed deliveries made moot, by
 	// channel.
 	Superseded map[Channel]int
+	// InboxMessages is the number of messages put in members' inboxes: one per
+	// new notification and member of its client.
+	InboxMessages int
 }
 
 // Delivery is one channel's job of delivering one notification, with the event it
@@ -167,7 +171,10 @@ func outboxInt16Ptr(v *int) *int16 {
 // channel, target)'s older state_changed deliveries that are not sent or being
 // sent (SCHEDULED, PENDING, RETRY) become SUPERSEDED; an IN_FLIGHT one is
 // superseded by FinishDeliveries if its attempt does not succeed. Events
-// repeated within the batch count once.
+// repeated within the batch count once. Each new notification also puts one
+// message in the inbox of every member of its client, in the same transaction
+// and one more statement (insertEventMessages), so a replayed event adds no
+// message either.
 func (p *Postgres) CreateNotifications(ctx context.Context, events []NotificationInput) (NotificationsCreated, error) {
 	created := NotificationsCreated{Deliveries: map[Channel]int{}, Superseded: map[Channel]int{}}
 	if len(events) == 0 {
@@ -182,11 +189,17 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 		previous = make([]*int16, 0, len(events))
 		times    = make([]time.Time, 0, len(events))
 	)
+	var (
+		unique     = make([]NotificationInput, 0, len(events))
+		eventIndex = make(map[string]int, len(events))
+	)
 	for _, e := range events {
 		if seen[e.EventID] {
 			continue
 		}
 		seen[e.EventID] = true
+		eventIndex[e.EventID] = len(unique)
+		unique = append(unique, e)
 		ids = append(ids, e.EventID)
 		types = append(types, e.Type)
 		sensors = append(sensors, e.SensorID)
@@ -204,7 +217,7 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 				INSERT INTO notifications (id, event_id, client_id, sensor_id, type, data, previous, event_at)
 				SELECT lockstream_uuid_v7(), ev.event_id, cs.client_id, ev.sensor_id, ev.type, ev.data, ev.previous, ev.at
 				FROM ev JOIN client_sensors cs ON cs.sensor_id = ev.sensor_id
-				ON CONFLICT (event_id, client_id) DO NOTHING
+				ON CONFLICT (event_id, client_id, event_at) DO NOTHING
 				RETURNING id, event_id, client_id, sensor_id, type, event_at
 			), d AS (
 				INSERT INTO deliveries (id, notification_id, client_id, sensor_id, event_type, channel, target,
@@ -219,24 +232,31 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 				) AS ch (channel, target)
 				-- Inserted in the events' order, so seq (the column default) follows it.
 				ORDER BY ev.ord
-				ON CONFLICT (notification_id, channel, target) DO NOTHING
-				RETURNING client_id, sensor_id, event_type, channel, target, event_at
+				ON CONFLICT (notification_id, channel, target, event_at) DO NOTHING
+				RETURNING notification_id, client_id, sensor_id, event_type, channel, target, event_at
 			)
-			SELECT (SELECT count(*) FROM n), client_id::text, sensor_id, event_type, channel, target, event_at FROM d`,
+			SELECT (SELECT count(*) FROM n), d.client_id::text, d.sensor_id, d.event_type, d.channel, d.target,
+			       d.event_at, d.notification_id::text, n.event_id
+			FROM d JOIN n ON n.id = d.notification_id`,
 			ids, types, sensors, data, previous, times)
 		if err != nil {
 			return fmt.Errorf("inserting notifications: %w", err)
 		}
 		type key struct{ client, sensor, channel, target string }
-		newest := map[key]time.Time{}
+		var (
+			newest    = map[key]time.Time{}
+			newNotifs []newNotification
+		)
 		for rows.Next() {
 			var (
-				k         key
-				eventType string
-				at        time.Time
-				count     int
+				k                       key
+				eventType               string
+				at                      time.Time
+				count                   int
+				notificationID, eventID string
 			)
-			if err := rows.Scan(&count, &k.client, &k.sensor, &eventType, &k.channel, &k.target, &at); err != nil {
+			if err := rows.Scan(&count, &k.client, &k.sensor, &eventType, &k.channel, &k.target, &at,
+				&notificationID, &eventID); err != nil {
 				rows.Close()
 				return fmt.Errorf("inserting notifications: %w", err)
 			}
@@ -245,10 +265,18 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 			if eventType == eventTypeStateChanged && at.After(newest[k]) {
 				newest[k] = at
 			}
+			// Every notification has exactly one webhook delivery.
+			if Channel(k.channel) == ChannelWebhook {
+				newNotifs = append(newNotifs, newNotification{id: notificationID, clientID: k.client, event: eventIndex[eventID]})
+			}
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("inserting notifications: %w", err)
+		}
+		// The members' inboxes, in the same transaction: one statement.
+		if created.InboxMessages, err = insertEventMessages(ctx, tx, unique, newNotifs); err != nil {
+			return err
 		}
 		if len(newest) == 0 {
 			return nil
@@ -312,7 +340,7 @@ func (p *Postgres) ClaimDeliveries(ctx context.Context, now time.Time, limit int
 	}
 	rows, err := p.pool.Query(ctx, `
 		WITH due AS (
-			SELECT d.id, d.notification_id
+			SELECT d.id, d.notification_id, d.event_at
 			FROM deliveries d
 			WHERE d.state IN ('SCHEDULED', 'PENDING', 'RETRY') AND d.next_attempt_at <= $1
 			  AND ($4::text[] IS NULL OR d.channel = ANY ($4::text[]))
@@ -329,8 +357,8 @@ func (p *Postgres) ClaimDeliveries(ctx context.Context, now time.Time, limit int
 		UPDATE deliveries d
 		SET state = 'IN_FLIGHT', attempts = d.attempts + 1, leased_until = $1::timestamptz + $3::interval,
 		    updated_at = now()
-		FROM due LEFT JOIN notifications n ON n.id = due.notification_id
-		WHERE d.id = due.id
+		FROM due LEFT JOIN notifications n ON n.id = due.notification_id AND n.event_at = due.event_at
+		WHERE d.id = due.id AND d.event_at = due.event_at
 		RETURNING `+deliveryColumns,
 		now, limit, lease, channelFilter)
 	if err != nil {
@@ -361,6 +389,17 @@ type DeliveryFinish struct {
 	Error string
 	// HTTPStatus is the receiver's answer; 0 if none.
 	HTTPStatus int
+	// ErrorType, AnswerCode, AnswerMessage, Duration and At describe the
+	// attempt for its row in delivery_attempts (see DeliveryAttempt).
+	ErrorType     string
+	AnswerCode    int
+	AnswerMessage string
+	Duration      time.Duration
+	At            time.Time
+	// NotSent says no send was made (the retrier could not read what to send):
+	// the claim's attempt is given back (Attempts one lower), no attempt row is
+	// written, and State must be RETRY.
+	NotSent bool
 }
 
 // FinishedDelivery is the state a finished or requeued delivery was left in.
@@ -370,63 +409,110 @@ type FinishedDelivery struct {
 	State   DeliveryState
 }
 
-// FinishDeliveries records the outcomes of attempts in one statement and returns
-// the state each recorded delivery is in now; outcomes fenced off (see
-// DeliveryFinish.Attempt) are left out. A RETRY or GIVEN_UP state_changed delivery
-// becomes SUPERSEDED instead when a newer state_changed of the same (client,
-// sensor, channel, target) is waiting behind it.
+// finishArgs are FinishDeliveries' arrays, one element per outcome.
+type finishArgs struct {
+	ids, states, errs, errorTypes, answerMessages []string
+	attempts, statuses, answerCodes, durations    []int32
+	next                                          []*time.Time
+	ats                                           []time.Time
+	notSent                                       []bool
+}
+
+func newFinishArgs(finishes []DeliveryFinish) (finishArgs, error) {
+	var a finishArgs
+	for i, f := range finishes {
+		switch {
+		case f.State != DeliverySent && f.State != DeliveryRetry && f.State != DeliveryFailed && f.State != DeliveryGivenUp:
+			return a, fmt.Errorf("finishing delivery %s: cannot finish as %q", f.ID, f.State)
+		case f.NotSent && f.State != DeliveryRetry:
+			return a, fmt.Errorf("finishing delivery %s: an attempt not sent can only be retried, not %q", f.ID, f.State)
+		case uuid.Validate(f.ID) != nil:
+			return a, fmt.Errorf("finishing delivery %s: %w", f.ID, ErrNotFound)
+		}
+		var next *time.Time
+		if f.State == DeliveryRetry {
+			next = &finishes[i].NextAttemptAt
+		}
+		at := f.At
+		if at.IsZero() {
+			at = time.Now()
+		}
+		a.ids, a.attempts, a.states, a.next = append(a.ids, f.ID), append(a.attempts, int32(f.Attempt)),
+			append(a.states, string(f.State)), append(a.next, next)
+		a.errs, a.statuses, a.errorTypes = append(a.errs, f.Error), append(a.statuses, int32(f.HTTPStatus)),
+			append(a.errorTypes, f.ErrorType)
+		a.answerCodes, a.answerMessages = append(a.answerCodes, int32(f.AnswerCode)), append(a.answerMessages, f.AnswerMessage)
+		a.durations = append(a.durations, int32(min(max(f.Duration.Milliseconds(), 0), math.MaxInt32)))
+		a.ats, a.notSent = append(a.ats, at), append(a.notSent, f.NotSent)
+	}
+	return a, nil
+}
+
+// FinishDeliveries records the outcomes of attempts and their rows in
+// delivery_attempts in one statement (one transaction: an attempt is in the log
+// exactly when its outcome is in the outbox), and returns the state each
+// recorded delivery is in now; outcomes fenced off (see DeliveryFinish.Attempt)
+// are left out, though their attempt is still logged (recorded false): the
+// send was made. A RETRY or GIVEN_UP state_changed delivery becomes SUPERSEDED
+// instead when a newer state_changed of the same (client, sensor, channel,
+// target) is waiting behind it. An outcome NotSent gives the attempt back and
+// logs nothing.
 func (p *Postgres) FinishDeliveries(ctx context.Context, finishes []DeliveryFinish) ([]FinishedDelivery, error) {
 	if len(finishes) == 0 {
 		return nil, nil
 	}
-	ids := make([]string, len(finishes))
-	attempts := make([]int32, len(finishes))
-	states := make([]string, len(finishes))
-	next := make([]*time.Time, len(finishes))
-	errs := make([]string, len(finishes))
-	statuses := make([]int32, len(finishes))
-	for i, f := range finishes {
-		switch f.State {
-		case DeliverySent, DeliveryRetry, DeliveryFailed, DeliveryGivenUp:
-		default:
-			return nil, fmt.Errorf("finishing delivery %s: cannot finish as %q", f.ID, f.State)
-		}
-		if uuid.Validate(f.ID) != nil {
-			return nil, fmt.Errorf("finishing delivery %s: %w", f.ID, ErrNotFound)
-		}
-		if f.State == DeliveryRetry {
-			next[i] = &finishes[i].NextAttemptAt
-		}
-		ids[i], attempts[i], states[i], errs[i], statuses[i] = f.ID, int32(f.Attempt), string(f.State), f.Error, int32(f.HTTPStatus)
+	a, err := newFinishArgs(finishes)
+	if err != nil {
+		return nil, err
 	}
 	rows, err := p.pool.Query(ctx, `
 		WITH f AS (
-			SELECT * FROM unnest($1::uuid[], $2::int4[], $3::text[], $4::timestamptz[], $5::text[], $6::int4[])
-				AS f (id, attempt, state, next_attempt_at, error, http_status)
+			SELECT * FROM unnest($1::uuid[], $2::int4[], $3::text[], $4::timestamptz[], $5::text[], $6::int4[],
+			                     $7::text[], $8::int4[], $9::text[], $10::int4[], $11::timestamptz[], $12::bool[])
+				AS f (id, attempt, state, next_attempt_at, error, http_status,
+				      error_type, answer_code, answer_message, duration_ms, at, not_sent)
 		), locked AS (
 			SELECT d.id FROM deliveries d JOIN f ON f.id = d.id
 			WHERE d.attempts = f.attempt AND d.state IN ('IN_FLIGHT', 'PENDING')
 			ORDER BY d.id
 			FOR UPDATE OF d
+		), u AS (
+			UPDATE deliveries d
+			SET state = CASE
+			        WHEN f.state IN ('RETRY', 'GIVEN_UP') AND d.event_type = 'state_changed' AND EXISTS (
+			            SELECT 1 FROM deliveries o
+			            WHERE o.client_id = d.client_id AND o.sensor_id = d.sensor_id
+			              AND o.channel = d.channel AND o.target = d.target
+			              AND o.state IN ('SCHEDULED', 'PENDING', 'RETRY', 'IN_FLIGHT')
+			              AND o.event_type = 'state_changed' AND o.event_at > d.event_at)
+			        THEN 'SUPERSEDED' ELSE f.state END,
+			    attempts = CASE WHEN f.not_sent THEN greatest(d.attempts - 1, 0) ELSE d.attempts END,
+			    next_attempt_at = coalesce(f.next_attempt_at, d.next_attempt_at),
+			    leased_until = NULL,
+			    last_error = f.error,
+			    last_http_status = nullif(f.http_status, 0),
+			    updated_at = now()
+			FROM f JOIN locked ON locked.id = f.id
+			WHERE d.id = f.id
+			RETURNING d.id, d.channel, d.state
+		), logged AS (
+			-- Every attempt sent, recorded or fenced off; d and n are read as of
+			-- the statement's start, which is all the log needs of them.
+			INSERT INTO delivery_attempts (delivery_id, client_id, sensor_id, event_id, channel, attempt, status,
+			                               recorded, http_status, error_type, error, answer_code, answer_message,
+			                               duration_ms, at)
+			SELECT f.id, d.client_id, d.sensor_id, n.event_id, d.channel, f.attempt, coalesce(u.state, f.state),
+			       u.id IS NOT NULL, f.http_status, f.error_type, f.error, f.answer_code, f.answer_message,
+			       f.duration_ms, f.at
+			FROM f JOIN deliveries d ON d.id = f.id
+			LEFT JOIN notifications n ON n.id = d.notification_id AND n.event_at = d.event_at
+			LEFT JOIN u ON u.id = f.id
+			WHERE NOT f.not_sent
+			ORDER BY f.at, f.id
 		)
-		UPDATE deliveries d
-		SET state = CASE
-		        WHEN f.state IN ('RETRY', 'GIVEN_UP') AND d.event_type = 'state_changed' AND EXISTS (
-		            SELECT 1 FROM deliveries o
-		            WHERE o.client_id = d.client_id AND o.sensor_id = d.sensor_id
-		              AND o.channel = d.channel AND o.target = d.target
-		              AND o.state IN ('SCHEDULED', 'PENDING', 'RETRY', 'IN_FLIGHT')
-		              AND o.event_type = 'state_changed' AND o.event_at > d.event_at)
-		        THEN 'SUPERSEDED' ELSE f.state END,
-		    next_attempt_at = coalesce(f.next_attempt_at, d.next_attempt_at),
-		    leased_until = NULL,
-		    last_error = f.error,
-		    last_http_status = nullif(f.http_status, 0),
-		    updated_at = now()
-		FROM f JOIN locked ON locked.id = f.id
-		WHERE d.id = f.id
-		RETURNING d.id::text, d.channel, d.state`,
-		ids, attempts, states, next, errs, statuses)
+		SELECT id::text, channel, state FROM u`,
+		a.ids, a.attempts, a.states, a.next, a.errs, a.statuses,
+		a.errorTypes, a.answerCodes, a.answerMessages, a.durations, a.ats, a.notSent)
 	if err != nil {
 		return nil, fmt.Errorf("finishing %d deliveries: %w", len(finishes), err)
 	}
@@ -557,7 +643,7 @@ func (p *Postgres) GetDelivery(ctx context.Context, id string) (Delivery, error)
 		return Delivery{}, fmt.Errorf("getting delivery %s: %w", id, ErrNotFound)
 	}
 	d, err := scanDelivery(p.pool.QueryRow(ctx, `SELECT `+deliveryColumns+`
-		FROM deliveries d LEFT JOIN notifications n ON n.id = d.notification_id WHERE d.id = $1`, id))
+		FROM deliveries d LEFT JOIN notifications n ON n.id = d.notification_id AND n.event_at = d.event_at WHERE d.id = $1`, id))
 	if err != nil {
 		return Delivery{}, fmt.Errorf("getting delivery %s: %w", id, mapError(err))
 	}
@@ -597,7 +683,7 @@ func (p *Postgres) ListClientDeliveries(ctx context.Context, clientID string, f 
 		to = &f.To
 	}
 	rows, err := p.pool.Query(ctx, `SELECT `+deliveryColumns+`
-		FROM deliveries d LEFT JOIN notifications n ON n.id = d.notification_id
+		FROM deliveries d LEFT JOIN notifications n ON n.id = d.notification_id AND n.event_at = d.event_at
 		WHERE d.client_id = $1 AND d.id > $2
 		  AND ($3::timestamptz IS NULL OR d.event_at >= $3)
 		  AND ($4::timestamptz IS NULL OR d.event_at < $4)
@@ -624,8 +710,14 @@ type DeliveryTarget struct {
 	// ClientExists is false when the client was deleted.
 	ClientExists bool
 	WebhookURL   string
-	// Secret signs the client's webhooks.
+	// Secret signs the client's webhooks, decrypted; empty but for webhook
+	// deliveries.
 	Secret string
+	// PreviousSecret is the secret Secret replaced, while it is kept (until
+	// PreviousSecretUntil): webhooks are signed with both meanwhile. Empty when
+	// there is none, and but for webhook deliveries.
+	PreviousSecret      string
+	PreviousSecretUntil time.Time
 	// Email is empty when the client has no address any more.
 	Email string
 	// PushTargetExists reports, for a swrve delivery, whether the client still has
@@ -649,9 +741,13 @@ func (p *Postgres) DeliveryTargets(ctx context.Context, deliveryIDs []string) (m
 		return out, nil
 	}
 	rows, err := p.pool.Query(ctx, `
-		SELECT d.id::text,
+		SELECT d.id::text, coalesce(c.id::text, ''),
 		       d.notification_id IS NULL OR (c.id IS NOT NULL AND l.client_id IS NOT NULL),
-		       c.id IS NOT NULL, coalesce(c.webhook_url, ''), coalesce(c.secret, ''), coalesce(c.email, ''),
+		       c.id IS NOT NULL, coalesce(c.webhook_url, ''),
+		       CASE WHEN d.channel = 'webhook' THEN coalesce(c.secret, '') ELSE '' END,
+		       CASE WHEN d.channel = 'webhook' AND c.previous_secret_until IS NOT NULL
+		            THEN coalesce(c.previous_secret, '') ELSE '' END,
+		       c.previous_secret_until, coalesce(c.email, ''),
 		       EXISTS (SELECT 1 FROM push_targets t
 		               WHERE t.client_id = d.client_id AND t.platform || ':' || t.push_key = d.target),
 		       coalesce(s.address, '')
@@ -665,10 +761,20 @@ func (p *Postgres) DeliveryTargets(ctx context.Context, deliveryIDs []string) (m
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var t DeliveryTarget
-		if err := rows.Scan(&t.DeliveryID, &t.Owned, &t.ClientExists, &t.WebhookURL, &t.Secret, &t.Email,
-			&t.PushTargetExists, &t.SensorAddress); err != nil {
+		var (
+			t        DeliveryTarget
+			clientID string
+			until    *time.Time
+		)
+		if err := rows.Scan(&t.DeliveryID, &clientID, &t.Owned, &t.ClientExists, &t.WebhookURL, &t.Secret, &t.PreviousSecret,
+			&until, &t.Email, &t.PushTargetExists, &t.SensorAddress); err != nil {
 			return nil, fmt.Errorf("reading delivery targets: %w", err)
+		}
+		if err := p.openSecrets(clientID, &t); err != nil {
+			return nil, fmt.Errorf("reading delivery targets: %w", err)
+		}
+		if until != nil && t.PreviousSecret != "" {
+			t.PreviousSecretUntil = until.UTC()
 		}
 		out[t.DeliveryID] = t
 	}
@@ -676,6 +782,22 @@ func (p *Postgres) DeliveryTargets(ctx context.Context, deliveryIDs []string) (m
 		return nil, fmt.Errorf("reading delivery targets: %w", err)
 	}
 	return out, nil
+}
+
+// openSecrets decrypts the target's secrets in place.
+func (p *Postgres) openSecrets(clientID string, t *DeliveryTarget) error {
+	if t.Secret == "" && t.PreviousSecret == "" {
+		return nil
+	}
+	if p.secrets == nil {
+		return errNoSecretBox
+	}
+	var err error
+	if t.Secret, err = p.secrets.open(clientID, t.Secret); err != nil {
+		return err
+	}
+	t.PreviousSecret, err = p.secrets.open(clientID, t.PreviousSecret)
+	return err
 }
 
 // DeliveryTarget reads one delivery's current receiver, or returns ErrNotFound.

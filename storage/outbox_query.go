@@ -47,7 +47,7 @@ func (p *Postgres) ListClientDeliveriesNewestFirst(ctx context.Context, clientID
 	// deliveries_client_idx (client_id, id) read backwards serves the order, so a
 	// page costs its own rows plus those the filters skip, not the whole history.
 	rows, err := p.pool.Query(ctx, `SELECT `+deliveryColumns+`
-		FROM deliveries d LEFT JOIN notifications n ON n.id = d.notification_id
+		FROM deliveries d LEFT JOIN notifications n ON n.id = d.notification_id AND n.event_at = d.event_at
 		WHERE d.client_id = $1 AND d.id < $2
 		  AND ($3::timestamptz IS NULL OR d.event_at >= $3)
 		  AND ($4::timestamptz IS NULL OR d.event_at < $4)

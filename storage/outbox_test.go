@@ -587,15 +587,16 @@ func TestDeliveryAttemptsRoundTrip(t *testing.T) {
 	ch := storagetest.New(t).ClickHouse
 	ctx := context.Background()
 	attempts := []storage.DeliveryAttempt{
-		{DeliveryID: "d1", ClientID: "c1", SensorID: "s1", EventID: "e1", Channel: storage.ChannelWebhook, Attempt: 1,
+		{ID: 1, DeliveryID: "d1", ClientID: "c1", SensorID: "s1", EventID: "e1", Channel: storage.ChannelWebhook, Attempt: 1,
 			Status: storage.DeliveryRetry, HTTPStatus: 503, ErrorType: "HTTP_STATUS", Error: "503 Service Unavailable",
 			Duration: 1500 * time.Millisecond, At: outboxT0},
-		{DeliveryID: "d1", ClientID: "c1", SensorID: "s1", EventID: "e1", Channel: storage.ChannelSwrve, Attempt: 2,
+		{ID: 2, DeliveryID: "d1", ClientID: "c1", SensorID: "s1", EventID: "e1", Channel: storage.ChannelSwrve, Attempt: 2,
 			Status: storage.DeliverySent, HTTPStatus: 200, AnswerCode: 200, AnswerMessage: "OK",
 			Duration: 20 * time.Millisecond, At: outboxT0.Add(time.Minute)},
-		{DeliveryID: "d2", Channel: storage.ChannelEmail, Attempt: 1, Status: storage.DeliverySent, At: outboxT0},
+		{ID: 3, DeliveryID: "d2", Channel: storage.ChannelEmail, Attempt: 1, Status: storage.DeliverySent, At: outboxT0},
 	}
-	if err := ch.InsertDeliveryAttempts(ctx, attempts); err != nil {
+	// The first two twice: a batch copied again after a crash reads once.
+	if err := ch.InsertDeliveryAttempts(ctx, append(attempts, attempts[:2]...)); err != nil {
 		t.Fatal(err)
 	}
 	got, err := ch.DeliveryAttempts(ctx, "d1")

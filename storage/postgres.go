@@ -14,10 +14,12 @@ import (
 // use.
 type Postgres struct {
 	pool *pgxpool.Pool
+	// secrets encrypts client signing secrets; see WithSecretBox.
+	secrets *SecretBox
 }
 
 // OpenPostgres connects a pool to url and checks that the server answers.
-func OpenPostgres(ctx context.Context, url string) (*Postgres, error) {
+func OpenPostgres(ctx context.Context, url string, opts ...PostgresOption) (*Postgres, error) {
 	config, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parsing postgres URL: %w", err)
@@ -30,7 +32,11 @@ func OpenPostgres(ctx context.Context, url string) (*Postgres, error) {
 		pool.Close()
 		return nil, fmt.Errorf("connecting to postgres at %s:%d: %w", config.ConnConfig.Host, config.ConnConfig.Port, err)
 	}
-	return &Postgres{pool: pool}, nil
+	p := &Postgres{pool: pool}
+	for _, opt := range opts {
+		opt(p)
+	}
+	return p, nil
 }
 
 // Ping checks that Postgres answers.

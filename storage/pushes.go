@@ -141,7 +141,7 @@ func (p *Postgres) GetPush(ctx context.Context, id string) (Push, error) {
 	}
 	push, err := scanPush(p.pool.QueryRow(ctx, `SELECT `+deliveryColumns+`, `+pushColumns+`
 		FROM deliveries d JOIN pushes p ON p.delivery_id = d.id
-		LEFT JOIN notifications n ON n.id = d.notification_id
+		LEFT JOIN notifications n ON n.id = d.notification_id AND n.event_at = d.event_at
 		WHERE d.id = $1`, id))
 	if err != nil {
 		return Push{}, fmt.Errorf("getting push %s: %w", id, mapError(err))

@@ -6,8 +6,15 @@
 package storage
 
 import (
+	"context"
+	"database/sql/driver"
 	"errors"
+	"io"
+	"net"
+	"syscall"
 	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
 )
 
 // ErrNotFound is returned when the row asked for does not exist.
@@ -15,6 +22,46 @@ var ErrNotFound = errors.New("not found")
 
 // ErrConflict is returned when a row with the same identity already exists.
 var ErrConflict = errors.New("already exists")
+
+// ErrUnavailable is matched (errors.Is) by every UnavailableError: a store could
+// not be reached, as opposed to one that answered with an error. Callers may
+// answer "try again later" to it.
+var ErrUnavailable = errors.New("store unavailable")
+
+// UnavailableError reports that a store could not be reached (connection refused
+// or reset, a timeout, no free connection); Err is the cause.
+type UnavailableError struct {
+	// Store names the store: "clickhouse", "postgres", "redis".
+	Store string
+	Err   error
+}
+
+func (e *UnavailableError) Error() string { return e.Store + " unreachable: " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrUnavailable) true.
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// unreachable wraps err in an UnavailableError for store when it says the store
+// could not be reached, and returns any other error (a query the store refused)
+// as it is.
+func unreachable(store string, err error) error {
+	var netErr net.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled):
+		return err // the caller gave up; the store may be fine
+	case errors.As(err, &netErr), // dial and read errors, timeouts (context deadlines too)
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, driver.ErrBadConn),
+		errors.Is(err, clickhouse.ErrAcquireConnTimeout):
+		return &UnavailableError{Store: store, Err: err}
+	}
+	return err
+}
 
 // Sensor is a registered door-lock sensor, with its last known state when it has
 // reported at least once.

@@ -44,6 +44,19 @@ type SimulateConfig struct {
 	Topic string
 	// Seed makes a run repeatable. Defaults to a random seed.
 	Seed uint64
+	// FirstSensor numbers the fleet's sensors from it (SimSensorID(FirstSensor)
+	// on), so that two fleets — one on Kafka, one over MQTT — do not share
+	// sensors. Defaults to 0.
+	FirstSensor int
+}
+
+// ReadingSink takes the simulated readings: a *kgo.Client, or anything that
+// publishes a record the same way (bridge/mqtt.Publisher, for a fleet that
+// speaks MQTT). Produce calls promise once the record is acknowledged or failed;
+// Flush waits for every record handed to Produce.
+type ReadingSink interface {
+	Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
+	Flush(ctx context.Context) error
 }
 
 // WithDefaults returns the config with every unset field set to its default.
@@ -85,6 +98,8 @@ func (c SimulateConfig) Validate() error {
 		return fmt.Errorf("simulate config: SilentFraction: %v, want a fraction", c.SilentFraction)
 	case c.Duration < 0:
 		return fmt.Errorf("simulate config: Duration: %v, want 0 or more", c.Duration)
+	case c.FirstSensor < 0:
+		return fmt.Errorf("simulate config: FirstSensor: %d, want 0 or more", c.FirstSensor)
 	}
 	return nil
 }
@@ -94,11 +109,11 @@ func SimSensorID(i int) string {
 	return "sim" + strconv.FormatInt(int64(i), 36)
 }
 
-// Simulate publishes readings of a simulated fleet through client at cfg.Rate,
+// Simulate publishes readings of a simulated fleet through sink at cfg.Rate,
 // printing progress to out once a second and a summary at the end. It returns nil
 // when ctx is cancelled or Duration has passed, after the readings it produced are
 // acknowledged.
-func Simulate(ctx context.Context, client *kgo.Client, cfg SimulateConfig, out io.Writer) error {
+func Simulate(ctx context.Context, sink ReadingSink, cfg SimulateConfig, out io.Writer) error {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -108,7 +123,7 @@ func Simulate(ctx context.Context, client *kgo.Client, cfg SimulateConfig, out i
 		ctx, cancel = context.WithTimeout(ctx, cfg.Duration)
 		defer cancel()
 	}
-	sim := newSimulator(cfg, client, out)
+	sim := newSimulator(cfg, sink, out)
 	start := time.Now()
 	const tick = 10 * time.Millisecond
 	ticker := time.NewTicker(tick)
@@ -137,7 +152,7 @@ loop:
 
 	flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if err := client.Flush(flushCtx); err != nil {
+	if err := sink.Flush(flushCtx); err != nil {
 		return fmt.Errorf("simulate: flushing: %w", err)
 	}
 	if err := sim.produceErr.Load(); err != nil {
@@ -149,11 +164,11 @@ loop:
 
 // simulator is the state of a simulated fleet.
 type simulator struct {
-	cfg    SimulateConfig
-	client *kgo.Client
-	out    io.Writer
-	rng    *rand.Rand
-	state  []int8 // per sensor; -1: not reported yet
+	cfg   SimulateConfig
+	sink  ReadingSink
+	out   io.Writer
+	rng   *rand.Rand
+	state []int8 // per sensor; -1: not reported yet
 	// The last `silent` sensors fall silent after SilentAfter; talking is how
 	// many still report.
 	silent, talking int
@@ -163,8 +178,8 @@ type simulator struct {
 	produceErr      atomic.Pointer[error]
 }
 
-func newSimulator(cfg SimulateConfig, client *kgo.Client, out io.Writer) *simulator {
-	s := &simulator{cfg: cfg, client: client, out: out,
+func newSimulator(cfg SimulateConfig, sink ReadingSink, out io.Writer) *simulator {
+	s := &simulator{cfg: cfg, sink: sink, out: out,
 		rng:     rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		state:   make([]int8, cfg.Sensors),
 		silent:  int(float64(cfg.Sensors) * max(cfg.SilentFraction, 0)),
@@ -208,9 +223,9 @@ func (s *simulator) tick(ctx context.Context, now time.Time, elapsed, d time.Dur
 			s.flips.Add(1)
 		}
 		s.state[i] = data
-		id := SimSensorID(i)
+		id := SimSensorID(cfg.FirstSensor + i)
 		value := fmt.Appendf(nil, `{"sensor_id":%q,"data":%d,"ts":%d}`, id, data, now.UnixMilli())
-		s.client.Produce(ctx, &kgo.Record{Topic: cfg.Topic, Key: []byte(id), Value: value}, s.promise)
+		s.sink.Produce(ctx, &kgo.Record{Topic: cfg.Topic, Key: []byte(id), Value: value}, s.promise)
 		s.sent.Add(1)
 	}
 }

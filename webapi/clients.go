@@ -314,14 +314,15 @@ func (s *Server) deleteClient(w http.ResponseWriter, r *http.Request) error {
 }
 
 // rotateClientSecret handles POST /v1/clients/{id}/secret: a new signing secret,
-// shown in the answer, replaces the old one at once.
+// shown in the answer, replaces the old one, which keeps signing webhooks
+// alongside it for SecretOverlap (so attempts already under way still verify).
 func (s *Server) rotateClientSecret(w http.ResponseWriter, r *http.Request) error {
 	id, err := clientFromPath(r)
 	if err != nil {
 		return err
 	}
 	secret := webhook.NewSecret()
-	client, err := s.registry.RotateClientSecret(r.Context(), id, secret)
+	client, err := s.registry.RotateClientSecret(r.Context(), id, secret, time.Now().Add(s.cfg.SecretOverlap))
 	if errors.Is(err, storage.ErrNotFound) {
 		return clientNotFound(id)
 	}
@@ -348,5 +349,5 @@ func (s *Server) listClientSensors(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return fmt.Errorf("listing sensors of client: %w", err)
 	}
-	return writeJSON(w, http.StatusOK, newPageBody(sensors, p.limit, sensorKey, s.sensorRenderer(r.Context())))
+	return writeJSON(w, http.StatusOK, s.sensorPage(r.Context(), sensors, p.limit))
 }

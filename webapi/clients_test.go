@@ -1,11 +1,16 @@
 package webapi_test
 
 import (
+	"context"
 	"encoding/base64"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/webapi"
 )
 
 // expectSecret fails unless secret is a Standard Webhooks secret of 32 bytes.
@@ -198,4 +203,44 @@ func TestClientPaging(t *testing.T) {
 	api.request("GET", "/v1/clients?cursor="+base64.RawURLEncoding.EncodeToString([]byte("S001")), nil).
 		expectProblem(http.StatusBadRequest, "invalid-parameter", "cursor")
 	api.request("GET", "/v1/clients?limit=5000", nil).expectProblem(http.StatusBadRequest, "invalid-parameter", "limit")
+}
+
+// A rotation keeps the secret it replaces for SecretOverlap: the delivery's target
+// carries both, so webhooks are signed with both until then; the stored column
+// holds neither in plaintext.
+func TestSecretRotationKeepsThePreviousSecretForTheOverlap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	api := newTestAPI(t, apiOptions{cfg: webapi.Config{SecretOverlap: 90 * time.Minute}})
+	api.createSensor("door1", "Main St 1")
+	var created clientJSON
+	api.request("POST", "/v1/clients", map[string]any{"name": "Acme", "webhook_url": "https://acme.example/hook"}).
+		expect(http.StatusCreated).decode(&created)
+	api.request("PUT", "/v1/clients/"+created.ID+"/sensors/door1", nil).expect(http.StatusNoContent)
+	data := 1
+	if _, err := api.stores.Postgres.CreateNotifications(ctx, []storage.NotificationInput{{EventID: "e1",
+		Type: "state_changed", SensorID: "door1", Data: &data, At: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	deliveries, err := api.stores.Postgres.ListClientDeliveries(ctx, created.ID, storage.DeliveryFilter{}, storage.Page{Limit: 10})
+	if err != nil || len(deliveries) != 1 {
+		t.Fatalf("deliveries = %v, %v", deliveries, err)
+	}
+
+	before := time.Now()
+	var rotated clientJSON
+	api.request("POST", "/v1/clients/"+created.ID+"/secret", nil).expect(http.StatusOK).decode(&rotated)
+	after := time.Now()
+	tg, err := api.stores.Postgres.DeliveryTarget(ctx, deliveries[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tg.Secret != rotated.Secret || tg.PreviousSecret != created.Secret {
+		t.Fatalf("after rotation the target signs with the new secret %v and the old one %v",
+			tg.Secret == rotated.Secret, tg.PreviousSecret == created.Secret)
+	}
+	if tg.PreviousSecretUntil.Before(before.Add(90*time.Minute).Truncate(time.Microsecond)) ||
+		tg.PreviousSecretUntil.After(after.Add(90*time.Minute)) {
+		t.Fatalf("previous secret kept until %v, want 90 minutes after the rotation (%v)", tg.PreviousSecretUntil, before)
+	}
 }

@@ -74,7 +74,7 @@ func newDeliveryAPI(t *testing.T, opts func(*storagetest.Stores) []webapi.Option
 }
 
 func withDeliveries(stores *storagetest.Stores) []webapi.Option {
-	return []webapi.Option{webapi.WithDeliveries(stores.Postgres, stores.ClickHouse)}
+	return []webapi.Option{webapi.WithDeliveries(stores.Postgres, stores.Postgres)}
 }
 
 // deliveryFixture is an API with an outbox in every state. Client a (webhook and
@@ -211,15 +211,13 @@ func newDeliveryFixture(t *testing.T) *deliveryFixture {
 		t.Fatalf("%d deliveries, want 14: %v", len(f.byKey), f.byKey)
 	}
 
-	if err := api.stores.ClickHouse.InsertDeliveryAttempts(ctx, []storage.DeliveryAttempt{
+	api.stores.ReplaceDeliveryAttempts(t,
 		f.attempt("a/e1/webhook", 1, storage.DeliveryRetry, 503, "HTTP_STATUS", "503 Service Unavailable", 1500*time.Millisecond, f.base.Add(time.Minute)),
 		f.attempt("a/e1/webhook", 2, storage.DeliverySent, 200, "", "", 20*time.Millisecond, f.base.Add(2*time.Minute)),
 		f.attempt("a/e2/webhook", 1, storage.DeliveryFailed, 400, "HTTP_STATUS", "400 Bad Request", 35*time.Millisecond, f.base.Add(time.Hour+time.Minute)),
 		swrveAnswer(f.attempt("c/e3/swrve", 1, storage.DeliveryRetry, 429, "SWRVE", "swrve answered 429", time.Millisecond,
 			f.base.Add(3*time.Hour+time.Minute)), 429, "Too Many Requests"),
-	}); err != nil {
-		t.Fatal(err)
-	}
+	)
 	return f
 }
 

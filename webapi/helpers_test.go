@@ -33,6 +33,8 @@ type testAPI struct {
 }
 
 type apiOptions struct {
+	// cfg is the server's config; the admin token is always testToken.
+	cfg    webapi.Config
 	checks map[string]webapi.Pinger
 	opts   []webapi.Option
 	logger *slog.Logger
@@ -61,7 +63,9 @@ func newTestAPI(t *testing.T, o apiOptions) *testAPI {
 	if o.registry != nil {
 		registry = o.registry(t, stores)
 	}
-	server, err := webapi.New(webapi.Config{AdminToken: testToken}, registry, checks, reg, reg, logger, o.opts...)
+	cfg := o.cfg
+	cfg.AdminToken = testToken
+	server, err := webapi.New(cfg, registry, checks, reg, reg, logger, o.opts...)
 	if err != nil {
 		t.Fatalf("webapi.New: %v", err)
 	}

@@ -344,3 +344,41 @@ func TestServeShutsDownCleanly(t *testing.T) {
 		t.Fatalf("Run on a busy address = %v", err)
 	}
 }
+
+// One middleware guards the three tokens: each opens its own routes only, a request
+// without it is a 401 problem naming the token it needs, and a route whose token is
+// not configured answers 503 naming the setting.
+func TestEachTokenOpensOnlyItsRoutes(t *testing.T) {
+	t.Parallel()
+	const ingestToken = "test-ingest-token-0011223344556677"
+	a := newPushAPI(t, webapi.Config{PushToken: testPushToken, IngestToken: ingestToken}, true)
+	tokens := map[string]string{"admin": testToken, "ingest": ingestToken, "push": testPushToken}
+	routes := map[string]struct{ method, path string }{
+		"admin":  {"GET", "/v1/sensors"},
+		"ingest": {"POST", "/v1/readings"},
+		"push":   {"GET", "/v1/pushes/0191e7a4-0000-7000-8000-000000000000"},
+	}
+	for owner, route := range routes {
+		for name, token := range tokens {
+			resp := a.request(route.method, route.path, nil, "Authorization", "Bearer "+token)
+			if name == owner {
+				if resp.status == http.StatusUnauthorized {
+					t.Fatalf("%s %s with its own %s token: 401 %s", route.method, route.path, name, resp.body)
+				}
+				continue
+			}
+			resp.expectProblem(http.StatusUnauthorized, "unauthorized", "not the "+owner+" token")
+			if got := resp.header.Get("WWW-Authenticate"); !strings.Contains(got, `error="invalid_token"`) {
+				t.Fatalf("%s %s with the %s token: WWW-Authenticate = %q", route.method, route.path, name, got)
+			}
+		}
+		a.request(route.method, route.path, nil, "Authorization", "").
+			expectProblem(http.StatusUnauthorized, "unauthorized", "Bearer <"+owner+" token>")
+	}
+
+	off := newPushAPI(t, webapi.Config{}, true)
+	off.request("POST", "/v1/readings", nil, "Authorization", "Bearer "+ingestToken).
+		expectProblem(http.StatusServiceUnavailable, "unavailable", "LOCKSTREAM_INGEST_TOKEN")
+	off.request("POST", "/v1/pushes", nil, "Authorization", "Bearer "+testPushToken).
+		expectProblem(http.StatusServiceUnavailable, "unavailable", "LOCKSTREAM_PUSH_TOKEN")
+}

@@ -1,8 +1,10 @@
 package webapi
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -94,26 +96,75 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 	})
 }
 
-// requireAdmin lets through only requests bearing the admin token. Both tokens are
-// hashed before the constant-time comparison so that neither their content nor their
-// length leaks through timing.
-func (s *Server) requireAdmin(next http.Handler) http.Handler {
+// bounded gives the handler's context the RequestTimeout deadline: a store that
+// hangs makes the request fail as a 503 problem (storage reports the deadline as
+// unavailable) before WriteTimeout would cut the connection.
+func (s *Server) bounded(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token, ok := bearerToken(r)
-		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="lockstream"`)
-			writeProblem(w, newProblem(http.StatusUnauthorized, problemUnauthorized,
-				"this route needs an Authorization: Bearer <admin token> header"))
-			return
-		}
-		got := sha256.Sum256([]byte(token))
-		if subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="lockstream", error="invalid_token"`)
-			writeProblem(w, newProblem(http.StatusUnauthorized, problemUnauthorized, "the bearer token is not valid"))
-			return
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+		defer cancel()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// streaming lifts the server's read and write deadlines for a route that answers
+// for longer than WriteTimeout (server-sent events): use it in place of bounded.
+// (net/http itself clears the read deadline once a request's body is read; lifting
+// it here too keeps a streaming route that reads a long body safe.)
+// Such a handler must end by itself when its context ends (client gone, shutdown).
+func (s *Server) streaming(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		if err := errors.Join(rc.SetReadDeadline(time.Time{}), rc.SetWriteDeadline(time.Time{})); err != nil {
+			s.logger.WarnContext(r.Context(), "lifting the deadlines of a streaming route", "route", routePattern(r), "err", err)
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// bearerAuth describes one of the API's bearer tokens: which routes it opens and
+// the setting that configures it, for the answers of requireToken.
+type bearerAuth struct {
+	// name is what the token is called in answers: "admin", "ingest", "push".
+	name string
+	// setting is the environment variable that configures it.
+	setting string
+	// disabled is the detail of the 503 answered while no token is configured.
+	disabled string
+	// realm is the WWW-Authenticate realm of a 401.
+	realm string
+}
+
+// requireToken lets through only requests bearing token; any other token, the
+// API's other tokens included, is a 401 problem. With no token configured the
+// routes are disabled and answer 503 whatever the request carries. Both sides are
+// hashed before the constant-time comparison so that neither the token's content
+// nor its length leaks through timing.
+func (s *Server) requireToken(auth bearerAuth, token string) func(http.Handler) http.Handler {
+	want := sha256.Sum256([]byte(token))
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if token == "" {
+				writeProblem(w, unavailable("%s (%s)", auth.disabled, auth.setting))
+				return
+			}
+			got, ok := bearerToken(r)
+			if !ok {
+				w.Header().Set("WWW-Authenticate", fmt.Sprintf("Bearer realm=%q", auth.realm))
+				writeProblem(w, newProblem(http.StatusUnauthorized, problemUnauthorized,
+					"this route needs an Authorization: Bearer <%s token> header", auth.name))
+				return
+			}
+			gotHash := sha256.Sum256([]byte(got))
+			if subtle.ConstantTimeCompare(gotHash[:], want[:]) != 1 {
+				w.Header().Set("WWW-Authenticate", fmt.Sprintf("Bearer realm=%q, error=\"invalid_token\"", auth.realm))
+				writeProblem(w, newProblem(http.StatusUnauthorized, problemUnauthorized,
+					"the bearer token is not the %s token", auth.name))
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
 }
 
 // bearerToken returns the token of an "Authorization: Bearer <token>" header; the

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/go-chi/chi/v5"
+
+	"github.com/lockstream/lockstream/storage"
 )
 
 // Problem types, the "type" member of every error body. They are URNs rather than
@@ -123,6 +125,15 @@ func (s *Server) handle(h apiHandler) http.HandlerFunc {
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if p, ok := errors.AsType[*problem](err); ok {
 		writeProblem(w, p)
+		return
+	}
+	if u, ok := errors.AsType[*storage.UnavailableError](err); ok {
+		// A store is down: the route answers again once it is back, and /readyz
+		// names it meanwhile.
+		s.logger.WarnContext(r.Context(), "http request failed: a store is unreachable",
+			"method", r.Method, "route", routePattern(r), "store", u.Store, "err", err)
+		w.Header().Set("Retry-After", retryAfterSeconds)
+		writeProblem(w, unavailable("%s is unreachable; try again later (GET /readyz shows when it is back)", u.Store))
 		return
 	}
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {

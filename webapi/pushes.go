@@ -2,8 +2,6 @@ package webapi
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net/http"
@@ -314,35 +312,4 @@ func (s *Server) getPush(w http.ResponseWriter, r *http.Request) error {
 // WithPushes.
 func pushesDisabled() error {
 	return unavailable("pushes are disabled: the server has no push store")
-}
-
-// requirePush lets through only requests bearing the push token: the services
-// that send pushes get neither the registry (admin) nor ingest, and the admin
-// and ingest tokens are refused here like any other wrong token. With no push
-// token configured the routes answer 503.
-func (s *Server) requirePush(next http.Handler) http.Handler {
-	// Hashing both sides before the constant-time comparison hides the token's
-	// length as well as its content, as requireAdmin does.
-	want := sha256.Sum256([]byte(s.cfg.PushToken))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.PushToken == "" {
-			writeProblem(w, unavailable("pushes are disabled: the server has no push token (LOCKSTREAM_PUSH_TOKEN)"))
-			return
-		}
-		token, ok := bearerToken(r)
-		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="lockstream-push"`)
-			writeProblem(w, newProblem(http.StatusUnauthorized, problemUnauthorized,
-				"this route needs an Authorization: Bearer <push token> header"))
-			return
-		}
-		got := sha256.Sum256([]byte(token))
-		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="lockstream-push", error="invalid_token"`)
-			writeProblem(w, newProblem(http.StatusUnauthorized, problemUnauthorized,
-				"the bearer token is not the push token"))
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
 }

@@ -64,7 +64,7 @@ func newPushAPI(t *testing.T, cfg webapi.Config, withPushes bool) *testAPI {
 	}
 	var opts []webapi.Option
 	if withPushes {
-		opts = append(opts, webapi.WithPushes(stores.Postgres, stores.ClickHouse))
+		opts = append(opts, webapi.WithPushes(stores.Postgres, stores.Postgres))
 	}
 	server, err := webapi.New(cfg, stores.Postgres, nil, reg, reg, slog.New(slog.NewTextHandler(io.Discard, nil)), opts...)
 	if err != nil {

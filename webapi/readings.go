@@ -3,8 +3,6 @@ package webapi
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,36 +41,6 @@ type ReadingPublisher interface {
 // unavailable is a 503 problem.
 func unavailable(format string, args ...any) *problem {
 	return newProblem(http.StatusServiceUnavailable, problemUnavailable, format, args...)
-}
-
-// requireIngest lets through only requests bearing the ingest token; the admin
-// token is refused like any other wrong token. With no ingest token configured the
-// route is disabled and answers 503 whatever the request carries.
-func (s *Server) requireIngest(next http.Handler) http.Handler {
-	// Hashing both sides before the constant-time comparison hides the token's
-	// length as well as its content, as requireAdmin does.
-	want := sha256.Sum256([]byte(s.cfg.IngestToken))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.IngestToken == "" {
-			writeProblem(w, unavailable("ingest is disabled: the server has no ingest token (LOCKSTREAM_INGEST_TOKEN)"))
-			return
-		}
-		token, ok := bearerToken(r)
-		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="lockstream-ingest"`)
-			writeProblem(w, newProblem(http.StatusUnauthorized, problemUnauthorized,
-				"this route needs an Authorization: Bearer <ingest token> header"))
-			return
-		}
-		got := sha256.Sum256([]byte(token))
-		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="lockstream-ingest", error="invalid_token"`)
-			writeProblem(w, newProblem(http.StatusUnauthorized, problemUnauthorized,
-				"the bearer token is not the ingest token"))
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
 }
 
 // ingestReadings handles POST /v1/readings: one reading object, or an array of up

@@ -5,6 +5,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lockstream/lockstream/storage"
 )
 
 // routes declares every route of the API. To add one: write an apiHandler in the
@@ -17,21 +19,45 @@ func (s *Server) routes() *chi.Mux {
 	r.MethodNotAllowed(s.methodNotAllowed(r))
 
 	// Unauthenticated: probes, scraping and the API description.
-	r.Get("/healthz", s.handle(s.healthz))
-	r.Get("/readyz", s.handle(s.readyz))
-	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
-	r.Get("/openapi.yaml", serveOpenAPI)
+	r.Group(func(r chi.Router) {
+		r.Use(s.bounded)
+
+		r.Get("/healthz", s.handle(s.healthz))
+		r.Get("/readyz", s.handle(s.readyz))
+		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
+		r.Get("/openapi.yaml", serveOpenAPI)
+	})
+
+	// Every group below but a streaming one (server-sent events, which would use
+	// s.streaming in place of s.bounded) bounds its handlers by RequestTimeout.
+
+	// The operator console: HTML pages with a session of their own (see WithConsole).
+	// Its live stream has a route of its own so its long requests stay out of the
+	// pages' latency histogram.
+	r.Group(func(r chi.Router) {
+		r.Use(s.bounded)
+
+		r.Get("/console", s.serveConsole)
+		r.Get("/console/*", s.serveConsole)
+		r.Post("/console/*", s.serveConsole)
+	})
+	// Server-sent events: no read or write deadline, it ends with the viewer.
+	r.With(s.streaming).Get("/console/live/events", s.serveConsole)
 
 	// Ingest: sensors and their gateways, with the ingest token only.
 	r.Group(func(r chi.Router) {
-		r.Use(s.requireIngest)
+		r.Use(s.bounded)
+		r.Use(s.requireToken(bearerAuth{name: "ingest", setting: "LOCKSTREAM_INGEST_TOKEN", realm: "lockstream-ingest",
+			disabled: "ingest is disabled: the server has no ingest token"}, s.cfg.IngestToken))
 
 		r.Post("/v1/readings", s.handle(s.ingestReadings))
 	})
 
 	// Push: the standalone push service, with the push token only.
 	r.Group(func(r chi.Router) {
-		r.Use(s.requirePush)
+		r.Use(s.bounded)
+		r.Use(s.requireToken(bearerAuth{name: "push", setting: "LOCKSTREAM_PUSH_TOKEN", realm: "lockstream-push",
+			disabled: "pushes are disabled: the server has no push token"}, s.cfg.PushToken))
 
 		r.Post("/push", s.handle(s.legacyPush))
 		r.Post("/v1/pushes", s.handle(s.createPush))
@@ -40,7 +66,9 @@ func (s *Server) routes() *chi.Mux {
 
 	// Admin: the registry, the history and the deliveries.
 	r.Group(func(r chi.Router) {
-		r.Use(s.requireAdmin)
+		r.Use(s.bounded)
+		r.Use(s.requireToken(bearerAuth{name: "admin", setting: "LOCKSTREAM_ADMIN_TOKEN", realm: "lockstream",
+			disabled: "the admin API is disabled: the server has no admin token"}, s.cfg.AdminToken))
 
 		r.Post("/v1/sensors", s.handle(s.createSensor))
 		r.Get("/v1/sensors", s.handle(s.listSensors))
@@ -66,6 +94,55 @@ func (s *Server) routes() *chi.Mux {
 		r.Get("/v1/clients/{id}/deliveries", s.handle(s.listClientDeliveries))
 		r.Get("/v1/deliveries/{id}", s.handle(s.getDelivery))
 		r.Post("/v1/deliveries/{id}/retry", s.handle(s.retryDelivery))
+
+		r.Post("/notification", s.handle(s.postNotification))
 	})
+	s.inboxRoutes(r)
 	return r
+}
+
+// inboxRoutes declares the routes of members, their inboxes and live streams.
+func (s *Server) inboxRoutes(r chi.Router) {
+	// Admin: members and free-form notifications.
+	r.Group(func(r chi.Router) {
+		r.Use(s.bounded)
+		r.Use(s.requireToken(bearerAuth{name: "admin", setting: "LOCKSTREAM_ADMIN_TOKEN", realm: "lockstream",
+			disabled: "the admin API is disabled: the server has no admin token"}, s.cfg.AdminToken))
+
+		r.Post("/v1/clients/{id}/members", s.handle(s.createMember))
+		r.Get("/v1/clients/{id}/members", s.handle(s.listClientMembers))
+		r.Get("/v1/members/{id}", s.handle(s.getMember))
+		r.Patch("/v1/members/{id}", s.handle(s.updateMember))
+		r.Delete("/v1/members/{id}", s.handle(s.deleteMember))
+		r.Post("/v1/members/{id}/token", s.handle(s.rotateMemberToken))
+
+		r.Post("/v1/notifications", s.handle(s.createNotification))
+	})
+
+	// A member's own inbox: a member token, or the admin token with ?user=.
+	r.Group(func(r chi.Router) {
+		r.Use(s.bounded)
+		r.Use(s.requireMember(true))
+
+		r.Get("/v1/messages", s.handle(s.listMessages))
+		r.Post("/v1/messages/seen", s.handle(s.markMessages(storage.ActionSeen)))
+		r.Post("/v1/messages/delete", s.handle(s.markMessages(storage.ActionDelete)))
+		r.Get("/v1/messages/{id}", s.handle(s.getMessage))
+		r.Delete("/v1/messages/{id}", s.handle(s.markMessage(storage.ActionDelete)))
+		r.Post("/v1/messages/{id}/seen", s.handle(s.markMessage(storage.ActionSeen)))
+		r.Post("/v1/messages/{id}/unseen", s.handle(s.markMessage(storage.ActionUnseen)))
+		r.Post("/v1/stream/ack", s.handle(s.ackStream))
+	})
+
+	// Tickets: a member token only, so that the stream opened is the member's own.
+	r.Group(func(r chi.Router) {
+		r.Use(s.bounded)
+		r.Use(s.requireMember(false))
+
+		r.Post("/v1/stream/tickets", s.handle(s.createStreamTicket))
+	})
+
+	// The stream: its single-use ticket is its credential (EventSource sends no
+	// Authorization header), and it clears the server's write deadline itself.
+	r.With(s.streaming).Get("/v1/stream", s.handle(s.openStream))
 }

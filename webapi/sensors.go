@@ -52,9 +52,30 @@ type sensorBody struct {
 	UpdatedAt        time.Time  `json:"updated_at"`
 }
 
-// renderSensor shows sensor with the heartbeat's view of it. A failing heartbeat
-// store degrades the answer to "unknown" rather than failing a registry read.
-func (s *Server) renderSensor(ctx context.Context, sensor storage.Sensor) sensorBody {
+// renderSensors shows sensors with the heartbeat's view of them, asked for all of
+// them at once. A failing heartbeat store degrades the answer to "unknown" rather
+// than failing a registry read.
+func (s *Server) renderSensors(ctx context.Context, sensors []storage.Sensor) []sensorBody {
+	var statuses map[string]SensorConnection
+	if s.status != nil && len(sensors) > 0 {
+		ids := make([]string, len(sensors))
+		for i, sensor := range sensors {
+			ids[i] = sensor.ID
+		}
+		var err error
+		if statuses, err = s.status.SensorStatuses(ctx, ids); err != nil {
+			s.logger.WarnContext(ctx, "reading sensor connection status", "sensors", len(ids), "err", err)
+		}
+	}
+	out := make([]sensorBody, len(sensors))
+	for i, sensor := range sensors {
+		out[i] = renderSensor(sensor, statuses[sensor.ID])
+	}
+	return out
+}
+
+// renderSensor shows one sensor with what the heartbeat knows of it.
+func renderSensor(sensor storage.Sensor, status SensorConnection) sensorBody {
 	body := sensorBody{
 		ID:         sensor.ID,
 		Address:    sensor.Address,
@@ -69,14 +90,7 @@ func (s *Server) renderSensor(ctx context.Context, sensor storage.Sensor) sensor
 	if sensor.HeartbeatTimeout > 0 {
 		body.HeartbeatTimeout = sensor.HeartbeatTimeout.String()
 	}
-	if s.status == nil {
-		return body
-	}
-	lastSeen, connection, err := s.status.Status(ctx, sensor.ID)
-	if err != nil {
-		s.logger.WarnContext(ctx, "reading sensor connection status", "sensor", sensor.ID, "err", err)
-		return body
-	}
+	lastSeen, connection := status.LastSeen, status.Connection
 	if sensor.State == nil {
 		// Never reported: the heartbeat tracks it from its registration, which is
 		// no sighting. Lost once its timeout passed; until then nobody knows.
@@ -94,6 +108,22 @@ func (s *Server) renderSensor(ctx context.Context, sensor storage.Sensor) sensor
 		body.Connection = connection
 	}
 	return body
+}
+
+// renderOne shows one sensor with the heartbeat's view of it.
+func (s *Server) renderOne(ctx context.Context, sensor storage.Sensor) sensorBody {
+	return s.renderSensors(ctx, []storage.Sensor{sensor})[0]
+}
+
+// sensorPage is the page body of a sensor list whose query asked for limit+1
+// rows, with one status lookup for the page.
+func (s *Server) sensorPage(ctx context.Context, sensors []storage.Sensor, limit int) pageBody[sensorBody] {
+	shown := sensors[:min(len(sensors), limit)]
+	bodies := make(map[string]sensorBody, len(shown))
+	for _, b := range s.renderSensors(ctx, shown) {
+		bodies[b.ID] = b
+	}
+	return newPageBody(sensors, limit, sensorKey, func(sensor storage.Sensor) sensorBody { return bodies[sensor.ID] })
 }
 
 // sensorLocation is the URL of a sensor's resource.
@@ -187,7 +217,7 @@ func (s *Server) createSensor(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	w.Header().Set("Location", sensorLocation(created.ID))
-	return writeJSON(w, http.StatusCreated, s.renderSensor(r.Context(), created))
+	return writeJSON(w, http.StatusCreated, s.renderOne(r.Context(), created))
 }
 
 // listSensors handles GET /v1/sensors.
@@ -207,7 +237,7 @@ func (s *Server) listSensors(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("listing sensors: %w", err)
 	}
-	return writeJSON(w, http.StatusOK, newPageBody(sensors, p.limit, sensorKey, s.sensorRenderer(r.Context())))
+	return writeJSON(w, http.StatusOK, s.sensorPage(r.Context(), sensors, p.limit))
 }
 
 func sensorKey(sensor storage.Sensor) string { return sensor.ID }
@@ -234,14 +264,8 @@ func (s *Server) listLostSensors(w http.ResponseWriter, r *http.Request, p page)
 	if err != nil {
 		return fmt.Errorf("listing lost sensors: %w", err)
 	}
-	for _, sensor := range sensors {
-		body.Items = append(body.Items, s.renderSensor(r.Context(), sensor))
-	}
+	body.Items = append(body.Items, s.renderSensors(r.Context(), sensors)...)
 	return writeJSON(w, http.StatusOK, body)
-}
-
-func (s *Server) sensorRenderer(ctx context.Context) func(storage.Sensor) sensorBody {
-	return func(sensor storage.Sensor) sensorBody { return s.renderSensor(ctx, sensor) }
 }
 
 // getSensor handles GET /v1/sensors/{id}.
@@ -257,7 +281,7 @@ func (s *Server) getSensor(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("getting sensor: %w", err)
 	}
-	return writeJSON(w, http.StatusOK, s.renderSensor(r.Context(), sensor))
+	return writeJSON(w, http.StatusOK, s.renderOne(r.Context(), sensor))
 }
 
 // updateSensor handles PATCH /v1/sensors/{id}. A null heartbeat_timeout returns the
@@ -309,7 +333,7 @@ func (s *Server) updateSensor(w http.ResponseWriter, r *http.Request) error {
 			s.logger.WarnContext(r.Context(), "telling observer of sensor update", "sensor", id, "err", err)
 		}
 	}
-	return writeJSON(w, http.StatusOK, s.renderSensor(r.Context(), updated))
+	return writeJSON(w, http.StatusOK, s.renderOne(r.Context(), updated))
 }
 
 // deleteSensor handles DELETE /v1/sensors/{id}.

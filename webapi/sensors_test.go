@@ -215,6 +215,9 @@ type liveness struct {
 	created  []string
 	updated  []string
 	deleted  []string
+	// lookups is the number of sensors of each SensorStatuses call.
+	lookups []int
+	fail    bool
 }
 
 func (l *liveness) SensorCreated(_ context.Context, id string, createdAt time.Time) error {
@@ -248,13 +251,22 @@ func (l *liveness) LostSensorIDs(_ context.Context, page storage.Page) ([]string
 	return ids, nil
 }
 
-func (l *liveness) Status(_ context.Context, id string) (time.Time, string, error) {
+// SensorStatuses answers from the table, leaving out "broken" (a sensor the
+// heartbeat cannot say anything of), and fails altogether while fail is set.
+func (l *liveness) SensorStatuses(_ context.Context, ids []string) (map[string]webapi.SensorConnection, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if id == "broken" {
-		return time.Time{}, "", fmt.Errorf("redis is down")
+	l.lookups = append(l.lookups, len(ids))
+	if l.fail {
+		return nil, fmt.Errorf("redis is down")
 	}
-	return l.lastSeen[id], l.conn[id], nil
+	out := make(map[string]webapi.SensorConnection, len(ids))
+	for _, id := range ids {
+		if id != "broken" {
+			out[id] = webapi.SensorConnection{LastSeen: l.lastSeen[id], Connection: l.conn[id]}
+		}
+	}
+	return out, nil
 }
 
 func (l *liveness) SensorUpdated(_ context.Context, id string) error {
@@ -328,6 +340,31 @@ func TestSensorStatusSeam(t *testing.T) {
 		}
 	}
 	expectUTC(t, api.request("GET", "/v1/sensors/online", nil).expect(http.StatusOK).fields(), "last_seen")
+
+	// One status lookup per page, for the sensors of the page only.
+	l.mu.Lock()
+	l.lookups = nil
+	l.mu.Unlock()
+	var firstThree pageJSON[sensorJSON]
+	api.request("GET", "/v1/sensors?limit=3", nil).expect(http.StatusOK).decode(&firstThree)
+	api.request("GET", "/v1/sensors?connection=lost", nil).expect(http.StatusOK)
+	l.mu.Lock()
+	if fmt.Sprint(l.lookups) != "[3 2]" {
+		t.Fatalf("status lookups of a page of 3 sensors and a page of 2 lost ones: %v, want [3 2]", l.lookups)
+	}
+	// A status store that fails shows every sensor unknown; the list still answers.
+	l.fail = true
+	l.mu.Unlock()
+	var blind pageJSON[sensorJSON]
+	api.request("GET", "/v1/sensors", nil).expect(http.StatusOK).decode(&blind)
+	for _, s := range blind.Items {
+		if s.Connection != "unknown" || s.LastSeen != nil {
+			t.Fatalf("with the status store down, %+v", s)
+		}
+	}
+	l.mu.Lock()
+	l.fail = false
+	l.mu.Unlock()
 
 	api.request("PATCH", "/v1/sensors/online", map[string]any{"heartbeat_timeout": "2h"}).expect(http.StatusOK)
 	api.request("DELETE", "/v1/sensors/lost", nil).expect(http.StatusNoContent)

@@ -9,12 +9,12 @@ package webapi
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +27,8 @@ const (
 	DefaultAddr              = "127.0.0.1:8080"
 	DefaultShutdownTimeout   = 10 * time.Second
 	DefaultReadHeaderTimeout = 5 * time.Second
+	DefaultReadTimeout       = 30 * time.Second
+	DefaultWriteTimeout      = 30 * time.Second
 	DefaultIdleTimeout       = 2 * time.Minute
 	DefaultReadyTimeout      = 2 * time.Second
 	DefaultMaxBodyBytes      = 1 << 20
@@ -34,6 +36,10 @@ const (
 	// whitespace and RFC 3339 device times.
 	DefaultMaxIngestBodyBytes = 4 << 20
 	DefaultPublishTimeout     = 10 * time.Second
+	// DefaultSecretOverlap is how long a rotated-out signing secret keeps signing
+	// webhooks: a day covers a delivery's whole back-off (about 2 h) with room for
+	// a receiver to deploy the new secret.
+	DefaultSecretOverlap = 24 * time.Hour
 )
 
 // Config configures the HTTP server.
@@ -62,6 +68,19 @@ type Config struct {
 	// ReadHeaderTimeout bounds reading a request's headers, against slow-loris
 	// clients. Defaults to DefaultReadHeaderTimeout.
 	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading a whole request, body included, against clients
+	// that trickle a body. Defaults to DefaultReadTimeout.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds a request from the end of its headers to the end of its
+	// answer; a connection still writing then is closed. Routes that stream for
+	// longer (server-sent events) lift it for themselves (see Server.streaming).
+	// Defaults to DefaultWriteTimeout.
+	WriteTimeout time.Duration
+	// RequestTimeout is the deadline of a handler's context, so that a store that
+	// hangs turns into a 503 problem while the answer can still be written, rather
+	// than a connection cut by WriteTimeout. It must be shorter than WriteTimeout.
+	// Defaults to two thirds of WriteTimeout.
+	RequestTimeout time.Duration
 	// IdleTimeout closes keep-alive connections idle for longer. Defaults to
 	// DefaultIdleTimeout.
 	IdleTimeout time.Duration
@@ -74,6 +93,10 @@ type Config struct {
 	// MaxIngestBodyBytes is the largest body POST /v1/readings accepts; larger
 	// ones get 413. Defaults to DefaultMaxIngestBodyBytes (4 MiB).
 	MaxIngestBodyBytes int64
+	// SecretOverlap is how long POST /v1/clients/{id}/secret keeps the secret it
+	// replaces: webhooks are signed with both until then. Defaults to
+	// DefaultSecretOverlap.
+	SecretOverlap time.Duration
 	// PublishTimeout bounds how long POST /v1/readings waits for the broker to
 	// acknowledge a request's readings before answering 503. Defaults to
 	// DefaultPublishTimeout.
@@ -85,11 +108,15 @@ func (c Config) WithDefaults() Config {
 	c.Addr = cmp.Or(c.Addr, DefaultAddr)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
 	c.ReadHeaderTimeout = cmp.Or(c.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	c.ReadTimeout = cmp.Or(c.ReadTimeout, DefaultReadTimeout)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, c.WriteTimeout*2/3)
 	c.IdleTimeout = cmp.Or(c.IdleTimeout, DefaultIdleTimeout)
 	c.ReadyTimeout = cmp.Or(c.ReadyTimeout, DefaultReadyTimeout)
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes)
 	c.MaxIngestBodyBytes = cmp.Or(c.MaxIngestBodyBytes, DefaultMaxIngestBodyBytes)
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, DefaultPublishTimeout)
+	c.SecretOverlap = cmp.Or(c.SecretOverlap, DefaultSecretOverlap)
 	return c
 }
 
@@ -113,13 +140,20 @@ func (c Config) Validate() error {
 	}{
 		{"ShutdownTimeout", c.ShutdownTimeout},
 		{"ReadHeaderTimeout", c.ReadHeaderTimeout},
+		{"ReadTimeout", c.ReadTimeout},
+		{"WriteTimeout", c.WriteTimeout},
+		{"RequestTimeout", c.RequestTimeout},
 		{"IdleTimeout", c.IdleTimeout},
 		{"ReadyTimeout", c.ReadyTimeout},
 		{"PublishTimeout", c.PublishTimeout},
+		{"SecretOverlap", c.SecretOverlap},
 	} {
 		if d.value <= 0 {
 			return fmt.Errorf("webapi: %s must be positive, got %s", d.name, d.value)
 		}
+	}
+	if c.RequestTimeout >= c.WriteTimeout {
+		return fmt.Errorf("webapi: RequestTimeout (%s) must be shorter than WriteTimeout (%s)", c.RequestTimeout, c.WriteTimeout)
 	}
 	if c.MaxBodyBytes <= 0 {
 		return fmt.Errorf("webapi: MaxBodyBytes must be positive, got %d", c.MaxBodyBytes)
@@ -143,7 +177,7 @@ type Registry interface {
 	GetClient(ctx context.Context, id string) (storage.Client, error)
 	ListClients(ctx context.Context, page storage.Page) ([]storage.Client, error)
 	UpdateClient(ctx context.Context, id string, u storage.ClientUpdate) (storage.Client, error)
-	RotateClientSecret(ctx context.Context, id, secret string) (storage.Client, error)
+	RotateClientSecret(ctx context.Context, id, secret string, keepPreviousUntil time.Time) (storage.Client, error)
 	DeleteClient(ctx context.Context, id string) error
 
 	LinkSensor(ctx context.Context, clientID, sensorID string) error
@@ -171,12 +205,20 @@ const (
 	ConnectionUnknown = "unknown"
 )
 
-// SensorStatus reports what the heartbeat knows of a sensor: when it was last seen
-// (zero when never) and its connection, one of ConnectionOnline, ConnectionLost or
-// ConnectionUnknown. Without one (see WithSensorStatus) every sensor shows
-// "last_seen": null and "connection": "unknown".
+// SensorConnection is what the heartbeat knows of one sensor.
+type SensorConnection struct {
+	// LastSeen is when the sensor was last seen; zero when never.
+	LastSeen time.Time
+	// Connection is ConnectionOnline, ConnectionLost or ConnectionUnknown.
+	Connection string
+}
+
+// SensorStatus reports what the heartbeat knows of sensors, a page at a time: one
+// call (and one store round trip) per page of a sensor list, whatever its length.
+// A sensor missing from the answer shows "connection": "unknown". Without one (see
+// WithSensorStatus) every sensor shows "last_seen": null and "connection": "unknown".
 type SensorStatus interface {
-	Status(ctx context.Context, sensorID string) (lastSeen time.Time, connection string, err error)
+	SensorStatuses(ctx context.Context, sensorIDs []string) (map[string]SensorConnection, error)
 }
 
 // SensorObserver is told after a sensor's registration changed, so that a component
@@ -252,7 +294,6 @@ type Server struct {
 	unregistered UnregisteredSensors
 	publisher    ReadingPublisher
 	history      History
-	tokenHash    [sha256.Size]byte
 	metrics      *metrics
 	handler      http.Handler
 
@@ -264,6 +305,21 @@ type Server struct {
 	pushes       PushStore
 	pushAttempts DeliveryAttempts
 	pushMetrics  *pushMetrics
+
+	// console serves /console; see WithConsole.
+	console http.Handler
+
+	// notifications publishes POST /notification; see WithNotificationPublisher.
+	notifications NotificationPublisher
+
+	// members, inbox and tickets serve members, inboxes and live streams; see
+	// WithInbox. hub feeds the streams.
+	members       MemberStore
+	inbox         InboxStore
+	tickets       StreamTickets
+	inboxCfg      InboxConfig
+	hub           *hub
+	streamMetrics *streamMetrics
 }
 
 // New builds the server. checks names the stores GET /readyz pings (for instance
@@ -299,18 +355,27 @@ func New(cfg Config, registry Registry, checks map[string]Pinger, reg prometheus
 		return nil, err
 	}
 	s := &Server{
-		cfg:       cfg,
-		registry:  registry,
-		checks:    checks,
-		gatherer:  gatherer,
-		logger:    logger,
-		tokenHash: sha256.Sum256([]byte(cfg.AdminToken)),
-		metrics:   m,
+		cfg:      cfg,
+		registry: registry,
+		checks:   checks,
+		gatherer: gatherer,
+		logger:   logger,
+		metrics:  m,
 
 		pushMetrics: pm,
 	}
 	for _, opt := range opts {
 		opt(s)
+	}
+	if s.streamMetrics, err = newStreamMetrics(reg); err != nil {
+		return nil, fmt.Errorf("registering stream metrics: %w", err)
+	}
+	s.inboxCfg = s.inboxCfg.WithDefaults()
+	if err := s.inboxCfg.Validate(); err != nil {
+		return nil, err
+	}
+	if s.inbox != nil {
+		s.hub = newHub(s.inbox, s.inboxCfg, s.streamMetrics, logger.With("component", "stream-hub"))
 	}
 	s.handler = s.routes()
 	return s, nil
@@ -333,20 +398,38 @@ func (s *Server) Run(ctx context.Context) error {
 	return s.Serve(ctx, ln)
 }
 
-// Serve is Run on a listener the caller opened (and Serve closes); tests use it to
-// listen on a free port.
-func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{
-		Handler:           s.handler,
+// httpServer is the http.Server of Serve: every timeout set, so that slow or
+// stalled clients cost a bounded amount of time.
+func (s *Server) httpServer(ctx context.Context, handler http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           handler,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
 		// Requests must outlive the cancellation of ctx so that shutdown drains them
 		// instead of aborting their queries half-way.
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
+}
+
+// Serve is Run on a listener the caller opened (and Serve closes); tests use it to
+// listen on a free port.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := s.httpServer(ctx, s.handler)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	// The streams end when ctx does, so that shutdown does not wait for them.
+	var streams sync.WaitGroup
+	defer streams.Wait()
+	streamsCtx, stopStreams := context.WithCancel(ctx)
+	defer stopStreams() // first: also when serving failed
+	streams.Go(func() {
+		if err := s.RunStreams(streamsCtx); err != nil {
+			s.logger.ErrorContext(ctx, "the live stream hub failed", "err", err)
+		}
+	})
 	s.logger.InfoContext(ctx, "http server listening", "addr", ln.Addr().String())
 
 	select {

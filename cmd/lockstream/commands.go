@@ -29,8 +29,11 @@ import (
 
 // command is one subcommand: the settings it reads and how it runs.
 type command struct {
-	name     string
-	summary  string
+	name    string
+	summary string
+	// args names the command's arguments in its usage line (" <benchmark>"); most
+	// take none.
+	args     string
 	settings []string
 	// flags registers the command's own flags, beyond its settings; may be nil.
 	flags func(fs *flag.FlagSet)
@@ -42,7 +45,9 @@ type command struct {
 func commands() []command {
 	storeSettings := []string{"pg-url", "redis-url", "redis-prefix", "clickhouse-url", "metrics-addr"}
 	kafkaSettings := []string{"kafka-brokers", "kafka-partitions", "kafka-topic-prefix"}
-	apiSettings := []string{"http-addr", "admin-token", "ingest-token", "push-token"}
+	apiSettings := []string{"http-addr", "admin-token", "ingest-token", "push-token",
+		"http-read-timeout", "http-write-timeout", "http-idle-timeout", "secret-key", "secret-overlap", "data-dir",
+		"amqp-url", "amqp-exchange", "new-member-window"}
 	heartbeatSettings := []string{"heartbeat-timeout", "heartbeat-sweep-interval"}
 	return []command{
 		{
@@ -57,7 +62,7 @@ func commands() []command {
 			name:     "api",
 			summary:  "serve the HTTP API (admin, history, ingest, health, metrics)",
 			settings: concat(apiSettings, heartbeatSettings, storeSettings, kafkaSettings),
-			run:      runDaemonsCommand(usesAll, apiDaemon),
+			run:      runDaemonsCommand(usesPostgres|usesRedis|usesClickHouseLazily|usesSecretKey, apiDaemon),
 		},
 		{
 			name:     "consume",
@@ -81,15 +86,27 @@ func commands() []command {
 			name:     "fanout",
 			summary:  "the fan-out: events → one notification and delivery per linked client and channel (the outbox)",
 			settings: concat(storeSettings, kafkaSettings),
-			run:      runDaemonsCommand(usesPostgres, fanoutDaemon, metricsDaemon),
+			run:      runDaemonsCommand(usesPostgres, fanoutDaemon, inboxPartitionsDaemon, metricsDaemon),
 		},
 		{
 			name:    "retrier",
 			summary: "the retrier: due deliveries → webhooks, email and Swrve pushes, with logarithmic back-off",
 			settings: concat([]string{"retry-max-attempts", "retry-backoff-base", "retry-lease", "webhook-allow-private", "smtp-url",
-				"swrve-url", "swrve-rate", "swrve-push-keys"},
+				"swrve-url", "swrve-rate", "swrve-push-keys", "secret-key", "data-dir"},
 				storeSettings, kafkaSettings),
-			run: runDaemonsCommand(usesPostgres|usesClickHouse, retrierDaemon, metricsDaemon),
+			run: runDaemonsCommand(usesPostgres|usesClickHouse|usesSecretKey, retrierDaemon, metricsDaemon),
+		},
+		{
+			name:     "maintain",
+			summary:  "keep the stores bounded: month partitions made ahead, whole months dropped past the retention",
+			settings: concat([]string{"retention", "history-retention", "maintain-interval"}, storeSettings, kafkaSettings),
+			run:      runDaemonsCommand(usesPostgres|usesClickHouse, maintainDaemon, metricsDaemon),
+		},
+		{
+			name:     "bridge",
+			summary:  "the intake bridges: AMQP (RabbitMQ) and MQTT (Mosquitto) messages → readings on Kafka, acknowledged once Kafka has them",
+			settings: concat(bridgeSettings, []string{"metrics-addr"}, kafkaSettings),
+			run:      runDaemonsCommand(0, bridgeDaemon, metricsDaemon),
 		},
 		simulateCommand(kafkaSettings),
 		benchCommand(kafkaSettings),
@@ -114,6 +131,14 @@ func commands() []command {
 	}
 }
 
+// closeBoth returns a close that runs a (when not nil), then b.
+func closeBoth(a, b func()) func() {
+	if a == nil {
+		return b
+	}
+	return func() { a(); b() }
+}
+
 func concat(groups ...[]string) []string {
 	var out []string
 	for _, g := range groups {
@@ -136,6 +161,8 @@ type node struct {
 
 	// tracker is shared by the consumer and the API; see heartbeatTracker.
 	tracker *heartbeat.Tracker
+	// probe pings the open stores for lockstream_store_up and GET /readyz.
+	probe *storeProbe
 }
 
 // storeSet says which stores a command's daemons use.
@@ -146,6 +173,12 @@ const (
 	usesPostgres storeSet = 1 << iota
 	usesRedis
 	usesClickHouse
+	// usesClickHouseLazily opens ClickHouse without waiting for it: the API
+	// starts and serves while it is down, its history routes answering 503.
+	usesClickHouseLazily
+	// usesSecretKey opens Postgres with the key of client signing secrets (see
+	// secretBox): for the daemons that store or send them.
+	usesSecretKey
 	usesAll = usesPostgres | usesRedis | usesClickHouse
 )
 
@@ -160,7 +193,15 @@ func openNode(ctx context.Context, v *values, logger *slog.Logger, need storeSet
 	n := &node{v: v, logger: logger, reg: newRegistry(),
 		stream: stream.Config{Brokers: v.list("kafka-brokers"), Partitions: partitions, TopicPrefix: v.str("kafka-topic-prefix")}}
 	if need&usesPostgres != 0 {
-		if n.pg, err = storage.OpenPostgres(ctx, v.str("pg-url")); err != nil {
+		var opts []storage.PostgresOption
+		if need&usesSecretKey != 0 {
+			box, err := secretBox(v, logger)
+			if err != nil {
+				return nil, err
+			}
+			opts = append(opts, storage.WithSecretBox(box))
+		}
+		if n.pg, err = storage.OpenPostgres(ctx, v.str("pg-url"), opts...); err != nil {
 			return nil, err
 		}
 	}
@@ -170,12 +211,23 @@ func openNode(ctx context.Context, v *values, logger *slog.Logger, need storeSet
 			return nil, err
 		}
 	}
-	if need&usesClickHouse != 0 {
+	switch {
+	case need&usesClickHouse != 0:
 		if n.ch, err = storage.OpenClickHouse(ctx, v.str("clickhouse-url")); err != nil {
 			n.close()
 			return nil, err
 		}
+	case need&usesClickHouseLazily != 0:
+		if n.ch, err = storage.OpenClickHouseLazy(v.str("clickhouse-url")); err != nil {
+			n.close()
+			return nil, err
+		}
+		if err := n.ch.Ping(ctx); err != nil {
+			logger.Warn("ClickHouse is unreachable; serving without history until it is back", "err", err)
+		}
 	}
+	n.probe = newStoreProbe(n)
+	n.reg.MustRegister(n.probe)
 	return n, nil
 }
 
@@ -279,10 +331,18 @@ func (n *node) ensureTopics(ctx context.Context) error {
 }
 
 // apiDaemon serves the HTTP API, with ingest when Kafka is configured.
-func apiDaemon(_ context.Context, n *node) (daemon, error) {
+func apiDaemon(ctx context.Context, n *node) (daemon, error) {
 	token := n.v.str("admin-token")
 	if token == "" {
 		return daemon{}, errors.New("LOCKSTREAM_ADMIN_TOKEN / --admin-token is required: the admin API has no other protection")
+	}
+	// Secrets stored before they were encrypted at rest are encrypted now; until
+	// then (and should this fail) they are read as they are.
+	if encrypted, err := n.pg.EncryptPlaintextSecrets(ctx); err != nil {
+		n.logger.Warn("encrypting client secrets stored in plaintext failed; they stay readable and are tried again at the next start",
+			"err", err)
+	} else if encrypted > 0 {
+		n.logger.Info("encrypted client secrets stored in plaintext", "clients", encrypted)
 	}
 	checks := map[string]webapi.Pinger{"postgres": n.pg, "redis": n.redis, "clickhouse": n.ch}
 	tracker, err := n.heartbeatTracker()
@@ -290,30 +350,80 @@ func apiDaemon(_ context.Context, n *node) (daemon, error) {
 		return daemon{}, err
 	}
 	hooks := heartbeatHooks{tracker: tracker, pg: n.pg}
-	opts := []webapi.Option{webapi.WithHistory(n.ch), webapi.WithDeliveries(n.pg, n.ch), webapi.WithPushes(n.pg, n.ch),
-		webapi.WithSensorStatus(tracker),
-		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks), webapi.WithUnregistered(n.pg)}
+	con, err := newConsole(n, token, hooks)
+	if err != nil {
+		return daemon{}, err
+	}
+	inboxCfg, err := inboxConfig(n.v)
+	if err != nil {
+		return daemon{}, err
+	}
+	opts := []webapi.Option{webapi.WithHistory(n.ch), webapi.WithDeliveries(n.pg, n.pg), webapi.WithPushes(n.pg, n.pg),
+		webapi.WithSensorStatus(hooks),
+		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks), webapi.WithConsole(con.Handler()),
+		webapi.WithInbox(n.pg, n.pg, n.redis, inboxCfg), webapi.WithUnregistered(n.pg)}
 	d := daemon{name: "api"}
+	publisher, err := n.notificationPublisher()
+	if err != nil {
+		return daemon{}, err
+	}
+	if publisher != nil {
+		opts = append(opts, webapi.WithNotificationPublisher(publisher))
+		d.close = publisher.Close
+	}
 	if len(n.stream.Brokers) > 0 {
 		client, err := kgo.NewClient(append(stream.ClientOpts(n.stream), stream.WithLogger(n.logger),
 			stream.ClientMetrics(n.reg, "api"))...)
 		if err != nil {
 			return daemon{}, fmt.Errorf("api: kafka client: %w", err)
 		}
-		d.close = client.Close
+		d.close = closeBoth(d.close, client.Close)
 		opts = append(opts, webapi.WithReadingPublisher(stream.NewReadingPublisher(n.stream, client)))
 	}
-	srv, err := webapi.New(webapi.Config{Addr: n.v.str("http-addr"), AdminToken: token, IngestToken: n.v.str("ingest-token"),
-		PushToken: n.v.str("push-token")},
-		n.pg, checks, n.reg, n.reg, n.logger, opts...)
+	cfg, err := n.apiConfig()
 	if err != nil {
 		if d.close != nil {
 			d.close()
 		}
 		return daemon{}, err
 	}
-	d.run = srv.Run
+	srv, err := webapi.New(cfg, n.pg, checks, n.reg, n.reg, n.logger, opts...)
+	if err != nil {
+		if d.close != nil {
+			d.close()
+		}
+		return daemon{}, err
+	}
+	d.run = func(ctx context.Context) error {
+		// The console's Run ends its live streams when ctx ends, so the server's
+		// shutdown does not wait for them.
+		g, ctx := errgroup.WithContext(ctx)
+		g.Go(func() error { return con.Run(ctx) })
+		g.Go(func() error { return srv.Run(ctx) })
+		return g.Wait()
+	}
 	return d, nil
+}
+
+// apiConfig is the HTTP API's configuration from the node's settings.
+func (n *node) apiConfig() (webapi.Config, error) {
+	cfg := webapi.Config{Addr: n.v.str("http-addr"), AdminToken: n.v.str("admin-token"),
+		IngestToken: n.v.str("ingest-token"), PushToken: n.v.str("push-token")}
+	var err error
+	for _, d := range []struct {
+		name string
+		dst  *time.Duration
+	}{
+		{"secret-overlap", &cfg.SecretOverlap},
+		{"http-read-timeout", &cfg.ReadTimeout},
+		{"http-write-timeout", &cfg.WriteTimeout},
+		{"http-idle-timeout", &cfg.IdleTimeout},
+	} {
+		if *d.dst, err = n.v.duration(d.name); err != nil {
+			return webapi.Config{}, err
+		}
+	}
+	return cfg, nil
 }
 
 func consumerDaemon(_ context.Context, n *node) (daemon, error) {
@@ -343,8 +453,9 @@ func historyDaemon(_ context.Context, n *node) (daemon, error) {
 	return daemon{name: "history", run: h.Run}, nil
 }
 
-// metricsDaemon serves /metrics and /healthz on LOCKSTREAM_METRICS_ADDR for processes
-// without the API; with no address it does nothing.
+// metricsDaemon serves /metrics, /healthz and /readyz (a ping of every store the
+// process uses) on LOCKSTREAM_METRICS_ADDR for processes without the API; with no
+// address it does nothing.
 func metricsDaemon(_ context.Context, n *node) (daemon, error) {
 	addr := n.v.str("metrics-addr")
 	if addr == "" {
@@ -356,6 +467,7 @@ func metricsDaemon(_ context.Context, n *node) (daemon, error) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}`))
 	})
+	mux.HandleFunc("GET /readyz", n.probe.readyz)
 	return daemon{name: "metrics", run: func(ctx context.Context) error {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
@@ -370,7 +482,7 @@ func runAll(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logge
 	if err := migrations.Migrate(ctx, v.str("pg-url"), v.str("clickhouse-url"), logger); err != nil {
 		return err
 	}
-	n, err := openNode(ctx, v, logger, usesAll)
+	n, err := openNode(ctx, v, logger, usesAll|usesSecretKey)
 	if err != nil {
 		return err
 	}
@@ -385,8 +497,12 @@ func runAll(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logge
 		n.stream.Brokers = broker.Addrs()
 		logger.Info("embedded Kafka broker started", "addr", embeddedBrokerAddr, "dir", dir)
 	}
-	return n.run(ctx, apiDaemon, consumerDaemon, historyDaemon, heartbeatDaemon, fanoutDaemon, retrierDaemon,
-		statsDaemon(stdout))
+	daemons := []daemonFactory{apiDaemon, consumerDaemon, historyDaemon, heartbeatDaemon, fanoutDaemon, inboxPartitionsDaemon,
+		retrierDaemon, maintainDaemon, statsDaemon(stdout)}
+	if bridgesConfigured(v) {
+		daemons = append(daemons, bridgeDaemon)
+	}
+	return n.run(ctx, daemons...)
 }
 
 // embeddedBrokerAddr is where `all` serves its embedded broker, so kcat and

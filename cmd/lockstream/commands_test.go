@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/bridge/bridgetest"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream/streamtest"
 )
@@ -36,8 +38,12 @@ func TestEveryDaemonCommandStartsAndStops(t *testing.T) {
 			continue // tools, not daemons; migrate is covered by the migrations tests
 		}
 		t.Run(c.name, func(t *testing.T) {
-			t.Setenv("LOCKSTREAM_HTTP_ADDR", freeAddr(t))
-			t.Setenv("LOCKSTREAM_METRICS_ADDR", freeAddr(t))
+			httpAddr, metricsAddr := freeAddr(t), freeAddr(t)
+			t.Setenv("LOCKSTREAM_HTTP_ADDR", httpAddr)
+			t.Setenv("LOCKSTREAM_METRICS_ADDR", metricsAddr)
+			if c.name == "bridge" {
+				bridgeBrokers(t)
+			}
 			ctx, cancel := context.WithCancel(context.Background())
 			var logs syncBuffer
 			exited := make(chan int, 1)
@@ -51,6 +57,22 @@ func TestEveryDaemonCommandStartsAndStops(t *testing.T) {
 				}
 				return strings.Count(logs.String(), "daemon starting") >= 1
 			})
+			// The probes of deploy/k8s: /healthz and /readyz where the process serves
+			// HTTP (the API's address for api and all, LOCKSTREAM_METRICS_ADDR else).
+			probeAddr := metricsAddr
+			if c.name == "api" || c.name == "all" {
+				probeAddr = httpAddr
+			}
+			for _, path := range []string{"/healthz", "/readyz"} {
+				waitUntil(t, c.name+" answers "+path, func() bool {
+					resp, err := http.Get("http://" + probeAddr + path)
+					if err != nil {
+						return false
+					}
+					resp.Body.Close()
+					return resp.StatusCode == http.StatusOK
+				})
+			}
 			cancel()
 			select {
 			case code := <-exited:
@@ -61,5 +83,26 @@ func TestEveryDaemonCommandStartsAndStops(t *testing.T) {
 				t.Fatalf("%s did not stop within %v", c.name, waitLimit)
 			}
 		})
+	}
+}
+
+// bridgeBrokers points the bridge at the local RabbitMQ and Mosquitto, on an
+// exchange, queue, topic and session of the test's own.
+func bridgeBrokers(t *testing.T) {
+	t.Helper()
+	broker := bridgetest.DialAMQP(t)
+	suffix := bridgetest.Suffix(t)
+	broker.Exchange("lstest." + suffix)
+	broker.DeleteQueueAtEnd("lstest.recorder." + suffix)
+	bridgetest.EndSession(t, "lstest-bridge-"+suffix)
+	for k, v := range map[string]string{
+		"LOCKSTREAM_AMQP_URL":       broker.URL,
+		"LOCKSTREAM_AMQP_EXCHANGE":  "lstest." + suffix,
+		"LOCKSTREAM_AMQP_QUEUE":     "lstest.recorder." + suffix,
+		"LOCKSTREAM_MQTT_URL":       bridgetest.MQTTURL(t),
+		"LOCKSTREAM_MQTT_TOPIC":     "lstest/" + suffix + "/readings/+",
+		"LOCKSTREAM_MQTT_CLIENT_ID": "lstest-bridge-" + suffix,
+	} {
+		t.Setenv(k, v)
 	}
 }

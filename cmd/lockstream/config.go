@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strconv"
@@ -29,19 +30,31 @@ func settingTable() map[string]setting {
 			"prefix of every Redis key, so deployments can share a server"},
 		"clickhouse-url": {"clickhouse-url", "LOCKSTREAM_CLICKHOUSE_URL", "clickhouse://127.0.0.1:9000/lockstream", "ClickHouse URL (native protocol)"},
 		"kafka-brokers": {"kafka-brokers", "LOCKSTREAM_KAFKA_BROKERS", "",
-			"comma-separated Kafka brokers; empty = embedded broker on 127.0.0.1:9092 (all only)"},
+			"comma-separated Kafka brokers; empty: all embeds a broker on 127.0.0.1:9092, bench one of its own, simulate uses a running all's"},
 		"kafka-topic-prefix": {"kafka-topic-prefix", "LOCKSTREAM_KAFKA_TOPIC_PREFIX", "",
 			"put before every topic name, so several deployments can share a cluster"},
 		"kafka-partitions": {"kafka-partitions", "LOCKSTREAM_KAFKA_PARTITIONS", "12", "partitions of the topics lockstream creates"},
 		"http-addr":        {"http-addr", "LOCKSTREAM_HTTP_ADDR", "127.0.0.1:8080", "HTTP API listen address"},
-		"admin-token":      {"admin-token", "LOCKSTREAM_ADMIN_TOKEN", "", "bearer token of the admin API (required)"},
-		"push-token":       {"push-token", "LOCKSTREAM_PUSH_TOKEN", "", "bearer token of the push API (POST /push, /v1/pushes); empty = push API off"},
-		"ingest-token":     {"ingest-token", "LOCKSTREAM_INGEST_TOKEN", "", "bearer token of POST /v1/readings"},
-		"data-dir":         {"data-dir", "LOCKSTREAM_DATA_DIR", "./data", "the embedded broker's log and other local state"},
+		"http-read-timeout": {"http-read-timeout", "LOCKSTREAM_HTTP_READ_TIMEOUT", "30s",
+			"HTTP API: longest time to read a request, body included"},
+		"http-write-timeout": {"http-write-timeout", "LOCKSTREAM_HTTP_WRITE_TIMEOUT", "30s",
+			"HTTP API: longest time from a request's headers to the end of its answer (streaming routes lift it); handlers get two thirds of it"},
+		"http-idle-timeout": {"http-idle-timeout", "LOCKSTREAM_HTTP_IDLE_TIMEOUT", "2m",
+			"HTTP API: keep-alive connections idle for longer are closed"},
+		"admin-token":  {"admin-token", "LOCKSTREAM_ADMIN_TOKEN", "", "bearer token of the admin API (required)"},
+		"push-token":   {"push-token", "LOCKSTREAM_PUSH_TOKEN", "", "bearer token of the push API (POST /push, /v1/pushes); empty = push API off"},
+		"ingest-token": {"ingest-token", "LOCKSTREAM_INGEST_TOKEN", "", "bearer token of POST /v1/readings"},
+		"data-dir":     {"data-dir", "LOCKSTREAM_DATA_DIR", "./data", "the embedded broker's log, the generated secret key and other local state"},
+		"secret-key": {"secret-key", "LOCKSTREAM_SECRET_KEY", "",
+			"base64 of 32 bytes (openssl rand -base64 32): encrypts client signing secrets at rest; empty = a key generated into the data folder"},
+		"secret-overlap": {"secret-overlap", "LOCKSTREAM_SECRET_OVERLAP", "24h",
+			"how long a rotated-out client secret keeps signing webhooks alongside the new one"},
 		"heartbeat-timeout": {"heartbeat-timeout", "LOCKSTREAM_HEARTBEAT_TIMEOUT", "1h",
 			"silence after which a sensor's connection is lost"},
 		"heartbeat-sweep-interval": {"heartbeat-sweep-interval", "LOCKSTREAM_HEARTBEAT_SWEEP_INTERVAL", "10s",
 			"how often the heartbeat looks for silent sensors"},
+		"new-member-window": {"new-member-window", "LOCKSTREAM_NEW_MEMBER_WINDOW", "24h",
+			"how far back a new member's inbox is filled with the client's messages (at most 20)"},
 		"retry-max-attempts": {"retry-max-attempts", "LOCKSTREAM_RETRY_MAX_ATTEMPTS", "10", "delivery attempts before GIVEN_UP"},
 		"retry-backoff-base": {"retry-backoff-base", "LOCKSTREAM_RETRY_BACKOFF_BASE", "5m",
 			"scale of the logarithmic back-off between delivery attempts"},
@@ -53,11 +66,34 @@ func settingTable() map[string]setting {
 		"swrve-rate":      {"swrve-rate", "LOCKSTREAM_SWRVE_RATE", "300", "Swrve sends started per second at most"},
 		"swrve-push-keys": {"swrve-push-keys", "LOCKSTREAM_SWRVE_PUSH_KEYS", "", "YAML file mapping message prototypes to push keys"},
 		"smtp-url":        {"smtp-url", "LOCKSTREAM_SMTP_URL", "smtp://127.0.0.1:25", "SMTP server URL"},
-		"log-level":       {"log-level", "LOCKSTREAM_LOG_LEVEL", "info", "debug, info, warn or error"},
+		"retention": {"retention", "LOCKSTREAM_RETENTION", "90d",
+			"maintain: drop whole month partitions of the outbox (and inbox) ended longer ago than this (days: 90d, or a duration)"},
+		"history-retention": {"history-retention", "LOCKSTREAM_HISTORY_RETENTION", "0",
+			"maintain: drop ClickHouse history months ended longer ago than this (0 = keep forever)"},
+		"maintain-interval": {"maintain-interval", "LOCKSTREAM_MAINTAIN_INTERVAL", "1h",
+			"maintain: how often partitions are made ahead and old ones dropped"},
+		"log-level": {"log-level", "LOCKSTREAM_LOG_LEVEL", "info", "debug, info, warn or error"},
 		"metrics-addr": {"metrics-addr", "LOCKSTREAM_METRICS_ADDR", "",
 			"consume, history, heartbeat: serve /metrics here (empty = not at all; api and all serve it on the HTTP address)"},
 		"stats-interval": {"stats-interval", "LOCKSTREAM_STATS_INTERVAL", "0",
 			"all: print pipeline rates this often (0 = never; make demo uses 1s)"},
+		"amqp-url": {"amqp-url", "LOCKSTREAM_AMQP_URL", "",
+			"AMQP broker (RabbitMQ) of the bridge, e.g. amqp://guest:guest@127.0.0.1:5672/; empty = no AMQP bridge"},
+		"amqp-exchange": {"amqp-exchange", "LOCKSTREAM_AMQP_EXCHANGE", "lockstream", "durable topic exchange the AMQP bridge binds to and publishes to"},
+		"amqp-queue": {"amqp-queue", "LOCKSTREAM_AMQP_QUEUE", "lockstream.events-recorder",
+			"durable queue (quorum when new and supported) the AMQP bridges share, bound to events.*.update.*"},
+		"amqp-prefetch": {"amqp-prefetch", "LOCKSTREAM_AMQP_PREFETCH", "1000", "unacknowledged AMQP messages a bridge holds at most"},
+		"amqp-publish-events": {"amqp-publish-events", "LOCKSTREAM_AMQP_PUBLISH_EVENTS", "false",
+			"also publish every event of lockstream.events to the exchange as events.sensor.update.<type>, with publisher confirms"},
+		"mqtt-url": {"mqtt-url", "LOCKSTREAM_MQTT_URL", "", "MQTT broker (Mosquitto) of the bridge, e.g. mqtt://127.0.0.1:1883; empty = no MQTT bridge"},
+		"mqtt-topic": {"mqtt-topic", "LOCKSTREAM_MQTT_TOPIC", "lockstream/readings/+",
+			"topic filter of readings (shared subscription $share/lockstream/<filter>); the last level is the sensor id"},
+		"mqtt-client-id": {"mqtt-client-id", "LOCKSTREAM_MQTT_CLIENT_ID", "",
+			"MQTT client id of the bridge's persistent session: stable across restarts, one per bridge (empty = lockstream-<host name>)"},
+		"mqtt-inflight": {"mqtt-inflight", "LOCKSTREAM_MQTT_INFLIGHT", "256",
+			"unacknowledged MQTT messages a bridge holds at most (Receive Maximum); keep it below the broker's queue limit"},
+		"alert-email": {"alert-email", "LOCKSTREAM_ALERT_EMAIL", "",
+			"address mailed (through LOCKSTREAM_SMTP_URL) about unrecoverable AMQP messages, at most once a minute; empty = none"},
 		"fake-swrve-addr":  {"fake-swrve-addr", "LOCKSTREAM_FAKE_SWRVE_ADDR", "127.0.0.1:9998", "fake-swrve: listen address"},
 		"fake-swrve-scale": {"fake-swrve-scale", "LOCKSTREAM_FAKE_SWRVE_SCALE", "1", "fake-swrve: multiplies Swrve's measured latencies (p50 983 ms)"},
 		"sink-addr":        {"sink-addr", "LOCKSTREAM_SINK_ADDR", "127.0.0.1:9999", "webhook-sink: listen address"},
@@ -65,11 +101,13 @@ func settingTable() map[string]setting {
 	}
 }
 
-// values holds a subcommand's parsed settings by flag name.
+// values holds a subcommand's parsed settings by flag name, and its arguments.
 type values struct {
 	fs    *flag.FlagSet
 	m     map[string]*string
 	table map[string]setting
+	// args are the command's arguments, the flags taken out.
+	args []string
 }
 
 // newFlagSet registers the named settings on a flag set whose defaults come from the
@@ -89,9 +127,36 @@ func newFlagSet(cmd string, names []string) *values {
 		if env, ok := os.LookupEnv(s.env); ok {
 			def = env
 		}
-		v.m[name] = fs.String(s.flag, def, fmt.Sprintf("%s (env %s, default %q)", s.usage, s.env, s.def))
+		v.m[name] = fs.String(s.flag, def, s.usage)
 	}
 	return v
+}
+
+// printFlags writes the help of every flag: a setting's with its environment
+// variable and built-in default, each once, and whether the variable is set (not
+// its value: it may be a token); a command's own flag with its default.
+func (v *values) printFlags(w io.Writer) {
+	v.fs.VisitAll(func(f *flag.Flag) {
+		fmt.Fprintf(w, "  --%s\n    \t%s", f.Name, f.Usage)
+		s, isSetting := v.table[f.Name]
+		var notes []string
+		switch {
+		case isSetting:
+			notes = append(notes, "env "+s.env)
+			if s.def != "" {
+				notes = append(notes, fmt.Sprintf("default %q", s.def))
+			}
+			if _, set := os.LookupEnv(s.env); set {
+				notes = append(notes, s.env+" is set")
+			}
+		case f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false":
+			notes = append(notes, "default "+f.DefValue)
+		}
+		if len(notes) > 0 {
+			fmt.Fprintf(w, " (%s)", strings.Join(notes, "; "))
+		}
+		fmt.Fprintln(w)
+	})
 }
 
 func (v *values) str(name string) string {

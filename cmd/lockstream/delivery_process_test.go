@@ -188,13 +188,14 @@ type scriptedSink struct {
 	statuses []int
 	calls    int
 	seen     map[string]int
+	attempts map[string][]int // the body's attempt numbers, by webhook-id, as received
 	bad      []string
 	held     chan struct{} // closed when released; nil when not holding
 	inFlight atomic.Int64
 }
 
 func newScriptedSink(t *testing.T, statuses ...int) *scriptedSink {
-	s := &scriptedSink{statuses: statuses, seen: map[string]int{}}
+	s := &scriptedSink{statuses: statuses, seen: map[string]int{}, attempts: map[string][]int{}}
 	s.server = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
 	return s
 }
@@ -222,6 +223,12 @@ func (s *scriptedSink) serve(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
 	s.mu.Lock()
 	s.seen[r.Header.Get(webhook.HeaderID)]++
+	var payload struct {
+		Attempt int `json:"attempt"`
+	}
+	if json.Unmarshal(body, &payload) == nil {
+		s.attempts[r.Header.Get(webhook.HeaderID)] = append(s.attempts[r.Header.Get(webhook.HeaderID)], payload.Attempt)
+	}
 	status := s.statuses[min(s.calls, len(s.statuses)-1)]
 	s.calls++
 	if err == nil {
@@ -270,6 +277,17 @@ func (s *scriptedSink) requests() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.calls
+}
+
+// receivedAttempts returns the attempt numbers received per webhook-id.
+func (s *scriptedSink) receivedAttempts() map[string][]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string][]int, len(s.attempts))
+	for id, a := range s.attempts {
+		out[id] = append([]int(nil), a...)
+	}
+	return out
 }
 
 // received returns the number of requests per webhook-id and the signature
@@ -418,7 +436,8 @@ func TestDeliverySSRFRefused(t *testing.T) {
 // webhooks open, starts a new retrier, and checks that every delivery is finally
 // SENT once its lease ran out, each webhook-id received exactly twice: the
 // attempt cut short by the crash and the one after the restart, with the same
-// webhook-id.
+// webhook-id. Then each delivery's attempt log matches what the receiver got
+// (see checkAttemptLogMatches).
 func TestDeliverySurvivesSIGKILL(t *testing.T) {
 	t.Parallel()
 	// The lease outlasts the few moments between the sink seeing the requests and
@@ -491,5 +510,39 @@ func TestDeliverySurvivesSIGKILL(t *testing.T) {
 	// Every request was cut short by the crash, so each delivery was made again.
 	if redelivered != len(sensors) {
 		t.Errorf("%d of %d webhooks were sent again after the restart, want all: %v", redelivered, len(sensors), seen)
+	}
+	n.checkAttemptLogMatches(clientID, sink, 1)
+}
+
+// checkAttemptLogMatches checks that each of the client's webhook deliveries'
+// attempt log (GET /v1/deliveries/{id}) matches the attempts the sink received
+// for its webhook-id (the event id), where "matches" means: every logged
+// attempt was received (the log invents nothing), each once, and every
+// received attempt is logged except at most maxUnlogged per delivery — the one
+// in flight when its retrier was killed, sent but with no outcome committed; the
+// lease expiry sent it again under the same webhook-id, so the receiver can
+// dedupe it.
+func (n *deliveryNode) checkAttemptLogMatches(clientID string, sink *scriptedSink, maxUnlogged int) {
+	n.t.Helper()
+	received := sink.receivedAttempts()
+	for _, d := range n.webhookDeliveries(clientID) {
+		id, event := d["id"].(string), d["event_id"].(string)
+		detail := n.call("GET", "/v1/deliveries/"+id, deliveryAdminToken, nil, http.StatusOK)
+		got := map[int]int{}
+		for _, a := range received[event] {
+			got[a]++
+		}
+		for _, a := range attemptLog(n.t, detail) {
+			num := int(a["attempt"].(float64))
+			if got[num] != 1 {
+				n.t.Errorf("delivery %s: logged attempt %d was received %d times, want once (received %v)",
+					id, num, got[num], received[event])
+			}
+			delete(got, num)
+		}
+		if len(got) > maxUnlogged {
+			n.t.Errorf("delivery %s: attempts %v were received but not logged, want at most %d (log %v)",
+				id, got, maxUnlogged, detail["attempt_log"])
+		}
 	}
 }

@@ -7,9 +7,11 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
+	"github.com/lockstream/lockstream/webapi"
 )
 
 // heartbeatConfig is the heartbeat configuration of a node.
@@ -57,10 +59,19 @@ func heartbeatDaemon(_ context.Context, n *node) (daemon, error) {
 	if err != nil {
 		return daemon{}, fmt.Errorf("heartbeat: kafka client: %w", err)
 	}
+	logger := n.logger.With("daemon", "heartbeat")
+	// Deadlines are judged by how far the state consumer has got, so a consumer
+	// that lags or stalls never makes reporting sensors look lost.
+	progress, err := stream.NewProgress(stream.ProgressConfig{Stream: n.stream, Group: consumer.DefaultGroup}, client, logger)
+	if err != nil {
+		client.Close()
+		return daemon{}, err
+	}
 	d, err := heartbeat.New(cfg, heartbeat.Deps{
 		Store: n.redis, Registry: n.pg, History: n.ch,
 		Publisher: stream.NewEventPublisher(n.stream, client),
-	}, n.reg, n.logger.With("daemon", "heartbeat"))
+		Progress:  progress,
+	}, n.reg, logger)
 	if err != nil {
 		client.Close()
 		return daemon{}, err
@@ -76,8 +87,18 @@ type heartbeatHooks struct {
 }
 
 // SensorCreated starts the sensor's deadline at registration, so one that never
-// reports is still declared lost.
+// reports is still declared lost; a timeout given at creation applies from the
+// start (the tracker's cache of timeouts does not know the sensor yet).
 func (h heartbeatHooks) SensorCreated(ctx context.Context, sensorID string, createdAt time.Time) error {
+	s, err := h.pg.GetSensor(ctx, sensorID)
+	if err != nil {
+		return err
+	}
+	if s.HeartbeatTimeout > 0 {
+		if err := h.tracker.SetTimeout(ctx, sensorID, s.HeartbeatTimeout); err != nil {
+			return err
+		}
+	}
 	return h.tracker.Register(ctx, sensorID, createdAt)
 }
 
@@ -95,15 +116,21 @@ func (h heartbeatHooks) SensorDeleted(ctx context.Context, sensorID string) erro
 	return h.tracker.Forget(ctx, sensorID)
 }
 
-// LostSensorIDs lists the sensors whose connection is lost.
-func (h heartbeatHooks) LostSensorIDs(ctx context.Context, page storage.Page) ([]string, error) {
-	lost, err := h.tracker.Lost(ctx, page)
+// SensorStatuses asks the tracker about a page of sensors at once.
+func (h heartbeatHooks) SensorStatuses(ctx context.Context, sensorIDs []string) (map[string]webapi.SensorConnection, error) {
+	statuses, err := h.tracker.Statuses(ctx, sensorIDs)
 	if err != nil {
 		return nil, err
 	}
-	ids := make([]string, len(lost))
-	for i, l := range lost {
-		ids[i] = l.SensorID
+	out := make(map[string]webapi.SensorConnection, len(statuses))
+	for id, st := range statuses {
+		out[id] = webapi.SensorConnection{LastSeen: st.LastSeen, Connection: st.Connection}
 	}
-	return ids, nil
+	return out, nil
+}
+
+// LostSensorIDs lists the sensors whose connection is lost, a page of the lost
+// index; the API then asks for their connections with the page's other sensors.
+func (h heartbeatHooks) LostSensorIDs(ctx context.Context, page storage.Page) ([]string, error) {
+	return h.tracker.LostIDs(ctx, page)
 }

@@ -55,15 +55,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cmd.flags(v.fs)
 	}
 	v.fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: lockstream %s [flags]\n\n%s\n\nFlags (each also an environment variable):\n", cmd.name, cmd.summary)
-		v.fs.PrintDefaults()
+		fmt.Fprintf(stderr, "usage: lockstream %s%s [flags]\n\n%s\n\nFlags (flags may come before or after arguments; a setting's flag beats its environment variable):\n",
+			cmd.name, cmd.args, cmd.summary)
+		v.printFlags(stderr)
 	}
-	if err := v.fs.Parse(args[1:]); err != nil {
+	positional, err := parseInterspersed(v.fs, args[1:])
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
+	if cmd.args == "" && len(positional) > 0 {
+		fmt.Fprintf(stderr, "lockstream %s: unexpected argument %q (see lockstream %s --help)\n", cmd.name, positional[0], cmd.name)
+		return 2
+	}
+	v.args = positional
 	logger, err := newLogger(stderr, v.str("log-level"))
 	if err != nil {
 		fmt.Fprintf(stderr, "lockstream %s: %v\n", cmd.name, err)
@@ -75,6 +82,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// parseInterspersed parses flags wherever they stand among the arguments, as
+// people expect (`lockstream bench ingest --sensors 1000`), where the flag package
+// stops at the first argument; "--" ends the flags. It returns the arguments.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
 }
 
 func usage(w io.Writer, cmds []command) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lockstream/lockstream/bench"
+	"github.com/lockstream/lockstream/bridge/mqtt"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
 )
@@ -34,20 +36,35 @@ func toolStream(v *values) (stream.Config, error) {
 }
 
 func simulateCommand(kafkaSettings []string) command {
-	var sim stream.SimulateConfig
+	var (
+		sim        stream.SimulateConfig
+		mqttURL    string
+		mqttPrefix string
+	)
 	return command{
 		name:     "simulate",
-		summary:  "publish readings of a simulated fleet to Kafka (default: a running `all`'s embedded broker)",
+		summary:  "publish readings of a simulated fleet to Kafka (default: a running `all`'s embedded broker) or over MQTT",
 		settings: kafkaSettings,
 		flags: func(fs *flag.FlagSet) {
 			fs.IntVar(&sim.Sensors, "sensors", stream.DefaultSimSensors, "fleet size")
+			fs.IntVar(&sim.FirstSensor, "first-sensor", 0, "number of the fleet's first sensor (two fleets must not share sensors)")
 			fs.Float64Var(&sim.Rate, "rate", stream.DefaultSimRate, "readings per second of the whole fleet")
 			fs.Float64Var(&sim.Flip, "flip", stream.DefaultSimFlip, "probability that a reading changes its sensor's state")
 			fs.Float64Var(&sim.SilentFraction, "silent", stream.DefaultSimSilentFraction, "share of sensors that fall silent")
 			fs.DurationVar(&sim.SilentAfter, "silent-after", stream.DefaultSimSilentAfter, "when the silent sensors stop")
 			fs.DurationVar(&sim.Duration, "duration", 0, "stop after this long (0 = until interrupted)")
+			fs.StringVar(&mqttURL, "mqtt-url", "", "publish over MQTT to this broker (QoS 1, the MQTT bridge's way in) instead of to Kafka")
+			fs.StringVar(&mqttPrefix, "mqtt-topic-prefix", "lockstream/readings/", "MQTT: readings go to this prefix + the sensor id")
 		},
 		run: func(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logger) error {
+			if mqttURL != "" {
+				pub, err := mqtt.NewPublisher(ctx, mqttURL, mqttPrefix, 2)
+				if err != nil {
+					return fmt.Errorf("simulate: %w", err)
+				}
+				defer pub.Close()
+				return simulated(stream.Simulate(ctx, pub, sim, stdout))
+			}
 			cfg, err := toolStream(v)
 			if err != nil {
 				return err
@@ -61,20 +78,26 @@ func simulateCommand(kafkaSettings []string) command {
 				return fmt.Errorf("simulate: %w", err)
 			}
 			sim.Topic = cfg.ReadingsTopic()
-			err = stream.Simulate(ctx, client, sim, stdout)
-			if errors.Is(err, context.Canceled) {
-				return nil
-			}
-			return err
+			return simulated(stream.Simulate(ctx, client, sim, stdout))
 		},
 	}
+}
+
+// simulated is a simulation's error, with an interrupt as a clean stop.
+func simulated(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
 }
 
 func benchCommand(kafkaSettings []string) command {
 	var ingest bench.IngestConfig
 	return command{
-		name:     "bench",
-		summary:  "benchmarks; `lockstream bench ingest`: bare consume vs the full consumer, as JSON",
+		name: "bench",
+		summary: "benchmarks; `lockstream bench ingest`: bare consume vs the full consumer, as JSON " +
+			"(with no brokers configured, on an embedded broker of its own)",
+		args:     " <benchmark>",
 		settings: append([]string{"pg-url", "clickhouse-url"}, kafkaSettings...),
 		flags: func(fs *flag.FlagSet) {
 			fs.IntVar(&ingest.Readings, "readings", bench.DefaultIngestReadings, "ingest: readings to produce and consume")
@@ -83,13 +106,14 @@ func benchCommand(kafkaSettings []string) command {
 			fs.BoolVar(&ingest.ColdStart, "cold-start", false, "ingest: measure from unknown state (every sensor's first reading a change) instead of seeding it")
 		},
 		run: func(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logger) error {
-			if args := v.fs.Args(); len(args) != 1 || args[0] != "ingest" {
-				return fmt.Errorf("bench: want one benchmark name, `ingest`; got %q", strings.Join(args, " "))
+			if len(v.args) != 1 || v.args[0] != "ingest" {
+				return fmt.Errorf("bench: want one benchmark name, `ingest`; got %q", strings.Join(v.args, " "))
 			}
-			cfg, err := toolStream(v)
+			cfg, stop, err := benchStream(ctx, v, logger)
 			if err != nil {
 				return err
 			}
+			defer stop()
 			ingest.Stream = cfg
 			pg, err := storage.OpenPostgres(ctx, v.str("pg-url"))
 			if err != nil {
@@ -106,6 +130,37 @@ func benchCommand(kafkaSettings []string) command {
 			return err
 		},
 	}
+}
+
+// benchStream is the Kafka config of a benchmark: the configured brokers, or, with
+// none configured, an embedded broker of the benchmark's own on a free port with
+// its log in a temporary folder, which stop closes and removes. A benchmark
+// measures lockstream, not a broker some other process is feeding.
+func benchStream(ctx context.Context, v *values, logger *slog.Logger) (stream.Config, func(), error) {
+	partitions, err := v.int("kafka-partitions")
+	if err != nil {
+		return stream.Config{}, nil, err
+	}
+	cfg := stream.Config{Brokers: v.list("kafka-brokers"), Partitions: partitions, TopicPrefix: v.str("kafka-topic-prefix")}
+	if len(cfg.Brokers) > 0 {
+		return cfg, func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "lockstream-bench-kafka-")
+	if err != nil {
+		return stream.Config{}, nil, fmt.Errorf("bench: embedded broker folder: %w", err)
+	}
+	broker, err := stream.StartEmbedded(ctx, dir, "127.0.0.1:0", partitions)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return stream.Config{}, nil, fmt.Errorf("bench: %w", err)
+	}
+	cfg.Brokers = broker.Addrs()
+	logger.Info("no LOCKSTREAM_KAFKA_BROKERS: the benchmark runs on an embedded broker of its own",
+		"addr", strings.Join(cfg.Brokers, ","), "dir", dir)
+	return cfg, func() {
+		broker.Close()
+		_ = os.RemoveAll(dir)
+	}, nil
 }
 
 // statsDaemon prints, every LOCKSTREAM_STATS_INTERVAL, how fast readings, changes,
@@ -135,6 +190,9 @@ type statColumn struct{ label, metric string }
 func statColumns() []statColumn {
 	return []statColumn{
 		{"readings/s", "lockstream_readings_consumed_total"},
+		// Readings the bridges took in (counted again in readings/s once consumed).
+		{"via mqtt/s", "lockstream_mqtt_produced_total"},
+		{"via amqp/s", "lockstream_amqp_produced_total"},
 		{"changes/s", "lockstream_readings_changed_total"},
 		{"dlq/s", "lockstream_readings_rejected_total"},
 		{"history rows/s", "lockstream_history_rows_written_total"},

@@ -3,7 +3,8 @@
 # defaults and shows what happens: `lockstream all` (embedded Kafka broker, consumer,
 # history writer, heartbeat, delivery, API), a demo client whose webhooks go to a
 # signature-verifying sink and whose phone gets pushes through a fake Swrve, and a
-# simulated fleet. `make demo` calls it after `make services` and `make build`.
+# simulated fleet, part of which speaks MQTT to Mosquitto (the MQTT bridge takes
+# it into Kafka). `make demo` calls it after `make services` and `make build`.
 # Ctrl-C stops it all.
 #
 # LOCKSTREAM_DEMO_SECONDS=N stops the demo after N seconds (for scripted runs).
@@ -21,6 +22,12 @@ export LOCKSTREAM_STATS_INTERVAL=${LOCKSTREAM_STATS_INTERVAL:-1s}
 # A short heartbeat timeout, so silent sensors are noticed within a minute.
 export LOCKSTREAM_HEARTBEAT_TIMEOUT=${LOCKSTREAM_HEARTBEAT_TIMEOUT:-20s}
 export LOCKSTREAM_DATA_DIR=${LOCKSTREAM_DATA_DIR:-./data}
+# The intake bridges, on the local RabbitMQ and Mosquitto (`make services` starts
+# them), with a queue and an MQTT session of the demo's own.
+export LOCKSTREAM_AMQP_URL=${LOCKSTREAM_AMQP_URL-amqp://guest:guest@127.0.0.1:5672/}
+export LOCKSTREAM_AMQP_QUEUE=${LOCKSTREAM_AMQP_QUEUE:-lockstream.demo-recorder}
+export LOCKSTREAM_MQTT_URL=${LOCKSTREAM_MQTT_URL-mqtt://127.0.0.1:1883}
+export LOCKSTREAM_MQTT_CLIENT_ID=${LOCKSTREAM_MQTT_CLIENT_ID:-lockstream-demo}
 SINK_ADDR=${LOCKSTREAM_SINK_ADDR:-127.0.0.1:9999}
 # Pushes go to the fake Swrve (measured latencies, 300/s limit) unless told otherwise.
 FAKE_SWRVE_ADDR=${LOCKSTREAM_FAKE_SWRVE_ADDR:-127.0.0.1:9998}
@@ -90,13 +97,15 @@ for _ in $(seq 1 240); do
 done
 curl -fsS "$API/readyz" >/dev/null || { echo "lockstream all did not become ready; see $LOG"; tail -20 "$LOG"; exit 1; }
 
-# Register the simulated fleet (ids are "sim" and the index in base 36): readings of
-# unregistered ids go to history only, with no state and no heartbeat. 40 of the
-# 1,000 ids stay unregistered, so GET /v1/sensors/unregistered has something to list.
-# The first 20 get a client that watches them.
+# Register the simulated fleets (ids are "sim" and the index in base 36; the MQTT fleet
+# starts at index 1000: simrs …): readings of unregistered ids go to history only, with
+# no state and no heartbeat. Every 25th id stays unregistered, so
+# GET /v1/sensors/unregistered has something to list. The first 20 sensors and the
+# first 5 of the MQTT fleet get a client that watches them.
 demo_sensors="sim0 sim1 sim2 sim3 sim4 sim5 sim6 sim7 sim8 sim9 sima simb simc simd sime simf simg simh simi simj"
+if [ -n "$LOCKSTREAM_MQTT_URL" ]; then demo_sensors="$demo_sensors simrs simrt simru simrv simrw"; fi
 awk 'BEGIN { d = "0123456789abcdefghijklmnopqrstuvwxyz"
-  for (i = 0; i < 1000; i++) { if (i % 25 == 24) continue; s = ""; n = i
+  for (i = 0; i < 1200; i++) { if (i % 25 == 24) continue; s = ""; n = i
     do { s = substr(d, n % 36 + 1, 1) s; n = int(n / 36) } while (n > 0); print "sim" s } }' |
   # 409 on a second demo run: the sensor is already registered.
   xargs -P 8 -I{} curl -sS -o /dev/null -X POST "$API/v1/sensors" -H "$AUTH" -d '{"id":"{}","address":"Demo Street, door {}"}'
@@ -113,6 +122,12 @@ for id in $demo_sensors; do
   curl -fsS -o /dev/null -X PUT "$API/v1/clients/$client_id/sensors/$id" -H "$AUTH"
 done
 
+# A member of the client: a person with an inbox of the client's notifications and a
+# live stream of them. Its token is shown once, here.
+member=$(curl -fsS -X POST "$API/v1/clients/$client_id/members" -H "$AUTH" \
+  -d '{"name":"Demo Resident","timezone":"Europe/Paris"}')
+member_token=$(printf '%s' "$member" | sed -n 's/.*"token":"\([^"]*\)".*/\1/p')
+
 LOCKSTREAM_SINK_SECRET=$secret "$BIN" webhook-sink --sink-addr "$SINK_ADDR" 2>>"$LOG" > >(sed -u 's/^/client    /') &
 pids+=($!)
 # Two standalone pushes: one now (the legacy route), one when the next 10-second window
@@ -127,27 +142,72 @@ scheduled_push=$(curl -fsS -X POST "$API/v1/pushes" -H "$PUSH_AUTH" \
 # 1,000 sensors, 1,000 readings/s; 2 % of them fall silent after 15 s.
 "$BIN" simulate --sensors 1000 --rate 1000 --flip 0.05 --silent 0.02 --silent-after 15s >>"$LOG" 2>&1 &
 pids+=($!)
+# 200 more sensors speak MQTT: 200 readings/s to Mosquitto, which the MQTT bridge
+# (part of `all`) takes into Kafka, acknowledging each once Kafka has it.
+mqtt_fleet="No MQTT fleet (LOCKSTREAM_MQTT_URL is empty)"
+if [ -n "$LOCKSTREAM_MQTT_URL" ]; then
+  "$BIN" simulate --mqtt-url "$LOCKSTREAM_MQTT_URL" --sensors 200 --first-sensor 1000 --rate 200 --flip 0.05 \
+    --silent -1 >>"$LOG" 2>&1 &
+  pids+=($!)
+  mqtt_fleet="200 more sensors (simrs …) publish 200 readings/s over MQTT to $LOCKSTREAM_MQTT_URL
+(topic lockstream/readings/<sensor id>); the MQTT bridge takes them into Kafka (\"via mqtt/s\")"
+fi
+
+# One free-form notification over AMQP, when this lockstream can record it: that
+# needs the members' inbox (POST /v1/notifications). Without it the AMQP bridge
+# would only keep the notification in the DLQ, so the demo does not send one.
+amqp_note="no free-form notification sent over AMQP: this lockstream has no members' inbox (POST /v1/notifications) to record it in"
+if [ -z "$LOCKSTREAM_AMQP_URL" ]; then
+  amqp_note="no AMQP bridge (LOCKSTREAM_AMQP_URL is empty)"
+elif [ "$(curl -s -o /dev/null -w '%{http_code}' -X POST "$API/v1/notifications" -H "$AUTH" -d '{}')" != 404 ]; then
+  member_id=$(curl -fsS -X POST "$API/v1/clients/$client_id/members" -H "$AUTH" -d '{"name":"Demo Member"}' |
+    sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
+  if curl -fsS -o /dev/null -X POST "$API/notification" -H "$AUTH" \
+    -d "{\"member_id\":\"$member_id\",\"type\":\"demo\",\"subject\":\"Hello over AMQP\",\"message\":\"published by POST /notification\"}"; then
+    amqp_note="one free-form notification went over AMQP (POST /notification → events.notification.update.demo → the AMQP bridge) to member $member_id's inbox"
+  else
+    amqp_note="POST /notification failed; see $LOG"
+  fi
+fi
 
 cat <<MSG
 
 lockstream is running with the API on $API; the daemons log to $LOG.
+The operator console is $API/console/ (sign in with LOCKSTREAM_ADMIN_TOKEN below).
 A simulated fleet of 1,000 sensors publishes 1,000 readings/s to the embedded broker
-(127.0.0.1:9092: kcat -b 127.0.0.1:9092 -t lockstream.events -C); 960 of them are
-registered (the other 40 are history only: GET /v1/sensors/unregistered lists them),
+(127.0.0.1:9092: kcat -b 127.0.0.1:9092 -t lockstream.events -C); all but every 25th
+are registered (the others are history only: GET /v1/sensors/unregistered lists them),
 and 20 are linked to "Demo Security" ($client_id), whose webhooks the sink below
 verifies and prints, and whose phone gets a push for each of them through the fake
 Swrve ("pushed" counts them). 2 % of the fleet falls silent after 15 s; with a 20 s
 heartbeat timeout their connection_lost events follow.
+$mqtt_fleet.
+AMQP: $amqp_note.
 
   export LOCKSTREAM_ADMIN_TOKEN=$LOCKSTREAM_ADMIN_TOKEN
   export LOCKSTREAM_INGEST_TOKEN=$LOCKSTREAM_INGEST_TOKEN
   export LOCKSTREAM_PUSH_TOKEN=$LOCKSTREAM_PUSH_TOKEN
+
+"Demo Resident", a member of Demo Security, reads the same notifications in an inbox
+of its own, and can watch them arrive live. Its token (shown only now):
+
+  export MEMBER_TOKEN=$member_token
+
+Its live stream (server-sent events; a single-use ticket in the URL, valid 60 s):
+
+  curl -N "$API/v1/stream?ticket=\$(curl -fsS -X POST $API/v1/stream/tickets -H "Authorization: Bearer \$MEMBER_TOKEN" | sed -n 's/.*"ticket":"\([^"]*\)".*/\1/p')"
+
+Its inbox:
+
+  curl -s "$API/v1/messages?limit=5" -H "Authorization: Bearer \$MEMBER_TOKEN"
+  curl -s "$API/v1/messages?count-only=true" -H "Authorization: Bearer \$MEMBER_TOKEN"
 
 Try:
   curl -s $API/v1/sensors/sim1 -H "Authorization: Bearer \$LOCKSTREAM_ADMIN_TOKEN"
   curl -s "$API/v1/sensors/sim1/events?limit=5" -H "Authorization: Bearer \$LOCKSTREAM_ADMIN_TOKEN"
   curl -s -X POST $API/v1/readings -H "Authorization: Bearer \$LOCKSTREAM_INGEST_TOKEN" \\
        -d '{"sensor_id":"xa7v9Dfadr7H","data":1}'
+  mosquitto_pub -h 127.0.0.1 -q 1 -t lockstream/readings/xa7v9Dfadr7H -m 0      # through the MQTT bridge
   curl -s "$API/v1/clients/$client_id/deliveries" -H "Authorization: Bearer \$LOCKSTREAM_ADMIN_TOKEN"
   curl -s $API/v1/pushes/$scheduled_push -H "Authorization: Bearer \$LOCKSTREAM_PUSH_TOKEN"
 

@@ -207,7 +207,12 @@ func (s *Sender) Send(ctx context.Context, to string, n notifier.Notification) n
 		}
 		return failed(ErrorTypeInvalidNotification, err)
 	}
+	return s.attempt(ctx, msg)
+}
 
+// attempt hands msg to the server once, within Timeout, and classifies the
+// outcome.
+func (s *Sender) attempt(ctx context.Context, msg *mail.Msg) notifier.Result {
 	attemptCtx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	conn := &attemptConn{}
@@ -220,7 +225,7 @@ func (s *Sender) Send(ctx context.Context, to string, n notifier.Notification) n
 	defer conn.close()
 
 	start := time.Now()
-	err = s.deliver(context.WithValue(attemptCtx, attemptConnKey{}, conn), msg)
+	err := s.deliver(context.WithValue(attemptCtx, attemptConnKey{}, conn), msg)
 	res := s.classify(ctx, attemptCtx, err)
 	res.Duration = time.Since(start)
 	return res

@@ -15,6 +15,7 @@ type metrics struct {
 	poolSize     prometheus.Gauge
 	responseTime prometheus.Histogram
 	sends        *prometheus.CounterVec
+	responses    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -42,8 +43,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: ns, Subsystem: sub, Name: "sends_total",
 			Help: "Push attempts by outcome (sent, retry, failed) and error type (empty for sent).",
 		}, []string{"outcome", "error_type"}),
+		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "responses_total",
+			Help: "Answers from Swrve by HTTP status code: a rising 429 means the rate is set above what Swrve accepts.",
+		}, []string{"code"}),
 	}
-	if err := lsmetrics.RegisterAll(reg, m.inFlight, m.waiting, m.poolSize, m.responseTime, m.sends); err != nil {
+	// The codes alerts watch exist from the start, so rate() sees their first one.
+	for _, code := range []string{"200", "429"} {
+		m.responses.WithLabelValues(code)
+	}
+	if err := lsmetrics.RegisterAll(reg, m.inFlight, m.waiting, m.poolSize, m.responseTime, m.sends, m.responses); err != nil {
 		return nil, fmt.Errorf("registering Swrve metrics (one Sender per process): %w", err)
 	}
 	return m, nil

@@ -368,6 +368,7 @@ func (s *Sender) post(ctx context.Context, form url.Values, wrote func()) notifi
 		return transportError(ctx, attemptCtx, err)
 	}
 	defer resp.Body.Close()
+	s.m.responses.WithLabelValues(statusLabel(resp.StatusCode)).Inc()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, s.cfg.MaxResponseBytes))
 	if err != nil && (resp.StatusCode < 200 || resp.StatusCode >= 300) {
 		// The status decides the outcome; a broken error body only loses
@@ -398,6 +399,15 @@ func (s *Sender) post(ctx context.Context, form url.Values, wrote func()) notifi
 	}
 	res.Err = apiErr
 	return res
+}
+
+// statusLabel is a status code as a metric label; anything outside the HTTP range
+// is one "other", so a broken proxy cannot grow the series without bound.
+func statusLabel(code int) string {
+	if code < 100 || code > 599 {
+		return "other"
+	}
+	return strconv.Itoa(code)
 }
 
 // apiError reads Swrve's JSON answer, or quotes the start of the body.

@@ -3,8 +3,10 @@ package swrve_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -80,12 +82,18 @@ func (f *fixture) seen() []swrvetest.Request {
 // sends reads lockstream_swrve_sends_total for an outcome and error type.
 func (f *fixture) sends(t *testing.T, outcome, errorType string) float64 {
 	t.Helper()
+	return f.counter(t, "lockstream_swrve_sends_total", map[string]string{"outcome": outcome, "error_type": errorType})
+}
+
+// counter reads the counter name with exactly the labels want.
+func (f *fixture) counter(t *testing.T, name string, want map[string]string) float64 {
+	t.Helper()
 	mfs, err := f.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "lockstream_swrve_sends_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
@@ -93,7 +101,7 @@ func (f *fixture) sends(t *testing.T, outcome, errorType string) float64 {
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["outcome"] == outcome && labels["error_type"] == errorType {
+			if maps.Equal(labels, want) {
 				return m.GetCounter().GetValue()
 			}
 		}
@@ -244,6 +252,10 @@ func TestSendClassifiesStatuses(t *testing.T) {
 			var apiErr *swrve.APIError
 			if !errors.As(res.Err, &apiErr) || apiErr.HTTPStatus != tc.status || apiErr.Code != tc.status || apiErr.Message == "" {
 				t.Fatalf("error = %#v, want APIError with Swrve's code and message", res.Err)
+			}
+			code := strconv.Itoa(tc.status)
+			if got := f.counter(t, "lockstream_swrve_responses_total", map[string]string{"code": code}); got != 1 {
+				t.Errorf("responses_total{code=%q} = %v, want 1", code, got)
 			}
 		})
 	}

@@ -71,6 +71,10 @@ type Config struct {
 	// MaxResponseBytes caps how much of a response body is read; the rest is
 	// discarded with the connection. Defaults to DefaultMaxResponseBytes (64 KiB).
 	MaxResponseBytes int64
+	// Now returns the current time: the webhook-timestamp, and whether a previous
+	// secret is still kept (Target.PreviousSecretUntil). Tests inject a clock.
+	// Defaults to time.Now.
+	Now func() time.Time
 }
 
 // WithDefaults returns the config with zero fields set to their defaults.
@@ -78,6 +82,9 @@ func (c Config) WithDefaults() Config {
 	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
 	c.PerEndpointConcurrency = cmp.Or(c.PerEndpointConcurrency, DefaultPerEndpointConcurrency)
 	c.MaxResponseBytes = cmp.Or(c.MaxResponseBytes, DefaultMaxResponseBytes)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	return c
 }
 
@@ -100,6 +107,12 @@ type Target struct {
 	URL string
 	// Secret is the client's signing secret, "whsec_" followed by base64.
 	Secret string
+	// PreviousSecret is the secret Secret replaced, kept until
+	// PreviousSecretUntil: until then webhooks carry a signature by each (Standard
+	// Webhooks' space-separated list), so a receiver that still has only the old
+	// secret, or already only the new one, verifies them. Empty when none is kept.
+	PreviousSecret      string
+	PreviousSecretUntil time.Time
 }
 
 // Body is the JSON a client system receives.
@@ -208,7 +221,8 @@ func (s *Sender) Send(ctx context.Context, target Target, n notifier.Notificatio
 	if err != nil {
 		return failed(ErrorTypeInvalidURL, err)
 	}
-	key, err := decodeSecret(target.Secret)
+	now := s.cfg.Now()
+	keys, err := signingKeys(target, now)
 	if err != nil {
 		return failed(ErrorTypeSecret, err)
 	}
@@ -229,13 +243,31 @@ func (s *Sender) Send(ctx context.Context, target Target, n notifier.Notificatio
 	defer release()
 
 	start := time.Now()
-	res := s.post(ctx, u, key, n.EventID, body)
+	res := s.post(ctx, u, keys, n.EventID, body)
 	res.Duration = time.Since(start)
 	return res
 }
 
+// signingKeys returns the HMAC keys a webhook to target is signed with at now: the
+// secret's, then the previous secret's while it is kept.
+func signingKeys(target Target, now time.Time) ([][]byte, error) {
+	key, err := decodeSecret(target.Secret)
+	if err != nil {
+		return nil, err
+	}
+	keys := [][]byte{key}
+	if target.PreviousSecret != "" && now.Before(target.PreviousSecretUntil) {
+		previous, err := decodeSecret(target.PreviousSecret)
+		if err != nil {
+			return nil, fmt.Errorf("previous secret: %w", err)
+		}
+		keys = append(keys, previous)
+	}
+	return keys, nil
+}
+
 // post sends the signed request and classifies what came back.
-func (s *Sender) post(ctx context.Context, u *url.URL, key []byte, id string, body []byte) notifier.Result {
+func (s *Sender) post(ctx context.Context, u *url.URL, keys [][]byte, id string, body []byte) notifier.Result {
 	attemptCtx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 
@@ -243,12 +275,16 @@ func (s *Sender) post(ctx context.Context, u *url.URL, key []byte, id string, bo
 	if err != nil {
 		return failed(ErrorTypeInvalidURL, fmt.Errorf("building webhook request: %w", err))
 	}
-	now := time.Now()
+	now := s.cfg.Now()
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "lockstream-webhook/1")
 	req.Header.Set(HeaderID, id)
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
-	req.Header.Set(HeaderSignature, "v1,"+base64.StdEncoding.EncodeToString(mac(key, id, now.Unix(), body)))
+	sigs := make([]string, len(keys))
+	for i, key := range keys {
+		sigs[i] = "v1," + base64.StdEncoding.EncodeToString(mac(key, id, now.Unix(), body))
+	}
+	req.Header.Set(HeaderSignature, strings.Join(sigs, " "))
 
 	resp, err := s.client.Do(req)
 	if err != nil {

@@ -48,9 +48,12 @@ type Stores struct {
 	RedisURL      string
 	RedisPrefix   string
 
+	// Postgres encrypts client signing secrets with SecretBox, under a random key
+	// of the test's own.
 	Postgres   *storage.Postgres
 	ClickHouse *storage.ClickHouse
 	Redis      *storage.Redis
+	SecretBox  *storage.SecretBox
 }
 
 // New creates and migrates a fresh set of stores for t and removes them when t ends.
@@ -70,8 +73,14 @@ func New(t testing.TB) *Stores {
 		t.Fatalf("migrating test stores: %v", err)
 	}
 
-	var err error
-	if s.Postgres, err = storage.OpenPostgres(ctx, s.PostgresURL); err != nil {
+	key, err := storage.ParseSecretKey(storage.NewSecretKey())
+	if err != nil {
+		t.Fatalf("test secret key: %v", err)
+	}
+	if s.SecretBox, err = storage.NewSecretBox(key); err != nil {
+		t.Fatalf("test secret key: %v", err)
+	}
+	if s.Postgres, err = storage.OpenPostgres(ctx, s.PostgresURL, storage.WithSecretBox(s.SecretBox)); err != nil {
 		t.Fatalf("opening test postgres: %v", err)
 	}
 	t.Cleanup(s.Postgres.Close)

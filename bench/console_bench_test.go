@@ -1,0 +1,254 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockstream/lockstream/console"
+	"github.com/lockstream/lockstream/heartbeat"
+	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/storage/storagetest"
+)
+
+const (
+	// consoleFleet sensors are registered; consoleLost of them are lost, the rest
+	// online.
+	consoleFleet = 1_000_000
+	consoleLost  = 10_000
+	// consoleHistory events are in ClickHouse: consoleHistory/consoleFleet per
+	// sensor over the last 7 days.
+	consoleHistory = 10_000_000
+	// consoleClientSensors sensors are watched by the benchmark's client, which has
+	// consoleDeliveries notifications (webhook deliveries), consoleFailed failed.
+	consoleClientSensors = 10_000
+	consoleDeliveries    = 100_000
+	consoleFailed        = 1_000
+)
+
+// consoleConnections is the heartbeat's view for the console, as cmd/lockstream
+// wires it.
+type consoleConnections struct{ t *heartbeat.Tracker }
+
+func (c consoleConnections) Status(ctx context.Context, id string) (time.Time, string, error) {
+	return c.t.Status(ctx, id)
+}
+
+func (c consoleConnections) LostSensors(ctx context.Context, page storage.Page) ([]console.LostSensor, error) {
+	lost, err := c.t.Lost(ctx, page)
+	out := make([]console.LostSensor, len(lost))
+	for i, l := range lost {
+		out[i] = console.LostSensor{ID: l.SensorID, LastSeen: l.LastSeen, LostAt: l.LostAt}
+	}
+	return out, err
+}
+
+// BenchmarkConsolePages times the operator console's pages over HTTP (a signed-in
+// session, loopback) with 1,000,000 registered sensors (10,000 of them lost) and
+// 10,000,000 events in the history, and a client with 100,000 deliveries of which
+// 1,000 failed. Each sub-benchmark reports p50 and p99 of its page; the seeding is
+// not timed.
+//
+//	go test -run '^$' -bench ConsolePages -benchtime 200x -timeout 60m ./bench/
+func BenchmarkConsolePages(b *testing.B) {
+	stores := storagetest.New(b)
+	seedStart := time.Now()
+	clientID := seedConsoleFleet(b, stores)
+	b.Logf("seeded in %s", time.Since(seedStart).Round(time.Second))
+
+	tracker, err := heartbeat.NewTracker(heartbeat.Config{}, stores.Redis, stores.Postgres, prometheus.NewRegistry(), discardLogger())
+	if err != nil {
+		b.Fatal(err)
+	}
+	const token = "console-bench-admin"
+	con, err := console.New(console.Config{AdminToken: token}, console.Deps{Registry: stores.Postgres,
+		Deliveries: stores.Postgres, Sessions: stores.Redis, Heartbeat: stores.Redis,
+		Connections: consoleConnections{tracker}, History: stores.ClickHouse}, prometheus.NewRegistry(), discardLogger())
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(con.Handler())
+	defer srv.Close()
+	jar, _ := cookiejar.New(nil)
+	client := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.PostForm(srv.URL+"/console/login", url.Values{"token": {token}})
+	if err != nil || resp.StatusCode != http.StatusSeeOther {
+		b.Fatalf("sign-in: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	checkConsoleSeed(b, client, srv.URL)
+
+	n := 0
+	pages := []struct {
+		name string
+		path func() string
+	}{
+		{"Fleet", func() string { return "/console/" }},
+		{"FleetLostPage", func() string { return "/console/?lost_after=" + sensorID(n*97%consoleLost) }},
+		{"Search", func() string { return "/console/?q=bench00" + fmt.Sprint(n%100) }},
+		{"Sensor", func() string { return "/console/sensors/" + sensorID(n*7919%consoleFleet) }},
+		{"Clients", func() string { return "/console/clients" }},
+		{"Client", func() string { return "/console/clients/" + clientID }},
+	}
+	for _, p := range pages {
+		b.Run(p.name, func(b *testing.B) {
+			var took []time.Duration
+			for b.Loop() {
+				n++
+				start := time.Now()
+				resp, err := client.Get(srv.URL + p.path())
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				took = append(took, time.Since(start))
+				if resp.StatusCode != http.StatusOK {
+					b.Fatalf("%s: %d", p.path(), resp.StatusCode)
+				}
+			}
+			slices.Sort(took)
+			b.ReportMetric(ms(took[len(took)/2]), "p50-ms")
+			b.ReportMetric(ms(took[len(took)*99/100]), "p99-ms")
+			b.ReportMetric(ms(took[len(took)-1]), "max-ms")
+		})
+	}
+}
+
+// checkConsoleSeed makes sure the pages see the whole fleet and its history before
+// they are timed.
+func checkConsoleSeed(b *testing.B, client *http.Client, base string) {
+	b.Helper()
+	body := func(path string) string {
+		resp, err := client.Get(base + path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return string(raw)
+	}
+	fleet := body("/console/")
+	for _, want := range []string{fmt.Sprintf(`id="count-lost">%d<`, consoleLost), fmt.Sprintf(`id="count-online">%d<`, consoleFleet-consoleLost)} {
+		if !strings.Contains(fleet, want) {
+			b.Fatalf("the fleet page lacks %s", want)
+		}
+	}
+	want := fmt.Sprintf(`data-total="%d"`, consoleHistory/consoleFleet)
+	if sensor := body("/console/sensors/" + sensorID(123_456)); !strings.Contains(sensor, want) {
+		b.Fatalf("the sensor page lacks %s", want)
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// seedConsoleFleet fills the stores and returns the client's id.
+func seedConsoleFleet(b *testing.B, stores *storagetest.Stores) string {
+	b.Helper()
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Second)
+	sensors := make([]storage.Sensor, consoleFleet)
+	for i := range sensors {
+		sensors[i] = storage.Sensor{ID: sensorID(i), Address: fmt.Sprintf("%d Bench Street", i)}
+	}
+	if _, err := stores.Postgres.ImportSensors(ctx, sensors); err != nil {
+		b.Fatal(err)
+	}
+	// The first consoleLost sensors are lost, the others online.
+	for start := 0; start < consoleFleet; start += 50_000 {
+		chunk := make([]storage.HeartbeatDeadline, 0, 50_000)
+		for i := start; i < start+50_000; i++ {
+			chunk = append(chunk, storage.HeartbeatDeadline{SensorID: sensorID(i), Deadline: now.Add(time.Duration(i%3600) * time.Second)})
+		}
+		var err error
+		if start < consoleLost {
+			_, err = stores.Redis.LoadHeartbeatLosses(ctx, chunk[:consoleLost])
+			chunk = chunk[consoleLost:]
+		}
+		if err == nil {
+			_, err = stores.Redis.LoadHeartbeatDeadlines(ctx, chunk)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := stores.Redis.SetHeartbeatMarker(ctx, now); err != nil {
+		b.Fatal(err)
+	}
+	seedConsoleHistory(b, stores.ClickHouse, now)
+	return seedConsoleOutbox(b, stores.Postgres, stores.PostgresURL, now)
+}
+
+// seedConsoleHistory writes consoleHistory events, consoleHistory/consoleFleet per
+// sensor spread over the last 7 days, in batches.
+func seedConsoleHistory(b *testing.B, ch *storage.ClickHouse, now time.Time) {
+	b.Helper()
+	const batch = 500_000
+	perSensor := consoleHistory / consoleFleet
+	events := make([]storage.HistoryEvent, 0, batch)
+	for k := range consoleHistory {
+		i, j := k/perSensor, k%perSensor
+		data, previous := j%2, 1-j%2
+		at := now.Add(-time.Duration((i*31+j*7919)%(7*24*3600)) * time.Second)
+		events = append(events, storage.HistoryEvent{ID: fmt.Sprintf("%s-%d", sensorID(i), j), Type: "state_changed",
+			SensorID: sensorID(i), Data: &data, Previous: &previous, At: at})
+		if len(events) == batch {
+			if err := ch.InsertEvents(context.Background(), events); err != nil {
+				b.Fatal(err)
+			}
+			events = events[:0]
+		}
+	}
+}
+
+// seedConsoleOutbox creates a client watching consoleClientSensors sensors with
+// consoleDeliveries webhook deliveries, consoleFailed of them FAILED.
+func seedConsoleOutbox(b *testing.B, pg *storage.Postgres, pgURL string, now time.Time) string {
+	b.Helper()
+	ctx := context.Background()
+	c, err := pg.CreateClient(ctx, storage.Client{Name: "Bench Security", WebhookURL: "https://example.com/hook", Secret: "whsec_c2VjcmV0"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range consoleClientSensors {
+		if err := pg.LinkSensor(ctx, c.ID, sensorID(consoleLost+i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for start := 0; start < consoleDeliveries; start += 1000 {
+		var events []storage.NotificationInput
+		for k := start; k < start+1000; k++ {
+			data := k % 2
+			events = append(events, storage.NotificationInput{EventID: fmt.Sprintf("bench-e%d", k), Type: "state_changed",
+				SensorID: sensorID(consoleLost + k%consoleClientSensors), Data: &data,
+				At: now.Add(-time.Hour).Add(time.Duration(k) * time.Millisecond)})
+		}
+		if _, err := pg.CreateNotifications(ctx, events); err != nil {
+			b.Fatal(err)
+		}
+	}
+	storagetest.AnalyzeOutbox(b, pgURL)
+	claimed, err := pg.ClaimDeliveries(ctx, now.Add(time.Hour), consoleFailed, time.Minute)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, d := range claimed {
+		if err := pg.FailDelivery(ctx, d.ID, d.Attempts, "400 Bad Request", 400); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if len(claimed) != consoleFailed || !strings.HasPrefix(sensorID(0), "bench") {
+		b.Fatalf("failed %d deliveries, want %d", len(claimed), consoleFailed)
+	}
+	return c.ID
+}

@@ -1,0 +1,451 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/storage/storagetest"
+	"github.com/lockstream/lockstream/webapi"
+)
+
+// Inbox sizes of BenchmarkInboxList: 10 million messages over 100,000 members.
+const (
+	inboxMembers  = 100_000
+	inboxMessages = 10_000_000
+	// inboxRequests is how many requests of each kind are timed.
+	inboxRequests = 2000
+)
+
+// seedMembers creates n members of one client in one statement, member i with
+// the token "lsm_bench<i>" and id md5(i), and their inbox counters at perMember.
+func seedMembers(ctx context.Context, b *testing.B, conn *pgx.Conn, clientID string, n, perMember int) {
+	b.Helper()
+	if _, err := conn.Exec(ctx, `
+		INSERT INTO members (id, client_id, name, timezone, preferences, token_hash)
+		SELECT md5(i::text)::uuid, $1, 'member ' || i, 'UTC', '{"email":"off","push":false,"digest_times":[]}',
+		       sha256(convert_to('lsm_bench' || i, 'UTF8'))
+		FROM generate_series(0, $2 - 1) AS i`, clientID, n); err != nil {
+		b.Fatalf("seeding members: %v", err)
+	}
+	if _, err := conn.Exec(ctx, `
+		INSERT INTO member_inbox (member_id, last_seq, epoch)
+		SELECT md5(i::text)::uuid, $2, 'bench' FROM generate_series(0, $1 - 1) AS i`, n, perMember); err != nil {
+		b.Fatalf("seeding inbox counters: %v", err)
+	}
+}
+
+// BenchmarkInboxList times GET /v1/messages?count-only=true and a 50-message page
+// (unseen, newest first, and all messages) for random members of an inbox of 10
+// million messages over 100,000 members (100 each, half of them seen, over the
+// last three month partitions), one request at a time through the real HTTP
+// stack, member token authentication included, and reports p50 and p99 of each.
+// The messages are made by one INSERT … SELECT generate_series, then VACUUM
+// ANALYZE (what autovacuum does to a table that size), untimed.
+//
+//	go test -run '^$' -bench InboxList -benchtime 1x -timeout 60m ./bench/
+func BenchmarkInboxList(b *testing.B) {
+	stores := storagetest.New(b)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, stores.PostgresURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	client, err := stores.Postgres.CreateClient(ctx, storage.Client{Name: "bench", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	perMember := inboxMessages / inboxMembers
+	start := time.Now()
+	seedMembers(ctx, b, conn, client.ID, inboxMembers, perMember)
+	if _, err := conn.Exec(ctx, `SELECT lockstream_inbox_partition(now() - make_interval(months => m)) FROM generate_series(1, 2) AS m`); err != nil {
+		b.Fatal(err)
+	}
+	// Message i goes to member i % members with seq i / members + 1; a third of
+	// them in each of the last three months, in seq order; the even seqs seen.
+	if _, err := conn.Exec(ctx, `
+		INSERT INTO inbox_messages (member_id, seq, id, created_at, client_id, type, sensor_id, data, previous,
+		                            event_at, severity, cause, seen_at)
+		SELECT md5((i % $2)::text)::uuid, i / $2 + 1, gen_random_uuid(), t, $1,
+		       (ARRAY['state_changed', 'connection_lost', 'connection_restored'])[i % 3 + 1],
+		       'bench' || (i % 1000), (i / $2) % 2, 1 - (i / $2) % 2, t, 'info', 'event',
+		       CASE WHEN (i / $2) % 2 = 0 THEN t END
+		FROM generate_series(0, $3 - 1) AS i,
+		     LATERAL (SELECT now() - interval '55 days' + (i / $2) * interval '13 hours') AS x (t)`,
+		client.ID, inboxMembers, inboxMessages); err != nil {
+		b.Fatalf("seeding messages: %v", err)
+	}
+	if _, err := conn.Exec(ctx, `VACUUM ANALYZE inbox_messages`); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `VACUUM ANALYZE members`); err != nil {
+		b.Fatal(err)
+	}
+	var size string
+	if err := conn.QueryRow(ctx, `SELECT pg_size_pretty(sum(pg_total_relation_size(inhrelid))) FROM pg_inherits
+		WHERE inhparent = 'inbox_messages'::regclass`).Scan(&size); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("seeded %d messages over %d members in %v; inbox_messages with its indexes: %s",
+		inboxMessages, inboxMembers, time.Since(start).Round(time.Second), size)
+
+	reg := prometheus.NewRegistry()
+	server, err := webapi.New(webapi.Config{AdminToken: "bench-admin-token"}, stores.Postgres, nil, reg, reg,
+		slog.New(slog.DiscardHandler), webapi.WithInbox(stores.Postgres, stores.Postgres, stores.Redis, webapi.InboxConfig{}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ts := httptest.NewServer(server.Handler())
+	defer ts.Close()
+	httpClient := ts.Client()
+	rng := rand.New(rand.NewPCG(1, 2))
+
+	for _, q := range []struct{ name, query string }{
+		{"count-only", "?count-only=true"},
+		{"page-50-unseen", "?limit=50"},
+		{"page-50-all", "?limit=50&seen=true"},
+	} {
+		latencies := make([]time.Duration, 0, inboxRequests)
+		for range inboxRequests {
+			token := "lsm_bench" + strconv.Itoa(rng.IntN(inboxMembers))
+			req, _ := http.NewRequestWithContext(ctx, "GET", ts.URL+"/v1/messages"+q.query, nil)
+			req.Header.Set("Authorization", "Bearer "+token)
+			t0 := time.Now()
+			resp, err := httpClient.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var body struct {
+				Total    int               `json:"total"`
+				Messages []json.RawMessage `json:"messages"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&body)
+			resp.Body.Close()
+			latencies = append(latencies, time.Since(t0))
+			if err != nil || resp.StatusCode != http.StatusOK || body.Total < perMember/2 {
+				b.Fatalf("GET /v1/messages%s: %d %v total %d", q.query, resp.StatusCode, err, body.Total)
+			}
+		}
+		at := percentiles(latencies)
+		b.ReportMetric(at(0.5), q.name+"-p50-ms")
+		b.ReportMetric(at(0.99), q.name+"-p99-ms")
+		b.Logf("%s: p50 %.2f ms, p99 %.2f ms, max %.2f ms over %d requests", q.name, at(0.5), at(0.99), at(1), len(latencies))
+	}
+}
+
+// defaultStreamCount is how many streams BenchmarkStreamFanout connects to one
+// api process; LOCKSTREAM_BENCH_STREAMS overrides it (a smaller smoke run).
+const defaultStreamCount = 10_000
+
+// BenchmarkStreamFanout connects 10,000 members' live streams to one `lockstream
+// api` process, fans one sensor event out to all of them (one fan-out write:
+// 10,000 inbox messages and their NOTIFYs), and reports the time from the start
+// of that write until the last stream received its message, and the api
+// process's memory per connected stream (resident set and Go heap+stacks, read
+// from its /metrics, before and after connecting).
+//
+//	go test -run '^$' -bench StreamFanout -benchtime 1x -timeout 30m ./bench/
+func BenchmarkStreamFanout(b *testing.B) {
+	streamCount := defaultStreamCount
+	if n, err := strconv.Atoi(os.Getenv("LOCKSTREAM_BENCH_STREAMS")); err == nil && n > 0 {
+		streamCount = n
+	}
+	stores := storagetest.New(b)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, stores.PostgresURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	pg := stores.Postgres
+	if _, err := pg.CreateSensor(ctx, storage.Sensor{ID: "benchdoor", Address: "1 Bench Street"}); err != nil {
+		b.Fatal(err)
+	}
+	client, err := pg.CreateClient(ctx, storage.Client{Name: "bench", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pg.LinkSensor(ctx, client.ID, "benchdoor"); err != nil {
+		b.Fatal(err)
+	}
+	seedMembers(ctx, b, conn, client.ID, streamCount, 0)
+
+	api := startAPIProcess(b, stores)
+	before := apiMemory(b, api)
+
+	// Connect every stream; each records when its first message arrives.
+	var (
+		wg       sync.WaitGroup
+		hellos   sync.WaitGroup
+		received atomic.Int64
+		lastNano atomic.Int64
+		failures atomic.Int64
+	)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	streamClient := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	// Tickets live 60 s: each stream takes its own right before connecting, 16 at
+	// a time, on a few kept-alive connections.
+	ticketClient := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	ticketSlots := make(chan struct{}, 16)
+	hellos.Add(streamCount)
+	for i := range streamCount {
+		wg.Go(func() {
+			ticketSlots <- struct{}{}
+			ticket, err := takeTicket(ticketClient, api, i)
+			<-ticketSlots
+			if err != nil {
+				failures.Add(1)
+				hellos.Done()
+				b.Logf("stream %d: %v", i, err)
+				return
+			}
+			if err := readOneMessage(sctx, streamClient, api, ticket, hellos.Done, func(at time.Time) {
+				received.Add(1)
+				for {
+					last := lastNano.Load()
+					if at.UnixNano() <= last || lastNano.CompareAndSwap(last, at.UnixNano()) {
+						break
+					}
+				}
+			}); err != nil && sctx.Err() == nil {
+				failures.Add(1)
+				b.Logf("stream %d: %v", i, err)
+			}
+		})
+	}
+	hellos.Wait()
+	if n := failures.Load(); n > 0 {
+		b.Fatalf("%d streams failed", n)
+	}
+	waitMetric(b, api, "lockstream_stream_connections", float64(streamCount))
+	// Live memory is what is left after garbage collection (which also shrinks
+	// the stacks that grew while the streams were opened): wait for two cycles,
+	// which the runtime runs within two minutes even when idle.
+	gcs := scrape(b, api)["go_gc_duration_seconds_count"]
+	waitFor(b, "two garbage collections in the api process", 5*time.Minute, func() bool {
+		return scrape(b, api)["go_gc_duration_seconds_count"] >= gcs+2
+	})
+	after := apiMemory(b, api)
+
+	readsBefore := scrape(b, api)["lockstream_stream_fetch_duration_seconds_count"]
+	start := time.Now()
+	data := 1
+	created, err := pg.CreateNotifications(ctx, []storage.NotificationInput{{EventID: "bench-event", Type: "state_changed",
+		SensorID: "benchdoor", Data: &data, At: start}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	committed := time.Now()
+	written := committed.Sub(start)
+	deadline := time.Now().Add(2 * time.Minute)
+	for received.Load() < int64(streamCount) {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d streams got the message within 2 minutes", received.Load(), streamCount)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	lastAt := time.Unix(0, lastNano.Load())
+	last := lastAt.Sub(start)
+	b.ReportMetric(float64(lastAt.Sub(committed))/float64(time.Millisecond), "after-commit-ms")
+	m := scrape(b, api)
+	b.Logf("api hub: %v reads of the inbox for streams before the event (their replays on connecting), %v after it",
+		readsBefore, m["lockstream_stream_fetch_duration_seconds_count"]-readsBefore)
+	cancel()
+	wg.Wait()
+
+	perStreamRSS := float64(after.rss-before.rss) / float64(streamCount) / 1024
+	perStreamGo := float64(after.goBytes-before.goBytes) / float64(streamCount) / 1024
+	b.ReportMetric(float64(last)/float64(time.Millisecond), "last-stream-ms")
+	b.ReportMetric(perStreamRSS, "rss-KiB/stream")
+	b.ReportMetric(perStreamGo, "go-KiB/stream")
+	b.Logf("%d inbox messages written in %v; the last of %d streams had its message %v after the write began (%v after it committed); "+
+		"api memory per stream: %.1f KiB resident, %.1f KiB Go heap+stacks, of which %.1f KiB stacks (goroutines %d → %d)",
+		created.InboxMessages, written.Round(time.Millisecond), streamCount, last.Round(time.Millisecond),
+		lastAt.Sub(committed).Round(time.Millisecond),
+		perStreamRSS, perStreamGo, float64(after.stack-before.stack)/float64(streamCount)/1024, before.goroutines, after.goroutines)
+}
+
+// startAPIProcess builds lockstream and runs `lockstream api` on the stores,
+// returning its base URL once ready; the process is killed when b ends.
+func startAPIProcess(b *testing.B, stores *storagetest.Stores) string {
+	b.Helper()
+	dir := b.TempDir()
+	bin := filepath.Join(dir, "lockstream")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/lockstream").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	addr := freeLoopbackAddr(b)
+	cmd := exec.Command(bin, "api")
+	cmd.Env = append(os.Environ(), "LOCKSTREAM_PG_URL="+stores.PostgresURL, "LOCKSTREAM_CLICKHOUSE_URL="+stores.ClickHouseURL,
+		"LOCKSTREAM_REDIS_URL="+stores.RedisURL, "LOCKSTREAM_REDIS_PREFIX="+stores.RedisPrefix,
+		"LOCKSTREAM_HTTP_ADDR="+addr, "LOCKSTREAM_ADMIN_TOKEN=bench-admin-token", "LOCKSTREAM_LOG_LEVEL=warn")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	api := "http://" + addr
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := http.Get(api + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return api
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("lockstream api not ready: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func freeLoopbackAddr(b *testing.B) string {
+	b.Helper()
+	srv := httptest.NewServer(http.NotFoundHandler())
+	addr := srv.Listener.Addr().String()
+	srv.Close()
+	return addr
+}
+
+// takeTicket takes a stream ticket for seeded member i.
+func takeTicket(client *http.Client, api string, i int) (string, error) {
+	req, _ := http.NewRequest("POST", api+"/v1/stream/tickets", nil)
+	req.Header.Set("Authorization", "Bearer lsm_bench"+strconv.Itoa(i))
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var t struct {
+		Ticket string `json:"ticket"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&t); err != nil || t.Ticket == "" {
+		return "", fmt.Errorf("ticket %d: %s %v", i, resp.Status, err)
+	}
+	return t.Ticket, nil
+}
+
+// readOneMessage opens a stream, calls hello once its hello arrived and got
+// when its first message does, then reads on until ctx ends.
+func readOneMessage(ctx context.Context, client *http.Client, api, ticket string, hello func(), got func(time.Time)) error {
+	req, _ := http.NewRequestWithContext(ctx, "GET", api+"/v1/stream?ticket="+url.QueryEscape(ticket), nil)
+	resp, err := client.Do(req)
+	if err != nil {
+		hello()
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		hello()
+		return fmt.Errorf("GET /v1/stream: %s", resp.Status)
+	}
+	r := bufio.NewReader(resp.Body)
+	helloed, messaged := false, false
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			if !helloed {
+				hello()
+			}
+			if err == io.EOF || ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		switch {
+		case !helloed && line == "event: hello\n":
+			helloed = true
+			hello()
+		case !messaged && line == "event: message\n":
+			messaged = true
+			got(time.Now())
+		}
+	}
+}
+
+// processMemory is what the api process's /metrics says of its memory.
+type processMemory struct {
+	rss, goBytes, stack, goroutines int64
+}
+
+func apiMemory(b *testing.B, api string) processMemory {
+	b.Helper()
+	m := scrape(b, api)
+	return processMemory{rss: int64(m["process_resident_memory_bytes"]),
+		goBytes: int64(m["go_memstats_heap_inuse_bytes"] + m["go_memstats_stack_inuse_bytes"]),
+		stack:   int64(m["go_memstats_stack_inuse_bytes"]), goroutines: int64(m["go_goroutines"])}
+}
+
+// scrape reads the unlabelled series of the api process's /metrics.
+func scrape(b *testing.B, api string) map[string]float64 {
+	b.Helper()
+	resp, err := http.Get(api + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if !ok || strings.HasPrefix(name, "#") || strings.Contains(name, "{") {
+			continue
+		}
+		if v, err := strconv.ParseFloat(value, 64); err == nil {
+			out[name] = v
+		}
+	}
+	return out
+}
+
+// waitFor polls cond until it holds, failing b after limit.
+func waitFor(b *testing.B, what string, limit time.Duration, cond func() bool) {
+	b.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			b.Fatalf("no %s within %v", what, limit)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func waitMetric(b *testing.B, api, name string, want float64) {
+	b.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for scrape(b, api)[name] != want {
+		if time.Now().After(deadline) {
+			b.Fatalf("%s = %v, want %v", name, scrape(b, api)[name], want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/lockstream/lockstream/webapi"
+)
+
+// inboxConfig reads the settings of members' inboxes and streams.
+func inboxConfig(v *values) (webapi.InboxConfig, error) {
+	window, err := v.duration("new-member-window")
+	if err != nil {
+		return webapi.InboxConfig{}, err
+	}
+	return webapi.InboxConfig{NewMemberWindow: window}, nil
+}
+
+// inboxPartitionsAhead is how many months of inbox partitions are kept ready
+// after the current one.
+const inboxPartitionsAhead = 3
+
+// inboxPartitionsInterval is how often the partitions are checked: daily is
+// plenty for months made three ahead.
+const inboxPartitionsInterval = 24 * time.Hour
+
+// inboxPartitionsDaemon keeps the month partitions of inbox_messages created
+// ahead, so the fan-out never writes a message with no partition to hold it.
+// It stands in until `lockstream maintain` creates every growing table's
+// partitions (and drops old ones): then it goes, and maintain calls
+// storage.Postgres.CreateInboxPartitions instead.
+func inboxPartitionsDaemon(_ context.Context, n *node) (daemon, error) {
+	logger := n.logger.With("daemon", "inbox-partitions")
+	ensure := func(ctx context.Context) {
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		names, err := n.pg.CreateInboxPartitions(cctx, time.Now(), inboxPartitionsAhead)
+		if err != nil {
+			if ctx.Err() == nil {
+				logger.Error("creating inbox partitions failed; retrying later", "err", err)
+			}
+			return
+		}
+		logger.Debug("inbox partitions ready", "partitions", names)
+	}
+	return daemon{name: "inbox-partitions", run: func(ctx context.Context) error {
+		ensure(ctx)
+		ticker := time.NewTicker(inboxPartitionsInterval)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-ticker.C:
+				ensure(ctx)
+			}
+		}
+	}}, nil
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"maps"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// storePingTimeout bounds one store's ping, in a scrape and in GET /readyz.
+const storePingTimeout = 2 * time.Second
+
+// pinger is a store a process can ping.
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// storeProbe pings the stores a process opened: when Prometheus scrapes it, as
+// lockstream_store_up{store}, so an alert names an unreachable store even in a
+// process without the API, and in GET /readyz of the daemons' metrics address.
+type storeProbe struct {
+	desc   *prometheus.Desc
+	stores map[string]pinger
+	logger *slog.Logger
+}
+
+// newStoreProbe probes the stores of n that are open.
+func newStoreProbe(n *node) *storeProbe {
+	stores := map[string]pinger{}
+	if n.pg != nil {
+		stores["postgres"] = n.pg
+	}
+	if n.redis != nil {
+		stores["redis"] = n.redis
+	}
+	if n.ch != nil {
+		stores["clickhouse"] = n.ch
+	}
+	return &storeProbe{
+		desc: prometheus.NewDesc("lockstream_store_up",
+			"1 when the store answered a ping at scrape time (within 2 s), 0 when not; one series per store the process uses.",
+			[]string{"store"}, nil),
+		stores: stores,
+		logger: n.logger,
+	}
+}
+
+// ping pings every store at once and returns each one's error (nil when up).
+func (p *storeProbe) ping(ctx context.Context) map[string]error {
+	var (
+		mu      sync.Mutex
+		wg      sync.WaitGroup
+		results = make(map[string]error, len(p.stores))
+	)
+	for name, store := range p.stores {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, storePingTimeout)
+			defer cancel()
+			err := store.Ping(ctx)
+			mu.Lock()
+			results[name] = err
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return results
+}
+
+// Describe implements prometheus.Collector.
+func (p *storeProbe) Describe(ch chan<- *prometheus.Desc) { ch <- p.desc }
+
+// Collect implements prometheus.Collector: a scrape pings the stores.
+func (p *storeProbe) Collect(ch chan<- prometheus.Metric) {
+	for name, err := range p.ping(context.Background()) {
+		up := 1.0
+		if err != nil {
+			up = 0
+		}
+		ch <- prometheus.MustNewConstMetric(p.desc, prometheus.GaugeValue, up, name)
+	}
+}
+
+// readyz answers 200 when every store answers, else 503 naming the ones down, in
+// the shape of the API's GET /readyz. The errors are logged, not shown: the route
+// is unauthenticated and they name hosts.
+func (p *storeProbe) readyz(w http.ResponseWriter, r *http.Request) {
+	results := p.ping(r.Context())
+	checks := make(map[string]string, len(results))
+	status, code := "ok", http.StatusOK
+	for _, name := range slices.Sorted(maps.Keys(results)) {
+		checks[name] = "ok"
+		if results[name] != nil {
+			checks[name] = "down"
+			p.logger.WarnContext(r.Context(), "readiness check failed", "check", name, "err", results[name])
+			status, code = "not ready", http.StatusServiceUnavailable
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]any{"status": status, "checks": checks})
+}

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/lockstream/lockstream/storage/storagetest"
+)
+
+// pingFunc is a store stand-in whose ping fails: the real stores cannot be made
+// unreachable on demand here.
+type pingFunc func(ctx context.Context) error
+
+func (f pingFunc) Ping(ctx context.Context) error { return f(ctx) }
+
+// The probe reports each store the process opened as up, and a store that does not
+// answer as down, both in lockstream_store_up and GET /readyz.
+func TestStoreProbe(t *testing.T) {
+	t.Parallel()
+	stores := storagetest.New(t)
+	v := newFlagSet("all", daemonSettingNames())
+	if err := v.fs.Parse([]string{"--pg-url=" + stores.PostgresURL, "--clickhouse-url=" + stores.ClickHouseURL,
+		"--redis-url=" + stores.RedisURL, "--redis-prefix=" + stores.RedisPrefix}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := openNode(context.Background(), v, slog.New(slog.DiscardHandler), usesPostgres|usesClickHouse)
+	if err != nil {
+		t.Fatalf("opening the stores (make services starts them): %v", err)
+	}
+	t.Cleanup(n.close)
+
+	want := `# HELP lockstream_store_up 1 when the store answered a ping at scrape time (within 2 s), 0 when not; one series per store the process uses.
+# TYPE lockstream_store_up gauge
+lockstream_store_up{store="clickhouse"} 1
+lockstream_store_up{store="postgres"} 1
+`
+	if err := testutil.GatherAndCompare(n.reg, strings.NewReader(want), "lockstream_store_up"); err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	n.probe.readyz(rec, httptest.NewRequest("GET", "/readyz", nil))
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"postgres":"ok"`) {
+		t.Fatalf("readyz = %d %s", rec.Code, rec.Body)
+	}
+
+	n.probe.stores["redis"] = pingFunc(func(context.Context) error { return errors.New("connection refused") })
+	want = strings.Replace(want, "lockstream_store_up{store=\"postgres\"} 1\n",
+		"lockstream_store_up{store=\"postgres\"} 1\nlockstream_store_up{store=\"redis\"} 0\n", 1)
+	if err := testutil.GatherAndCompare(n.reg, strings.NewReader(want), "lockstream_store_up"); err != nil {
+		t.Fatal(err)
+	}
+	rec = httptest.NewRecorder()
+	n.probe.readyz(rec, httptest.NewRequest("GET", "/readyz", nil))
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `"redis":"down"`) {
+		t.Fatalf("readyz with redis down = %d %s", rec.Code, rec.Body)
+	}
+}

@@ -1,0 +1,93 @@
+package fanout_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/fanout"
+	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/storage/storagetest"
+	"github.com/lockstream/lockstream/stream/streamtest"
+)
+
+// The fan-out puts one message per event in the inbox of each member of the
+// clients it notifies, in event order with seq 1..n, and a replayed event adds
+// none.
+func TestFanoutFillsMembersInboxesOncePerEvent(t *testing.T) {
+	t.Parallel()
+	scfg := streamtest.Config(t, 3)
+	pg, ctx := storagetest.New(t).Postgres, context.Background()
+	if _, err := pg.CreateSensor(ctx, storage.Sensor{ID: "door", Address: "1 Main St"}); err != nil {
+		t.Fatal(err)
+	}
+	client, err := pg.CreateClient(ctx, storage.Client{Name: "c", WebhookURL: "https://example.com/h", Secret: "whsec_c2VjcmV0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.LinkSensor(ctx, client.ID, "door"); err != nil {
+		t.Fatal(err)
+	}
+	var members []string
+	for _, name := range []string{"ann", "bob"} {
+		hash := sha256.Sum256([]byte("lsm_" + name))
+		m, _, err := pg.CreateMember(ctx, storage.Member{ClientID: client.ID, Name: name, Timezone: "UTC",
+			Preferences: storage.DefaultMemberPreferences()}, hash[:], storage.Backfill{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		members = append(members, m.ID)
+	}
+	inbox := func(member string) []storage.InboxMessage {
+		_, ms, err := pg.ListInbox(ctx, storage.InboxQuery{MemberID: member, IncludeSeen: true, Sort: storage.SortTimestamp, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ms
+	}
+
+	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	var events []event.Event
+	for i, data := range []int{1, 0, 1, 0} {
+		d := data
+		events = append(events, event.Event{ID: event.StateChangedID("door", [16]byte{}, 0, int64(i)), Type: event.StateChanged,
+			SensorID: "door", Data: &d, At: t0.Add(time.Duration(i) * time.Second)})
+	}
+	producer := streamtest.Client(t, scfg)
+	for _, e := range events {
+		produce(t, producer, scfg.EventsTopic(), eventRecord(t, e))
+	}
+	reg, stop := runFanout(t, fanout.Config{Stream: scfg, RetryBackoff: 10 * time.Millisecond}, pg)
+	waitFor(t, "the inbox messages counted", func() bool {
+		return counterValue(t, reg, "lockstream_inbox_messages_created_total", nil) >= 8
+	})
+	for _, m := range members {
+		got := inbox(m)
+		var seqs []int64
+		var data []int
+		for _, msg := range got {
+			seqs = append(seqs, msg.Seq)
+			data = append(data, *msg.Data)
+		}
+		if !slices.Equal(seqs, []int64{1, 2, 3, 4}) || !slices.Equal(data, []int{1, 0, 1, 0}) {
+			t.Fatalf("inbox of %s: seqs %v data %v", m, seqs, data)
+		}
+	}
+	stop()
+
+	// A replay through a new fan-out process adds nothing.
+	produce(t, producer, scfg.EventsTopic(), eventRecord(t, events[1]), eventRecord(t, events[3]))
+	reg2, _ := runFanout(t, fanout.Config{Stream: scfg, RetryBackoff: 10 * time.Millisecond, Group: "replay"}, pg)
+	waitFor(t, "the replay consumed", func() bool {
+		return counterValue(t, reg2, "lockstream_fanout_events_total", nil) >= 6
+	})
+	if got := counterValue(t, reg2, "lockstream_inbox_messages_created_total", nil); got != 0 {
+		t.Fatalf("a replay created %v inbox messages", got)
+	}
+	if got := inbox(members[0]); len(got) != 4 {
+		t.Fatalf("after the replay: %d messages", len(got))
+	}
+}

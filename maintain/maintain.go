@@ -1,0 +1,175 @@
+// Package maintain keeps the stores bounded (docs/DESIGN.md "Stores"): it makes
+// the month partitions of the Postgres tables that grow with traffic ahead of
+// time, drops whole months older than the retention — keeping a month that
+// still holds an open delivery, and saying so — and drops ClickHouse history
+// months older than the history retention.
+package maintain
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockstream/lockstream/storage"
+)
+
+// Defaults of Config.
+const (
+	DefaultRetention = 90 * 24 * time.Hour
+	DefaultInterval  = time.Hour
+	DefaultAhead     = 3
+)
+
+// DefaultTables are the Postgres tables partitioned by month. deliveries holds
+// the open deliveries that keep a month; inbox_messages is skipped where it does
+// not exist.
+var DefaultTables = []string{"notifications", "deliveries", "pushes", "delivery_attempts", "inbox_messages"}
+
+// DefaultHistoryTables are the ClickHouse tables partitioned by toYYYYMM.
+var DefaultHistoryTables = []string{"readings", "events", "delivery_attempts"}
+
+// Config configures the maintainer.
+type Config struct {
+	// Retention: a month partition whose month ended before now-Retention is
+	// dropped. Defaults to DefaultRetention (90 days).
+	Retention time.Duration
+	// HistoryRetention is the same for ClickHouse history; 0 keeps it forever.
+	// Defaults to 0.
+	HistoryRetention time.Duration
+	// Interval is how often the maintainer runs. Defaults to DefaultInterval (1h).
+	Interval time.Duration
+	// Ahead is how many months after the current one get their partitions
+	// made. Defaults to DefaultAhead (3).
+	Ahead int
+	// Tables are the Postgres tables partitioned by month. Defaults to
+	// DefaultTables.
+	Tables []string
+	// HistoryTables are the ClickHouse tables. Defaults to DefaultHistoryTables.
+	HistoryTables []string
+	// Now returns the current time; tests walk through months with it.
+	// Defaults to time.Now.
+	Now func() time.Time
+}
+
+// WithDefaults fills the zero fields.
+func (c Config) WithDefaults() Config {
+	c.Retention = cmp.Or(c.Retention, DefaultRetention)
+	c.Interval = cmp.Or(c.Interval, DefaultInterval)
+	c.Ahead = cmp.Or(c.Ahead, DefaultAhead)
+	if c.Tables == nil {
+		c.Tables = DefaultTables
+	}
+	if c.HistoryTables == nil {
+		c.HistoryTables = DefaultHistoryTables
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Validate reports the fields out of range.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Retention < 0 || c.HistoryRetention < 0 {
+		errs = append(errs, errors.New("maintain: Retention and HistoryRetention must not be negative"))
+	}
+	if c.Interval <= 0 || c.Ahead < 0 {
+		errs = append(errs, errors.New("maintain: Interval must be positive and Ahead not negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// ParseRetention reads a retention setting: a Go duration ("2160h") or a number
+// of days ("90d"); "0" is zero.
+func ParseRetention(s string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(strings.TrimSpace(s), "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("retention %q: want a number of days (90d) or a duration (2160h)", s)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("retention %q: want a number of days (90d) or a duration (2160h)", s)
+	}
+	return d, nil
+}
+
+// Store is the Postgres side (storage.Postgres).
+type Store interface {
+	MonthPartitions(ctx context.Context, table string) ([]storage.MonthPartition, error)
+	CreateMonthPartition(ctx context.Context, table string, month time.Time) (string, error)
+	OpenDeliveries(ctx context.Context, partition storage.MonthPartition) (int64, error)
+	DropMonthPartition(ctx context.Context, partition storage.MonthPartition) error
+	DefaultPartitionRows(ctx context.Context, table string) (int64, error)
+}
+
+// History is the ClickHouse side (storage.ClickHouse); nil leaves ClickHouse be.
+type History interface {
+	HistoryPartitions(ctx context.Context, tables []string) ([]storage.HistoryPartition, error)
+	DropHistoryPartition(ctx context.Context, hp storage.HistoryPartition) error
+}
+
+// Report is what one pass did.
+type Report struct {
+	// Created, Dropped and Kept name partitions (Kept: old enough to drop, kept
+	// for an open delivery in its month). HistoryDropped is "table/YYYYMM".
+	Created, Dropped, Kept, HistoryDropped []string
+}
+
+// Maintainer runs the passes. Create it with New.
+type Maintainer struct {
+	cfg     Config
+	store   Store
+	history History
+	m       *maintainMetrics
+	logger  *slog.Logger
+}
+
+// New returns a Maintainer; Run starts it.
+func New(cfg Config, store Store, history History, reg prometheus.Registerer, logger *slog.Logger) (*Maintainer, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if store == nil {
+		return nil, errors.New("maintain: the Store is nil")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMaintainMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Maintainer{cfg: cfg, store: store, history: history, m: m, logger: logger}, nil
+}
+
+// Run makes a pass at once and then every Interval until ctx is cancelled;
+// a failed pass is logged and counted, and the next one tries again.
+func (mt *Maintainer) Run(ctx context.Context) error {
+	mt.logger.InfoContext(ctx, "maintainer started", "retention", mt.cfg.Retention,
+		"history_retention", mt.cfg.HistoryRetention, "interval", mt.cfg.Interval, "tables", mt.cfg.Tables)
+	ticker := time.NewTicker(mt.cfg.Interval)
+	defer ticker.Stop()
+	for {
+		if _, err := mt.RunOnce(ctx); err != nil && ctx.Err() == nil {
+			mt.m.errors.Inc()
+			mt.logger.ErrorContext(ctx, "maintenance pass failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}

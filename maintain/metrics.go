@@ -1,0 +1,35 @@
+package maintain
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockstream/lockstream/internal/metrics"
+)
+
+type maintainMetrics struct {
+	created, dropped, historyDropped *prometheus.CounterVec
+	kept                             prometheus.Gauge
+	defaultRows                      *prometheus.GaugeVec
+	errors                           prometheus.Counter
+}
+
+func newMaintainMetrics(reg prometheus.Registerer) (*maintainMetrics, error) {
+	m := &maintainMetrics{
+		created: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace,
+			Name: "maintain_partitions_created_total", Help: "Month partitions made ahead, by table."}, []string{"table"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace,
+			Name: "maintain_partitions_dropped_total", Help: "Postgres month partitions dropped past the retention, by table."}, []string{"table"}),
+		historyDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace,
+			Name: "maintain_history_partitions_dropped_total", Help: "ClickHouse month partitions dropped past the history retention, by table."}, []string{"table"}),
+		kept: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: metrics.Namespace,
+			Name: "maintain_partitions_kept_open", Help: "Partitions past the retention kept at the last pass because their month holds open deliveries."}),
+		defaultRows: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: metrics.Namespace,
+			Name: "maintain_default_partition_rows", Help: "Rows in a table's DEFAULT partition (times outside every month partition; never dropped)."}, []string{"table"}),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace,
+			Name: "maintain_errors_total", Help: "Maintenance passes that failed in part."}),
+	}
+	if err := metrics.RegisterAll(reg, m.created, m.dropped, m.historyDropped, m.kept, m.defaultRows, m.errors); err != nil {
+		return nil, err
+	}
+	return m, nil
+}

@@ -1,0 +1,318 @@
+package storage
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+)
+
+// The operator console's reads and its sessions. Every read here costs what one
+// page shows, not what the fleet holds: counts come from Redis cardinalities and the
+// planner's estimate, lists from index ranges, summaries from a bounded window.
+
+// ConsoleSession is a signed-in user of the operator console, stored under the hash
+// of its cookie so that the store never holds a usable session id.
+type ConsoleSession struct {
+	// Role is what the session may see: "admin" (everything); "member" (its own
+	// client's inbox) comes with members.
+	Role string `json:"role"`
+	// Subject is the member id of a member session; empty for the admin.
+	Subject string `json:"subject,omitempty"`
+	// Credential fingerprints the token that signed in, so a session ends when that
+	// token is rotated.
+	Credential string `json:"credential"`
+	// CSRF is the token every form of the session carries.
+	CSRF      string    `json:"csrf"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func (r *Redis) consoleSessionKey(id string) string { return r.key("console:session:" + id) }
+
+// CreateConsoleSession stores a session for ttl; an id already taken is ErrConflict.
+func (r *Redis) CreateConsoleSession(ctx context.Context, id string, s ConsoleSession, ttl time.Duration) error {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("encoding console session: %w", err)
+	}
+	ok, err := r.client.SetNX(ctx, r.consoleSessionKey(id), b, ttl).Result()
+	if err != nil {
+		return fmt.Errorf("storing console session: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("storing console session: %w", ErrConflict)
+	}
+	return nil
+}
+
+// ConsoleSession returns the session stored under id, or ErrNotFound once it
+// expired or was deleted.
+func (r *Redis) ConsoleSession(ctx context.Context, id string) (ConsoleSession, error) {
+	b, err := r.client.Get(ctx, r.consoleSessionKey(id)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return ConsoleSession{}, fmt.Errorf("console session: %w", ErrNotFound)
+	}
+	if err != nil {
+		return ConsoleSession{}, fmt.Errorf("reading console session: %w", err)
+	}
+	var s ConsoleSession
+	if err := json.Unmarshal(b, &s); err != nil {
+		return ConsoleSession{}, fmt.Errorf("decoding console session: %w", err)
+	}
+	return s, nil
+}
+
+// DeleteConsoleSession ends a session; ending one that does not exist is no error.
+func (r *Redis) DeleteConsoleSession(ctx context.Context, id string) error {
+	if err := r.client.Del(ctx, r.consoleSessionKey(id)).Err(); err != nil {
+		return fmt.Errorf("deleting console session: %w", err)
+	}
+	return nil
+}
+
+// exactCountBelow is the size under which CountSensors counts rows instead of
+// trusting the planner's estimate: cheap there, and the estimate is coarse.
+const exactCountBelow = 100_000
+
+// CountSensors returns how many sensors are registered. Below 100,000 it counts
+// them (exact is true); above, it returns the planner's estimate
+// (pg_class.reltuples, kept by autovacuum's ANALYZE), which costs nothing whatever
+// the fleet's size.
+func (p *Postgres) CountSensors(ctx context.Context) (n int64, exact bool, err error) {
+	var estimate float64
+	if err := p.pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'sensors'::regclass`).Scan(&estimate); err != nil {
+		return 0, false, fmt.Errorf("estimating the sensor count: %w", err)
+	}
+	// -1 (PostgreSQL 14+) or 0: never analysed, so no estimate.
+	if estimate >= exactCountBelow {
+		return int64(estimate), false, nil
+	}
+	if err := p.pool.QueryRow(ctx, `SELECT count(*) FROM sensors`).Scan(&n); err != nil {
+		return 0, false, fmt.Errorf("counting sensors: %w", err)
+	}
+	return n, true, nil
+}
+
+// SearchSensors returns up to page.Limit sensors whose id starts with prefix
+// (case-sensitive), in byte order of their ids, after page.After.
+func (p *Postgres) SearchSensors(ctx context.Context, prefix string, page Page) ([]Sensor, error) {
+	// sensors_id_bytes_idx serves the range; '{' follows 'z', the last id character.
+	rows, err := p.pool.Query(ctx, `SELECT `+sensorColumns+` `+sensorFrom+`
+		WHERE s.id COLLATE "C" >= $1 AND s.id COLLATE "C" > $2 AND s.id COLLATE "C" < $3
+		ORDER BY s.id COLLATE "C" LIMIT $4`,
+		prefix, page.After, prefix+"{", page.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("searching sensors %q: %w", prefix, err)
+	}
+	sensors, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Sensor, error) { return scanSensor(row) })
+	if err != nil {
+		return nil, fmt.Errorf("searching sensors %q: %w", prefix, err)
+	}
+	return sensors, nil
+}
+
+// EndpointHealth is how one endpoint of a client (its webhook, its mailbox or one
+// device) fared in a DeliverySummary.
+type EndpointHealth struct {
+	Channel Channel
+	// Target is the device ("IOS:<push key>") for swrve, empty otherwise.
+	Target string
+	// States counts the endpoint's deliveries by state.
+	States map[DeliveryState]int
+	// LastError and LastHTTPStatus are those of its latest delivery that failed or
+	// waits for a retry, at LastFailureAt; empty when none did.
+	LastError      string
+	LastHTTPStatus int
+	LastFailureAt  time.Time
+}
+
+// Failing counts the endpoint's deliveries that failed, gave up or wait to retry.
+func (e EndpointHealth) Failing() int {
+	return e.States[DeliveryFailed] + e.States[DeliveryGivenUp] + e.States[DeliveryRetry]
+}
+
+// DeliverySummary is what a client's newest deliveries say: their states and how
+// each endpoint fared.
+type DeliverySummary struct {
+	// Since and Window bound what was read: deliveries created since Since, at most
+	// the newest Window of them. Read is how many there were.
+	Since  time.Time
+	Window int
+	Read   int
+	States map[DeliveryState]int
+	// Endpoints are ordered by failing deliveries, most first.
+	Endpoints []EndpointHealth
+}
+
+// ClientDeliverySummary summarises the client's deliveries created since since, at
+// most the newest window of them, in one statement: its cost is bounded by window
+// whatever the client's history holds.
+func (p *Postgres) ClientDeliverySummary(ctx context.Context, clientID string, since time.Time, window int) (DeliverySummary, error) {
+	sum := DeliverySummary{Since: since, Window: window, States: map[DeliveryState]int{}}
+	if uuid.Validate(clientID) != nil {
+		return sum, fmt.Errorf("summarising deliveries of client %s: %w", clientID, ErrNotFound)
+	}
+	// Ids are UUIDv7: the smallest id of since's millisecond bounds the range of
+	// deliveries_client_idx to read.
+	rows, err := p.pool.Query(ctx, `
+		SELECT channel, target, state, count(*), max(updated_at),
+		       (array_agg(last_error ORDER BY updated_at DESC))[1],
+		       (array_agg(coalesce(last_http_status, 0) ORDER BY updated_at DESC))[1]
+		FROM (SELECT channel, target, state, updated_at, last_error, last_http_status
+		      FROM deliveries WHERE client_id = $1 AND id >= $2
+		      ORDER BY id DESC LIMIT $3) d
+		GROUP BY channel, target, state`,
+		clientID, uuidFloor(since), window)
+	if err != nil {
+		return sum, fmt.Errorf("summarising deliveries of client %s: %w", clientID, err)
+	}
+	defer rows.Close()
+	byEndpoint := map[[2]string]*EndpointHealth{}
+	var order []*EndpointHealth
+	for rows.Next() {
+		var (
+			channel, target, lastErr string
+			state                    DeliveryState
+			n, status                int
+			at                       time.Time
+		)
+		if err := rows.Scan(&channel, &target, &state, &n, &at, &lastErr, &status); err != nil {
+			return sum, fmt.Errorf("reading the delivery summary of client %s: %w", clientID, err)
+		}
+		sum.Read += n
+		sum.States[state] += n
+		ep := byEndpoint[[2]string{channel, target}]
+		if ep == nil {
+			ep = &EndpointHealth{Channel: Channel(channel), Target: target, States: map[DeliveryState]int{}}
+			byEndpoint[[2]string{channel, target}] = ep
+			order = append(order, ep)
+		}
+		ep.States[state] += n
+		failing := state == DeliveryFailed || state == DeliveryGivenUp || state == DeliveryRetry
+		if failing && at.After(ep.LastFailureAt) {
+			ep.LastFailureAt, ep.LastError, ep.LastHTTPStatus = at, lastErr, status
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return sum, fmt.Errorf("reading the delivery summary of client %s: %w", clientID, err)
+	}
+	for _, ep := range order {
+		sum.Endpoints = append(sum.Endpoints, *ep)
+	}
+	sortEndpoints(sum.Endpoints)
+	return sum, nil
+}
+
+// ClientFailedDeliveries returns a page of the client's FAILED and GIVEN_UP
+// deliveries, newest first, older than page.After (a delivery id) when it is set.
+// deliveries_failed_idx holds only those, so a page costs its own rows.
+func (p *Postgres) ClientFailedDeliveries(ctx context.Context, clientID string, page Page) ([]Delivery, error) {
+	if uuid.Validate(clientID) != nil {
+		return nil, fmt.Errorf("listing failed deliveries of client %s: %w", clientID, ErrNotFound)
+	}
+	before := page.After
+	if before == "" {
+		before = maxUUID
+	} else if uuid.Validate(before) != nil {
+		return nil, fmt.Errorf("listing failed deliveries before %q: not a delivery id", before)
+	}
+	rows, err := p.pool.Query(ctx, `SELECT `+deliveryColumns+`
+		FROM deliveries d LEFT JOIN notifications n ON n.id = d.notification_id AND n.event_at = d.event_at
+		WHERE d.client_id = $1 AND d.state IN ('FAILED', 'GIVEN_UP') AND d.id < $2
+		ORDER BY d.id DESC LIMIT $3`, clientID, before, page.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing failed deliveries of client %s: %w", clientID, err)
+	}
+	out, err := collectDeliveries(rows)
+	if err != nil {
+		return nil, fmt.Errorf("listing failed deliveries of client %s: %w", clientID, err)
+	}
+	return out, nil
+}
+
+// sortEndpoints puts the endpoints with the most failing deliveries first.
+func sortEndpoints(eps []EndpointHealth) {
+	slices.SortStableFunc(eps, func(a, b EndpointHealth) int {
+		if c := cmp.Compare(b.Failing(), a.Failing()); c != 0 {
+			return c
+		}
+		return cmp.Compare(string(a.Channel)+a.Target, string(b.Channel)+b.Target)
+	})
+}
+
+// uuidFloor is the smallest UUIDv7 of t's millisecond.
+func uuidFloor(t time.Time) string {
+	var u uuid.UUID
+	var ms [8]byte
+	binary.BigEndian.PutUint64(ms[:], uint64(max(t.UnixMilli(), 0)))
+	copy(u[:6], ms[2:])
+	return u.String()
+}
+
+// HourCount is a count of events in the hour starting at Hour.
+type HourCount struct {
+	Hour  time.Time
+	Count int
+}
+
+// SensorChangesPerHour counts the state_changed events of sensorID per hour in
+// [from, to), each event once however often it was replayed; hours without any are
+// left out. The table's order (sensor_id, at) confines the read to the sensor's
+// rows of the range.
+func (c *ClickHouse) SensorChangesPerHour(ctx context.Context, sensorID string, from, to time.Time) ([]HourCount, error) {
+	rows, err := c.conn.Query(ctx, `
+		SELECT toUInt32(toStartOfHour(at)) AS hour, uniqExact(id)
+		FROM events
+		WHERE sensor_id = ? AND type = 'state_changed' AND at >= toDateTime(?) AND at < toDateTime(?)
+		GROUP BY hour ORDER BY hour`, sensorID, from.Unix(), to.Unix())
+	if err != nil {
+		return nil, fmt.Errorf("counting changes of sensor %s: %w", sensorID, err)
+	}
+	defer rows.Close()
+	var out []HourCount
+	for rows.Next() {
+		var (
+			hour uint32
+			n    uint64
+		)
+		if err := rows.Scan(&hour, &n); err != nil {
+			return nil, fmt.Errorf("reading changes of sensor %s: %w", sensorID, err)
+		}
+		out = append(out, HourCount{Hour: time.Unix(int64(hour), 0).UTC(), Count: int(n)})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading changes of sensor %s: %w", sensorID, err)
+	}
+	return out, nil
+}
+
+// ImportSensors registers many sensors at once (COPY), for fleets moved in from
+// elsewhere and for benchmarks, then refreshes the table's statistics so the
+// planner, and CountSensors's estimate, know its new size. Any id already taken
+// fails the whole import (ErrConflict). It returns how many it registered.
+func (p *Postgres) ImportSensors(ctx context.Context, sensors []Sensor) (int64, error) {
+	now := time.Now().UTC()
+	n, err := p.pool.CopyFrom(ctx, pgx.Identifier{"sensors"}, []string{"id", "address", "heartbeat_timeout", "created_at", "updated_at"},
+		pgx.CopyFromSlice(len(sensors), func(i int) ([]any, error) {
+			var timeout *time.Duration
+			if t := sensors[i].HeartbeatTimeout; t > 0 {
+				timeout = &t
+			}
+			return []any{sensors[i].ID, sensors[i].Address, timeout, now, now}, nil
+		}))
+	if err != nil {
+		return 0, fmt.Errorf("importing %d sensors: %w", len(sensors), mapError(err))
+	}
+	if _, err := p.pool.Exec(ctx, `ANALYZE sensors`); err != nil {
+		return n, fmt.Errorf("analysing sensors after the import: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,187 @@
+package storage_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/storage/storagetest"
+)
+
+func TestConsoleSessionLifecycle(t *testing.T) {
+	t.Parallel()
+	r := storagetest.New(t).Redis
+	ctx := context.Background()
+	s := storage.ConsoleSession{Role: "admin", Credential: "fp", CSRF: "csrf", CreatedAt: time.Now().UTC().Truncate(time.Second)}
+	if err := r.CreateConsoleSession(ctx, "h1", s, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.CreateConsoleSession(ctx, "h1", s, time.Minute); !errors.Is(err, storage.ErrConflict) {
+		t.Fatalf("second create = %v, want ErrConflict", err)
+	}
+	got, err := r.ConsoleSession(ctx, "h1")
+	if err != nil || got != s {
+		t.Fatalf("ConsoleSession = %+v, %v; want %+v", got, err, s)
+	}
+	if err := r.DeleteConsoleSession(ctx, "h1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ConsoleSession(ctx, "h1"); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("after delete = %v, want ErrNotFound", err)
+	}
+	if err := r.DeleteConsoleSession(ctx, "h1"); err != nil {
+		t.Fatalf("deleting twice = %v", err)
+	}
+}
+
+func TestCountAndSearchSensors(t *testing.T) {
+	t.Parallel()
+	pg := storagetest.New(t).Postgres
+	ctx := context.Background()
+	ids := []string{"ab", "Ab", "abc", "abZ", "ab9", "abd1", "ac", "a", "b"}
+	var sensors []storage.Sensor
+	for _, id := range ids {
+		sensors = append(sensors, storage.Sensor{ID: id, Address: "x"})
+	}
+	if n, err := pg.ImportSensors(ctx, sensors); err != nil || n != int64(len(ids)) {
+		t.Fatalf("ImportSensors = %d, %v", n, err)
+	}
+	if _, err := pg.ImportSensors(ctx, sensors[:1]); !errors.Is(err, storage.ErrConflict) {
+		t.Fatalf("importing a taken id = %v, want ErrConflict", err)
+	}
+	if n, exact, err := pg.CountSensors(ctx); err != nil || n != int64(len(ids)) || !exact {
+		t.Fatalf("CountSensors = %d %v %v, want %d exact", n, exact, err, len(ids))
+	}
+	search := func(prefix string, page storage.Page) []string {
+		t.Helper()
+		ss, err := pg.SearchSensors(ctx, prefix, page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, s := range ss {
+			out = append(out, s.ID)
+		}
+		return out
+	}
+	// Byte order, case-sensitive: digits, then upper case, then lower case.
+	if got, want := search("ab", storage.Page{Limit: 10}), []string{"ab", "ab9", "abZ", "abc", "abd1"}; !slices.Equal(got, want) {
+		t.Fatalf("search ab = %v, want %v", got, want)
+	}
+	if got, want := search("ab", storage.Page{After: "abZ", Limit: 1}), []string{"abc"}; !slices.Equal(got, want) {
+		t.Fatalf("search ab after abZ = %v, want %v", got, want)
+	}
+	if got := search("zz", storage.Page{Limit: 10}); len(got) != 0 {
+		t.Fatalf("search zz = %v", got)
+	}
+}
+
+// The delivery summary reads at most its window of the newest deliveries, counts
+// states per endpoint with each one's latest failure; the failed list holds only
+// FAILED and GIVEN_UP deliveries, newest first, in pages.
+func TestClientDeliverySummaryAndFailedDeliveries(t *testing.T) {
+	t.Parallel()
+	// One sensor per event, so that no newer state supersedes an older one.
+	f := newOutboxFixture(t, "s0", "s1", "s2", "s3")
+	c := f.client(t, storage.Client{Name: "c", Email: "c@example.com"}, "s0", "s1", "s2", "s3")
+	for i := range 4 {
+		f.create(t, stateChanged(fmt.Sprintf("e%d", i), fmt.Sprintf("s%d", i), i%2, outboxT0.Add(time.Duration(i)*time.Minute)))
+	}
+	// 8 deliveries: webhook and email of 4 events; one webhook fails, one gives
+	// up, one email is sent, the rest wait.
+	var failed []string
+	for _, d := range f.claim(t, later(), 100) {
+		switch {
+		case d.Channel == storage.ChannelWebhook && d.EventID == "e0":
+			if err := f.pg.FailDelivery(f.ctx, d.ID, d.Attempts, "400 Bad Request", 400); err != nil {
+				t.Fatal(err)
+			}
+			failed = append(failed, d.ID)
+		case d.Channel == storage.ChannelWebhook && d.EventID == "e1":
+			if _, err := f.pg.GiveUpDelivery(f.ctx, d.ID, d.Attempts, "503 Service Unavailable", 503); err != nil {
+				t.Fatal(err)
+			}
+			failed = append(failed, d.ID)
+		case d.Channel == storage.ChannelEmail && d.EventID == "e0":
+			if err := f.pg.CompleteDelivery(f.ctx, d.ID, d.Attempts, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(failed) != 2 {
+		t.Fatalf("claimed %d of the deliveries to fail, want 2", len(failed))
+	}
+
+	sum, err := f.pg.ClientDeliverySummary(f.ctx, c.ID, time.Now().Add(-time.Hour), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Read != 8 || sum.States[storage.DeliveryFailed] != 1 || sum.States[storage.DeliveryGivenUp] != 1 ||
+		sum.States[storage.DeliverySent] != 1 {
+		t.Fatalf("summary = %+v", sum)
+	}
+	if len(sum.Endpoints) != 2 || sum.Endpoints[0].Channel != storage.ChannelWebhook || sum.Endpoints[0].Failing() != 2 ||
+		sum.Endpoints[0].LastHTTPStatus == 0 || sum.Endpoints[0].LastError == "" || sum.Endpoints[1].Failing() != 0 {
+		t.Fatalf("endpoints = %+v, want the webhook first with 2 failing and its last error", sum.Endpoints)
+	}
+	// A window of 3 reads the 3 newest deliveries only.
+	if sum, err := f.pg.ClientDeliverySummary(f.ctx, c.ID, time.Now().Add(-time.Hour), 3); err != nil || sum.Read != 3 {
+		t.Fatalf("summary of window 3 read %d, %v", sum.Read, err)
+	}
+	// Deliveries created before since are not read.
+	if sum, err := f.pg.ClientDeliverySummary(f.ctx, c.ID, time.Now().Add(time.Hour), 100); err != nil || sum.Read != 0 {
+		t.Fatalf("summary since an hour ahead read %d, %v", sum.Read, err)
+	}
+
+	first, err := f.pg.ClientFailedDeliveries(f.ctx, c.ID, storage.Page{Limit: 1})
+	if err != nil || len(first) != 1 {
+		t.Fatalf("failed page 1 = %v, %v", first, err)
+	}
+	second, err := f.pg.ClientFailedDeliveries(f.ctx, c.ID, storage.Page{After: first[0].ID, Limit: 5})
+	if err != nil || len(second) != 1 {
+		t.Fatalf("failed page 2 = %v, %v", second, err)
+	}
+	got := []string{first[0].ID, second[0].ID}
+	slices.Sort(got)
+	slices.Sort(failed)
+	if !slices.Equal(got, failed) || first[0].ID < second[0].ID {
+		t.Fatalf("failed deliveries = %v, want %v newest first", got, failed)
+	}
+}
+
+func TestSensorChangesPerHour(t *testing.T) {
+	t.Parallel()
+	ch := storagetest.New(t).ClickHouse
+	ctx := context.Background()
+	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	one := 1
+	ev := func(id, typ, sensor string, at time.Time) storage.HistoryEvent {
+		return storage.HistoryEvent{ID: id, Type: typ, SensorID: sensor, Data: &one, At: at}
+	}
+	events := []storage.HistoryEvent{
+		ev("a1", "state_changed", "a", t0.Add(5*time.Minute)),
+		ev("a2", "state_changed", "a", t0.Add(59*time.Minute)),
+		ev("a3", "state_changed", "a", t0.Add(3*time.Hour)),
+		ev("a4", "connection_lost", "a", t0.Add(3*time.Hour)),
+		ev("b1", "state_changed", "b", t0.Add(time.Minute)),
+		ev("a0", "state_changed", "a", t0.Add(-time.Minute)),
+	}
+	// Twice: a replay counts once.
+	for range 2 {
+		if err := ch.InsertEvents(ctx, events); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := ch.SensorChangesPerHour(ctx, "a", t0, t0.Add(24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []storage.HourCount{{Hour: t0, Count: 2}, {Hour: t0.Add(3 * time.Hour), Count: 1}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("changes per hour = %v, want %v", got, want)
+	}
+}

@@ -1,0 +1,70 @@
+package storage
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Payloads stay under Postgres's limit whatever the number of members, carry
+// each member's messages in seq order, and read back as what was written.
+func TestInboxPayloadsRoundTrip(t *testing.T) {
+	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	one := 1
+	var added []addedMessage
+	members := make([]string, 700)
+	for i := range members {
+		members[i] = uuid.NewString()
+	}
+	// Two notifications of one client, listed in the order inboxWriteRows
+	// gives (by notification id: the later event's first), then a free-form one.
+	for n, notification := range []string{"0000-b", "0000-a"} {
+		for _, m := range members {
+			added = append(added, addedMessage{notification: notification, InboxMessage: InboxMessage{
+				ID: uuid.NewString(), MemberID: m, Seq: int64(2 - n), ClientID: "client", Type: "state_changed",
+				SensorID: "door", SensorAddress: "1 Main St", Data: &one, At: at, Severity: "info", Cause: CauseEvent, CreatedAt: at}})
+		}
+	}
+	big := json.RawMessage(`"` + strings.Repeat("x", 5000) + `"`)
+	for i, m := range members[:130] {
+		added = append(added, addedMessage{InboxMessage: InboxMessage{ID: fmt.Sprint(i), MemberID: m, Seq: 3,
+			ClientID: "client", Type: "note", Subject: "s", Message: big, At: at, Severity: "info", Cause: CauseEvent}})
+	}
+
+	payloads := inboxPayloads(added)
+	seen := map[string][]int64{}
+	var whole, pointers int
+	for _, p := range payloads {
+		if len(p) >= 8000 {
+			t.Fatalf("payload of %d bytes", len(p))
+		}
+		news := ParseInboxNews(p)
+		for _, m := range news.Messages {
+			if m.Type != "state_changed" || m.SensorAddress != "1 Main St" || *m.Data != 1 || !m.At.Equal(at) || m.ID == "" {
+				t.Fatalf("message read back: %+v", m)
+			}
+			seen[m.MemberID] = append(seen[m.MemberID], m.Seq)
+			whole++
+		}
+		for _, n := range news.Pointers {
+			seen[n.MemberID] = append(seen[n.MemberID], n.Seq)
+			pointers++
+		}
+	}
+	if whole != 1400 || pointers != 130 {
+		t.Fatalf("%d messages and %d pointers in %d payloads, want 1400 and 130", whole, pointers, len(payloads))
+	}
+	for i, m := range members {
+		want := []int64{1, 2}
+		if i < 130 {
+			want = append(want, 3)
+		}
+		if fmt.Sprint(seen[m]) != fmt.Sprint(want) {
+			t.Fatalf("member %d heard seqs %v, want %v", i, seen[m], want)
+		}
+	}
+}

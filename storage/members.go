@@ -1,0 +1,308 @@
+package storage
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// EmailPreference is how a member wants to hear by email of messages it has not
+// seen.
+type EmailPreference string
+
+// The email preferences.
+const (
+	EmailOff           EmailPreference = "off"
+	EmailOncePerUnread EmailPreference = "once_per_unread"
+	EmailDigest        EmailPreference = "digest"
+)
+
+// Valid reports whether p is one of the known preferences.
+func (p EmailPreference) Valid() bool {
+	return p == EmailOff || p == EmailOncePerUnread || p == EmailDigest
+}
+
+// MemberPreferences are a member's escalation preferences.
+type MemberPreferences struct {
+	Email EmailPreference `json:"email"`
+	Push  bool            `json:"push"`
+	// DigestTimes are wall-clock times ("09:00") in the member's timezone.
+	DigestTimes []string `json:"digest_times"`
+}
+
+// DefaultMemberPreferences returns the preferences of a member created without
+// any: an email once per unread episode, pushes, digests at 09:00 and 17:00.
+func DefaultMemberPreferences() MemberPreferences {
+	return MemberPreferences{Email: EmailOncePerUnread, Push: true, DigestTimes: []string{"09:00", "17:00"}}
+}
+
+// Member is a person of a client: it reads the client's notifications in an inbox
+// of its own.
+type Member struct {
+	ID       string
+	ClientID string
+	Name     string
+	// Email is empty when the member has no address.
+	Email string
+	// Timezone is an IANA name ("Europe/Paris"); UTC by default.
+	Timezone    string
+	Preferences MemberPreferences
+	PushTargets []PushTarget
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// MemberUpdate holds the fields of a member that PATCH may change; nil leaves a
+// field as it is. An empty Email removes the address; a non-nil PushTargets
+// replaces them all.
+type MemberUpdate struct {
+	Name        *string
+	Email       *string
+	Timezone    *string
+	Preferences *MemberPreferences
+	PushTargets *[]PushTarget
+}
+
+// Backfill says which of a client's recent messages a new member receives: those
+// of the last Window, at most Max of them (the newest). A zero Max gives none.
+type Backfill struct {
+	Window time.Duration
+	Max    int
+}
+
+// memberColumns are selected by every member query, in scanMember's order.
+const memberColumns = `m.id::text, m.client_id::text, m.name, coalesce(m.email, ''), m.timezone, m.preferences,
+	m.created_at, m.updated_at,
+	(SELECT coalesce(json_agg(json_build_object('platform', t.platform, 'push_key', t.push_key)
+	                          ORDER BY t.platform, t.push_key), '[]')
+	   FROM member_push_targets t WHERE t.member_id = m.id)`
+
+func scanMember(row pgx.Row) (Member, error) {
+	var (
+		m       Member
+		prefs   []byte
+		targets []byte
+	)
+	if err := row.Scan(&m.ID, &m.ClientID, &m.Name, &m.Email, &m.Timezone, &prefs, &m.CreatedAt, &m.UpdatedAt,
+		&targets); err != nil {
+		return Member{}, err
+	}
+	if err := json.Unmarshal(prefs, &m.Preferences); err != nil {
+		return Member{}, fmt.Errorf("decoding preferences: %w", err)
+	}
+	var decoded []struct {
+		Platform Platform `json:"platform"`
+		PushKey  string   `json:"push_key"`
+	}
+	if err := json.Unmarshal(targets, &decoded); err != nil {
+		return Member{}, fmt.Errorf("decoding push targets: %w", err)
+	}
+	m.PushTargets = make([]PushTarget, 0, len(decoded))
+	for _, t := range decoded {
+		m.PushTargets = append(m.PushTargets, PushTarget{Platform: t.Platform, PushKey: t.PushKey})
+	}
+	return m, nil
+}
+
+// newEpoch returns the epoch of a new inbox: random, so a client can tell an inbox
+// that was rebuilt from the one it knew.
+func newEpoch() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// CreateMember stores a new member of m.ClientID, whose bearer token hashes to
+// tokenHash, with an empty inbox, and copies into that inbox the client's
+// messages that backfill asks for, unseen, with cause new_member — all in one
+// transaction. It returns the member and how many messages it was given, or
+// ErrNotFound when the client does not exist.
+func (p *Postgres) CreateMember(ctx context.Context, m Member, tokenHash []byte, backfill Backfill) (Member, int, error) {
+	if uuid.Validate(m.ClientID) != nil {
+		return Member{}, 0, fmt.Errorf("creating member of client %s: %w", m.ClientID, ErrNotFound)
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Member{}, 0, fmt.Errorf("creating member id: %w", err)
+	}
+	prefs, err := json.Marshal(m.Preferences)
+	if err != nil {
+		return Member{}, 0, fmt.Errorf("encoding preferences: %w", err)
+	}
+	var copied int
+	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO members (id, client_id, name, email, timezone, preferences, token_hash)
+			VALUES ($1, $2, $3, nullif($4, ''), $5, $6, $7)`,
+			id, m.ClientID, m.Name, m.Email, m.Timezone, prefs, tokenHash); err != nil {
+			return mapError(err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO member_inbox (member_id, epoch) VALUES ($1, $2)`, id, newEpoch()); err != nil {
+			return err
+		}
+		if err := replaceMemberPushTargets(ctx, tx, id.String(), m.PushTargets); err != nil {
+			return err
+		}
+		copied, err = backfillInbox(ctx, tx, id.String(), m.ClientID, backfill)
+		return err
+	})
+	if err != nil {
+		return Member{}, 0, fmt.Errorf("creating member of client %s: %w", m.ClientID, err)
+	}
+	created, err := p.GetMember(ctx, id.String())
+	return created, copied, err
+}
+
+func replaceMemberPushTargets(ctx context.Context, tx pgx.Tx, memberID string, targets []PushTarget) error {
+	if _, err := tx.Exec(ctx, `DELETE FROM member_push_targets WHERE member_id = $1`, memberID); err != nil {
+		return fmt.Errorf("replacing push targets: %w", err)
+	}
+	if len(targets) == 0 {
+		return nil
+	}
+	platforms := make([]string, len(targets))
+	keys := make([]string, len(targets))
+	for i, t := range targets {
+		platforms[i], keys[i] = string(t.Platform), t.PushKey
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO member_push_targets (member_id, platform, push_key)
+		SELECT $1, platform, push_key FROM unnest($2::text[], $3::text[]) AS t (platform, push_key)
+		ON CONFLICT DO NOTHING`, memberID, platforms, keys)
+	if err != nil {
+		return fmt.Errorf("storing push targets: %w", mapError(err))
+	}
+	return nil
+}
+
+// GetMember returns the member, or ErrNotFound.
+func (p *Postgres) GetMember(ctx context.Context, id string) (Member, error) {
+	if uuid.Validate(id) != nil {
+		return Member{}, fmt.Errorf("getting member %s: %w", id, ErrNotFound)
+	}
+	m, err := scanMember(p.pool.QueryRow(ctx, `SELECT `+memberColumns+` FROM members m WHERE m.id = $1`, id))
+	if err != nil {
+		return Member{}, fmt.Errorf("getting member %s: %w", id, mapError(err))
+	}
+	return m, nil
+}
+
+// MemberByTokenHash returns the member whose token hashes to hash, or
+// ErrNotFound.
+func (p *Postgres) MemberByTokenHash(ctx context.Context, hash []byte) (Member, error) {
+	m, err := scanMember(p.pool.QueryRow(ctx, `SELECT `+memberColumns+` FROM members m WHERE m.token_hash = $1`, hash))
+	if err != nil {
+		return Member{}, fmt.Errorf("finding member by token: %w", mapError(err))
+	}
+	return m, nil
+}
+
+// ListClientMembers returns up to page.Limit members of the client ordered by id
+// (creation order), after page.After. It returns ErrNotFound when the client does
+// not exist.
+func (p *Postgres) ListClientMembers(ctx context.Context, clientID string, page Page) ([]Member, error) {
+	if _, err := p.GetClient(ctx, clientID); err != nil {
+		return nil, err
+	}
+	after := page.After
+	if after == "" {
+		after = uuid.Nil.String()
+	} else if uuid.Validate(after) != nil {
+		return nil, fmt.Errorf("listing members after %q: not a member id", after)
+	}
+	rows, err := p.pool.Query(ctx, `SELECT `+memberColumns+` FROM members m
+		WHERE m.client_id = $1 AND m.id > $2 ORDER BY m.id LIMIT $3`, clientID, after, page.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing members of client %s: %w", clientID, err)
+	}
+	members, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Member, error) { return scanMember(row) })
+	if err != nil {
+		return nil, fmt.Errorf("listing members of client %s: %w", clientID, err)
+	}
+	return members, nil
+}
+
+// UpdateMember changes the fields set in u and returns the member as it is now.
+func (p *Postgres) UpdateMember(ctx context.Context, id string, u MemberUpdate) (Member, error) {
+	if uuid.Validate(id) != nil {
+		return Member{}, fmt.Errorf("updating member %s: %w", id, ErrNotFound)
+	}
+	var prefs []byte
+	if u.Preferences != nil {
+		var err error
+		if prefs, err = json.Marshal(*u.Preferences); err != nil {
+			return Member{}, fmt.Errorf("encoding preferences: %w", err)
+		}
+	}
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+			UPDATE members SET
+				name = coalesce($2, name),
+				email = CASE WHEN $3::text IS NULL THEN email ELSE nullif($3, '') END,
+				timezone = coalesce($4, timezone),
+				preferences = coalesce($5::jsonb, preferences),
+				updated_at = now()
+			WHERE id = $1`, id, u.Name, u.Email, u.Timezone, prefs)
+		if err != nil {
+			return mapError(err)
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrNotFound
+		}
+		if u.PushTargets != nil {
+			return replaceMemberPushTargets(ctx, tx, id, *u.PushTargets)
+		}
+		return nil
+	})
+	if err != nil {
+		return Member{}, fmt.Errorf("updating member %s: %w", id, err)
+	}
+	return p.GetMember(ctx, id)
+}
+
+// RotateMemberToken makes tokenHash the member's only token: the old one stops
+// working at once.
+func (p *Postgres) RotateMemberToken(ctx context.Context, id string, tokenHash []byte) (Member, error) {
+	if uuid.Validate(id) != nil {
+		return Member{}, fmt.Errorf("rotating token of member %s: %w", id, ErrNotFound)
+	}
+	tag, err := p.pool.Exec(ctx, `UPDATE members SET token_hash = $2, updated_at = now() WHERE id = $1`, id, tokenHash)
+	if err != nil {
+		return Member{}, fmt.Errorf("rotating token of member %s: %w", id, mapError(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return Member{}, fmt.Errorf("rotating token of member %s: %w", id, ErrNotFound)
+	}
+	return p.GetMember(ctx, id)
+}
+
+// DeleteMember removes the member, its push targets, its inbox counter and its
+// messages.
+func (p *Postgres) DeleteMember(ctx context.Context, id string) error {
+	if uuid.Validate(id) != nil {
+		return fmt.Errorf("deleting member %s: %w", id, ErrNotFound)
+	}
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `DELETE FROM members WHERE id = $1`, id)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrNotFound
+		}
+		// The messages have no foreign key (see the migration); the primary key's
+		// leading member_id finds them in every partition.
+		_, err = tx.Exec(ctx, `DELETE FROM inbox_messages WHERE member_id = $1`, id)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("deleting member %s: %w", id, err)
+	}
+	return nil
+}

@@ -1,0 +1,401 @@
+package webapi
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockstream/lockstream/storage"
+)
+
+// hub feeds the streams connected to this process. It listens on Postgres
+// (storage.InboxChannel: NOTIFY sent by every inbox write in its transaction,
+// so heard only once committed, whichever process wrote). A new message that
+// comes whole in the notification and follows a stream's position right away
+// is queued in the stream's bounded buffer at once (direct delivery, no read).
+// Anything else — replay on connect, a pointer, a gap — marks the stream, and
+// the fetch loop reads what each marked stream is missing ("stored after its
+// position, in seq order"), in one query per batch of streams.
+//
+// Both paths queue only the seq right after the stream's position, so a stream
+// gets no gap and no duplicate whatever the timing of notifications and reads,
+// and a missed notification (the listening connection broke) costs only a
+// re-read of every stream. The hub never blocks on a stream: it reads for a stream only
+// what fits in its buffer; a stream whose buffer is full waits (stalled) until
+// its writer drains it, and a writer that cannot write within the write timeout
+// is cut off (the client resumes by replay). Memory is bounded by streams ×
+// buffer.
+type hub struct {
+	store   InboxStore
+	cfg     InboxConfig
+	logger  *slog.Logger
+	metrics *streamMetrics
+
+	mu      sync.Mutex
+	streams map[string]map[*subscriber]struct{} // by member id
+	dirty   map[*subscriber]struct{}
+	stopped bool
+	wake    chan struct{}
+	running atomic.Bool
+}
+
+// subscriber is one connected stream.
+type subscriber struct {
+	member string
+	// out is the stream's buffer; only the hub's fetch loop sends on it. It holds
+	// pointers: a buffer of values would cost its whole capacity of messages per
+	// stream, even idle.
+	out chan *storage.InboxMessage
+	// gone is closed when the hub drops the stream (shutdown).
+	gone     chan struct{}
+	goneOnce sync.Once
+	// stalled is set when the hub found the buffer full; the writer asks for
+	// more once it drained some.
+	stalled atomic.Bool
+	// replayUpTo is the newest seq when the stream connected: messages up to it
+	// are replayed, later ones direct.
+	replayUpTo int64
+
+	// Guarded by hub.mu.
+	pos int64  // the seq of the last message queued
+	gen uint64 // moves on with every notice, so a read that raced one is redone
+}
+
+func newHub(store InboxStore, cfg InboxConfig, metrics *streamMetrics, logger *slog.Logger) *hub {
+	return &hub{
+		store: store, cfg: cfg, logger: logger, metrics: metrics,
+		streams: map[string]map[*subscriber]struct{}{},
+		dirty:   map[*subscriber]struct{}{},
+		wake:    make(chan struct{}, 1),
+	}
+}
+
+// subscribe registers a stream of member positioned after seq pos; the hub
+// replays what follows at once.
+func (h *hub) subscribe(member string, pos, replayUpTo int64) *subscriber {
+	sub := &subscriber{member: member, out: make(chan *storage.InboxMessage, h.cfg.StreamBuffer),
+		gone: make(chan struct{}), replayUpTo: replayUpTo, pos: pos}
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		sub.drop()
+		return sub
+	}
+	if h.streams[member] == nil {
+		h.streams[member] = map[*subscriber]struct{}{}
+	}
+	h.streams[member][sub] = struct{}{}
+	h.dirty[sub] = struct{}{}
+	h.mu.Unlock()
+	h.metrics.connected.Inc()
+	h.signal()
+	return sub
+}
+
+// unsubscribe forgets a stream whose handler returned.
+func (h *hub) unsubscribe(sub *subscriber) {
+	h.mu.Lock()
+	if set := h.streams[sub.member]; set != nil {
+		if _, ok := set[sub]; ok {
+			delete(set, sub)
+			if len(set) == 0 {
+				delete(h.streams, sub.member)
+			}
+			h.metrics.connected.Dec()
+		}
+	}
+	delete(h.dirty, sub)
+	h.mu.Unlock()
+}
+
+func (sub *subscriber) drop() {
+	sub.goneOnce.Do(func() { close(sub.gone) })
+}
+
+func (h *hub) signal() {
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+// drained is called by a writer that emptied part of a stalled buffer.
+func (h *hub) drained(sub *subscriber) {
+	if !sub.stalled.CompareAndSwap(true, false) {
+		return
+	}
+	h.mu.Lock()
+	if _, ok := h.streams[sub.member][sub]; ok {
+		h.dirty[sub] = struct{}{}
+	}
+	h.mu.Unlock()
+	h.signal()
+}
+
+// notice serves news from Postgres. A message that follows a stream's position
+// right away is queued at once (direct delivery, no read); a pointer, or a
+// message after a gap (the stream is still replaying, or missed something) or
+// for a full buffer, marks the stream for the fetch loop to read.
+func (h *hub) notice(news storage.InboxNews) {
+	marked := false
+	h.mu.Lock()
+	for i := range news.Messages {
+		m := &news.Messages[i]
+		for sub := range h.streams[m.MemberID] {
+			switch {
+			case m.Seq <= sub.pos:
+			case m.Seq == sub.pos+1 && h.queue(sub, m):
+			default:
+				sub.gen++
+				h.dirty[sub] = struct{}{}
+				marked = true
+			}
+		}
+	}
+	for _, n := range news.Pointers {
+		for sub := range h.streams[n.MemberID] {
+			if n.Seq > sub.pos {
+				sub.gen++
+				h.dirty[sub] = struct{}{}
+				marked = true
+			}
+		}
+	}
+	h.mu.Unlock()
+	if marked {
+		h.signal()
+	}
+}
+
+// queue puts m in sub's buffer unless it is full; h.mu is held.
+func (h *hub) queue(sub *subscriber, m *storage.InboxMessage) bool {
+	select {
+	case sub.out <- m:
+		sub.pos = m.Seq
+		return true
+	default:
+		sub.stalled.Store(true)
+		h.metrics.stalls.Inc()
+		return false
+	}
+}
+
+// resync marks every stream: notifications may have been missed.
+func (h *hub) resync() {
+	h.mu.Lock()
+	for _, set := range h.streams {
+		for sub := range set {
+			sub.gen++
+			h.dirty[sub] = struct{}{}
+		}
+	}
+	h.mu.Unlock()
+	h.signal()
+}
+
+// run listens and fetches until ctx ends, then drops every stream so their
+// handlers return (the HTTP server's shutdown waits for them).
+func (h *hub) run(ctx context.Context) error {
+	if !h.running.CompareAndSwap(false, true) {
+		return errors.New("webapi: the stream hub is already running")
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { h.listen(ctx) })
+	h.fetchLoop(ctx)
+	wg.Wait()
+
+	h.mu.Lock()
+	h.stopped = true
+	for _, set := range h.streams {
+		for sub := range set {
+			sub.drop()
+		}
+	}
+	h.mu.Unlock()
+	return nil
+}
+
+// listen keeps a LISTEN open, re-reading every stream after each (re)connection.
+func (h *hub) listen(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := h.store.ListenInbox(ctx, func() {
+			h.metrics.listening.Set(1)
+			h.resync()
+		}, h.notice)
+		h.metrics.listening.Set(0)
+		if ctx.Err() != nil {
+			return
+		}
+		h.logger.WarnContext(ctx, "listening for inbox messages failed; listening again", "err", err,
+			"in", h.cfg.ListenRetry)
+		select {
+		case <-ctx.Done():
+		case <-time.After(h.cfg.ListenRetry):
+		}
+	}
+}
+
+// fetchJob is one stream's part of a fetch.
+type fetchJob struct {
+	sub   *subscriber
+	gen   uint64
+	limit int
+}
+
+// fetchLoop serves the marked streams, a batch at a time, until ctx ends.
+func (h *hub) fetchLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.wake:
+		}
+		for ctx.Err() == nil {
+			jobs, cursors := h.takeDirty()
+			if len(jobs) == 0 {
+				break
+			}
+			start := time.Now()
+			fctx, cancel := context.WithTimeout(ctx, h.cfg.StreamWriteTimeout)
+			messages, err := h.store.InboxAfter(fctx, cursors)
+			cancel()
+			h.metrics.fetchDuration.Observe(time.Since(start).Seconds())
+			if err != nil {
+				h.requeue(jobs)
+				if ctx.Err() != nil {
+					return
+				}
+				h.metrics.fetchErrors.Inc()
+				h.logger.ErrorContext(ctx, "reading inbox messages for streams failed; retrying",
+					"streams", len(jobs), "err", err)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(h.cfg.ListenRetry):
+				}
+				continue
+			}
+			h.deliver(jobs, messages)
+		}
+	}
+}
+
+// takeDirty takes up to FetchBatch marked streams that have room in their
+// buffer; a full one is left stalled until its writer drains it.
+func (h *hub) takeDirty() ([]fetchJob, []storage.InboxCursor) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var (
+		jobs    []fetchJob
+		cursors []storage.InboxCursor
+	)
+	for sub := range h.dirty {
+		if len(jobs) == h.cfg.StreamFetchBatch {
+			break
+		}
+		delete(h.dirty, sub)
+		free := cap(sub.out) - len(sub.out)
+		if free == 0 {
+			sub.stalled.Store(true)
+			h.metrics.stalls.Inc()
+			continue
+		}
+		jobs = append(jobs, fetchJob{sub: sub, gen: sub.gen, limit: free})
+		cursors = append(cursors, storage.InboxCursor{MemberID: sub.member, After: sub.pos, Limit: free})
+	}
+	return jobs, cursors
+}
+
+// requeue marks again the streams of a failed fetch.
+func (h *hub) requeue(jobs []fetchJob) {
+	h.mu.Lock()
+	for _, j := range jobs {
+		if _, ok := h.streams[j.sub.member][j.sub]; ok {
+			h.dirty[j.sub] = struct{}{}
+		}
+	}
+	h.mu.Unlock()
+}
+
+// deliver queues what a fetch read. A stream that got a full buffer's worth may
+// have more and stays marked, as does one noticed again while it was read.
+func (h *hub) deliver(jobs []fetchJob, messages [][]storage.InboxMessage) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, j := range jobs {
+		if _, ok := h.streams[j.sub.member][j.sub]; !ok {
+			continue // gone meanwhile
+		}
+		full := false
+		for k := range messages[i] {
+			m := &messages[i][k]
+			if m.Seq <= j.sub.pos {
+				continue // queued directly meanwhile
+			}
+			if !h.queue(j.sub, m) {
+				// Direct deliveries took the room this read counted on; what is
+				// left is read again once the writer drained some.
+				full = true
+				break
+			}
+		}
+		if !full && (len(messages[i]) == j.limit || j.sub.gen != j.gen) {
+			h.dirty[j.sub] = struct{}{}
+		}
+	}
+	if len(h.dirty) > 0 {
+		h.signal()
+	}
+}
+
+// streamMetrics are the live stream's Prometheus collectors.
+type streamMetrics struct {
+	connected     prometheus.Gauge
+	listening     prometheus.Gauge
+	sent          *prometheus.CounterVec
+	cutoffs       *prometheus.CounterVec
+	resets        prometheus.Counter
+	stalls        prometheus.Counter
+	fetchErrors   prometheus.Counter
+	fetchDuration prometheus.Histogram
+}
+
+func newStreamMetrics(reg prometheus.Registerer) (*streamMetrics, error) {
+	m := &streamMetrics{
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "lockstream_stream_connections", Help: "Live streams (GET /v1/stream) connected to this process."}),
+		listening: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "lockstream_stream_listening", Help: "1 while this process listens for new inbox messages on Postgres."}),
+		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockstream_stream_messages_sent_total",
+			Help: "Messages written to live streams: replayed (stored before the stream connected) or direct (arrived while connected).",
+		}, []string{"mode"}),
+		cutoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockstream_stream_cutoffs_total",
+			Help: "Streams ended by the server: slow (a write did not finish within the write timeout), shutdown.",
+		}, []string{"reason"}),
+		resets: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockstream_stream_resets_total", Help: "Streams told to reload: the messages they asked for are no longer stored."}),
+		stalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockstream_stream_stalls_total", Help: "Times a stream's buffer was found full: its reader is slower than its messages."}),
+		fetchErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockstream_stream_fetch_errors_total", Help: "Failed reads of inbox messages for streams (retried)."}),
+		fetchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "lockstream_stream_fetch_duration_seconds", Help: "Time of one read of inbox messages for a batch of streams.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 9)}),
+	}
+	for _, c := range []prometheus.Collector{m.connected, m.listening, m.sent, m.cutoffs, m.resets, m.stalls,
+		m.fetchErrors, m.fetchDuration} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	m.sent.WithLabelValues("direct")
+	m.sent.WithLabelValues("replayed")
+	return m, nil
+}

@@ -1,0 +1,484 @@
+package webapi
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+
+	"github.com/lockstream/lockstream/storage"
+)
+
+// MemberStore is the part of storage.Postgres the member routes and member
+// authentication use.
+type MemberStore interface {
+	CreateMember(ctx context.Context, m storage.Member, tokenHash []byte, backfill storage.Backfill) (storage.Member, int, error)
+	GetMember(ctx context.Context, id string) (storage.Member, error)
+	MemberByTokenHash(ctx context.Context, hash []byte) (storage.Member, error)
+	ListClientMembers(ctx context.Context, clientID string, page storage.Page) ([]storage.Member, error)
+	UpdateMember(ctx context.Context, id string, u storage.MemberUpdate) (storage.Member, error)
+	RotateMemberToken(ctx context.Context, id string, tokenHash []byte) (storage.Member, error)
+	DeleteMember(ctx context.Context, id string) error
+}
+
+// memberTokenPrefix starts every member token, so that one is recognised on
+// sight (in a log, a leaked file) and told apart from the admin token.
+const memberTokenPrefix = "lsm_"
+
+// newMemberToken returns a fresh member token, lsm_ and 32 random bytes in
+// base64url, and the hash stored in its place. An unsalted SHA-256 is enough:
+// the token is 256 random bits, so no dictionary or brute force applies.
+func newMemberToken() (token string, hash []byte) {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	token = memberTokenPrefix + base64.RawURLEncoding.EncodeToString(b)
+	return token, hashMemberToken(token)
+}
+
+func hashMemberToken(token string) []byte {
+	sum := sha256.Sum256([]byte(token))
+	return sum[:]
+}
+
+// memberBody is a member as the API shows it. Token is filled only in the answers
+// to creation and rotation.
+type memberBody struct {
+	ID          string           `json:"id"`
+	ClientID    string           `json:"client_id"`
+	Name        string           `json:"name"`
+	Email       *string          `json:"email"`
+	Timezone    string           `json:"timezone"`
+	Preferences preferencesBody  `json:"preferences"`
+	PushTargets []pushTargetBody `json:"push_targets"`
+	Token       string           `json:"token,omitempty"`
+	Backfilled  *int             `json:"backfilled,omitempty"`
+	CreatedAt   time.Time        `json:"created_at"`
+	UpdatedAt   time.Time        `json:"updated_at"`
+}
+
+// preferencesBody is a member's preferences as the API shows them.
+type preferencesBody struct {
+	Email       string   `json:"email"`
+	Push        bool     `json:"push"`
+	DigestTimes []string `json:"digest_times"`
+}
+
+func renderMember(m storage.Member) memberBody {
+	body := memberBody{
+		ID:       m.ID,
+		ClientID: m.ClientID,
+		Name:     m.Name,
+		Timezone: m.Timezone,
+		Preferences: preferencesBody{Email: string(m.Preferences.Email), Push: m.Preferences.Push,
+			DigestTimes: m.Preferences.DigestTimes},
+		PushTargets: make([]pushTargetBody, 0, len(m.PushTargets)),
+		CreatedAt:   m.CreatedAt.UTC(),
+		UpdatedAt:   m.UpdatedAt.UTC(),
+	}
+	if body.Preferences.DigestTimes == nil {
+		body.Preferences.DigestTimes = []string{}
+	}
+	if m.Email != "" {
+		email := m.Email
+		body.Email = &email
+	}
+	for _, t := range m.PushTargets {
+		body.PushTargets = append(body.PushTargets, pushTargetBody{Platform: string(t.Platform), PushKey: t.PushKey})
+	}
+	return body
+}
+
+func memberKey(m storage.Member) string { return m.ID }
+
+// maxDigestTimes bounds a member's digest times: more than one an hour is not a
+// digest.
+const maxDigestTimes = 24
+
+// digestTime is a wall-clock time, HH:MM on 24 hours.
+var digestTime = regexp.MustCompile(`^([01][0-9]|2[0-3]):[0-5][0-9]$`)
+
+// preferencesRequest is the preferences object of a request; pointers tell
+// missing fields, which keep their current (or default) value.
+type preferencesRequest struct {
+	Email       *string  `json:"email"`
+	Push        *bool    `json:"push"`
+	DigestTimes []string `json:"digest_times"`
+}
+
+// checkPreferences validates req and applies it over base.
+func checkPreferences(errs *fieldErrors, req *preferencesRequest, base storage.MemberPreferences) storage.MemberPreferences {
+	prefs := base
+	if req == nil {
+		return prefs
+	}
+	if req.Email != nil {
+		if p := storage.EmailPreference(*req.Email); p.Valid() {
+			prefs.Email = p
+		} else {
+			errs.add("preferences.email", "must be off, once_per_unread or digest, got %q", *req.Email)
+		}
+	}
+	if req.Push != nil {
+		prefs.Push = *req.Push
+	}
+	if req.DigestTimes != nil {
+		if len(req.DigestTimes) > maxDigestTimes {
+			errs.add("preferences.digest_times", "at most %d times", maxDigestTimes)
+		}
+		seen := map[string]bool{}
+		times := make([]string, 0, len(req.DigestTimes))
+		for i, d := range req.DigestTimes {
+			switch {
+			case !digestTime.MatchString(d):
+				errs.add(fmt.Sprintf("preferences.digest_times[%d]", i), "must be a time HH:MM on 24 hours, got %q", d)
+			case seen[d]:
+				errs.add(fmt.Sprintf("preferences.digest_times[%d]", i), "%s is given twice", d)
+			default:
+				seen[d] = true
+				times = append(times, d)
+			}
+		}
+		prefs.DigestTimes = times
+	}
+	return prefs
+}
+
+// checkTimezone accepts an IANA time zone name that this machine knows.
+func checkTimezone(errs *fieldErrors, tz string) {
+	// LoadLocation also accepts "" and "Local", which name no zone a member lives in.
+	if tz == "" || tz == "Local" {
+		errs.add("timezone", "must be an IANA time zone name such as Europe/Paris or UTC, got %q", tz)
+		return
+	}
+	if _, err := time.LoadLocation(tz); err != nil {
+		errs.add("timezone", "must be an IANA time zone name such as Europe/Paris or UTC: %v", err)
+	}
+}
+
+// memberFromPath returns the {id} of the route, or a 404 when it cannot name a
+// member.
+func memberFromPath(r *http.Request) (string, error) {
+	id := chi.URLParam(r, "id")
+	if uuid.Validate(id) != nil {
+		return "", notFound("member %q not found: a member id is a UUID", id)
+	}
+	return id, nil
+}
+
+func memberNotFound(id string) error {
+	return notFound("member %q not found", id)
+}
+
+// membersDisabled is the 503 of the member and inbox routes on a server built
+// without them (see WithInbox).
+func membersDisabled() error {
+	return unavailable("members and their inboxes are disabled: the server has no member store")
+}
+
+// createMember handles POST /v1/clients/{id}/members. The answer is the only one,
+// with rotation's, that shows the member's token.
+func (s *Server) createMember(w http.ResponseWriter, r *http.Request) error {
+	if s.members == nil {
+		return membersDisabled()
+	}
+	clientID, err := clientFromPath(r)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		Name        *string             `json:"name"`
+		Email       *string             `json:"email"`
+		PushTargets []pushTargetRequest `json:"push_targets"`
+		Timezone    *string             `json:"timezone"`
+		Preferences *preferencesRequest `json:"preferences"`
+	}
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	var errs fieldErrors
+	m := storage.Member{ClientID: clientID, Timezone: "UTC"}
+	if req.Name == nil {
+		errs.add("name", "is required")
+	} else {
+		checkName(&errs, *req.Name)
+		m.Name = *req.Name
+	}
+	if req.Email != nil && *req.Email != "" {
+		checkEmail(&errs, *req.Email)
+		m.Email = *req.Email
+	}
+	if req.Timezone != nil {
+		checkTimezone(&errs, *req.Timezone)
+		m.Timezone = *req.Timezone
+	}
+	m.Preferences = checkPreferences(&errs, req.Preferences, storage.DefaultMemberPreferences())
+	m.PushTargets = checkPushTargets(&errs, req.PushTargets)
+	if err := errs.err(); err != nil {
+		return err
+	}
+
+	token, hash := newMemberToken()
+	created, backfilled, err := s.members.CreateMember(r.Context(), m, hash,
+		storage.Backfill{Window: s.inboxCfg.NewMemberWindow, Max: NewMemberMaxMessages})
+	if errors.Is(err, storage.ErrNotFound) {
+		return clientNotFound(clientID)
+	}
+	if err != nil {
+		return fmt.Errorf("creating member: %w", err)
+	}
+	body := renderMember(created)
+	body.Token = token
+	body.Backfilled = &backfilled
+	w.Header().Set("Location", "/v1/members/"+url.PathEscape(created.ID))
+	return writeJSON(w, http.StatusCreated, body)
+}
+
+// listClientMembers handles GET /v1/clients/{id}/members.
+func (s *Server) listClientMembers(w http.ResponseWriter, r *http.Request) error {
+	if s.members == nil {
+		return membersDisabled()
+	}
+	clientID, err := clientFromPath(r)
+	if err != nil {
+		return err
+	}
+	p, err := parsePage(r, func(key string) bool { return uuid.Validate(key) == nil })
+	if err != nil {
+		return err
+	}
+	members, err := s.members.ListClientMembers(r.Context(), clientID, storage.Page{After: p.after, Limit: p.limit + 1})
+	if errors.Is(err, storage.ErrNotFound) {
+		return clientNotFound(clientID)
+	}
+	if err != nil {
+		return fmt.Errorf("listing members: %w", err)
+	}
+	return writeJSON(w, http.StatusOK, newPageBody(members, p.limit, memberKey, renderMember))
+}
+
+// getMember handles GET /v1/members/{id}.
+func (s *Server) getMember(w http.ResponseWriter, r *http.Request) error {
+	if s.members == nil {
+		return membersDisabled()
+	}
+	id, err := memberFromPath(r)
+	if err != nil {
+		return err
+	}
+	m, err := s.members.GetMember(r.Context(), id)
+	if errors.Is(err, storage.ErrNotFound) {
+		return memberNotFound(id)
+	}
+	if err != nil {
+		return fmt.Errorf("getting member: %w", err)
+	}
+	return writeJSON(w, http.StatusOK, renderMember(m))
+}
+
+// updateMember handles PATCH /v1/members/{id}. email null or "" removes the
+// address; push_targets replaces them all; preferences changes the fields given.
+func (s *Server) updateMember(w http.ResponseWriter, r *http.Request) error {
+	if s.members == nil {
+		return membersDisabled()
+	}
+	id, err := memberFromPath(r)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		Name        optional[string]              `json:"name"`
+		Email       optional[string]              `json:"email"`
+		Timezone    optional[string]              `json:"timezone"`
+		Preferences optional[preferencesRequest]  `json:"preferences"`
+		PushTargets optional[[]pushTargetRequest] `json:"push_targets"`
+	}
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	current, err := s.members.GetMember(r.Context(), id)
+	if errors.Is(err, storage.ErrNotFound) {
+		return memberNotFound(id)
+	}
+	if err != nil {
+		return fmt.Errorf("getting member: %w", err)
+	}
+	update, err := memberUpdate(current, req.Name, req.Email, req.Timezone, req.Preferences, req.PushTargets)
+	if err != nil {
+		return err
+	}
+	updated, err := s.members.UpdateMember(r.Context(), id, update)
+	if errors.Is(err, storage.ErrNotFound) {
+		return memberNotFound(id)
+	}
+	if err != nil {
+		return fmt.Errorf("updating member: %w", err)
+	}
+	return writeJSON(w, http.StatusOK, renderMember(updated))
+}
+
+// memberUpdate validates a PATCH of current into an update, or a 422.
+func memberUpdate(current storage.Member, name, email, tz optional[string], prefs optional[preferencesRequest],
+	targets optional[[]pushTargetRequest]) (storage.MemberUpdate, error) {
+	var (
+		errs   fieldErrors
+		update storage.MemberUpdate
+	)
+	switch {
+	case name.null:
+		errs.add("name", "must not be null")
+	case name.set:
+		checkName(&errs, name.value)
+		update.Name = &name.value
+	}
+	if email.set {
+		address := email.value // "" when null: both remove the address.
+		if address != "" {
+			checkEmail(&errs, address)
+		}
+		update.Email = &address
+	}
+	switch {
+	case tz.null:
+		errs.add("timezone", "must not be null")
+	case tz.set:
+		checkTimezone(&errs, tz.value)
+		update.Timezone = &tz.value
+	}
+	switch {
+	case prefs.null:
+		errs.add("preferences", "must not be null")
+	case prefs.set:
+		p := checkPreferences(&errs, &prefs.value, current.Preferences)
+		update.Preferences = &p
+	}
+	if targets.set {
+		t := checkPushTargets(&errs, targets.value)
+		update.PushTargets = &t
+	}
+	return update, errs.err()
+}
+
+// deleteMember handles DELETE /v1/members/{id}: the member, its token and its
+// inbox go.
+func (s *Server) deleteMember(w http.ResponseWriter, r *http.Request) error {
+	if s.members == nil {
+		return membersDisabled()
+	}
+	id, err := memberFromPath(r)
+	if err != nil {
+		return err
+	}
+	err = s.members.DeleteMember(r.Context(), id)
+	if errors.Is(err, storage.ErrNotFound) {
+		return memberNotFound(id)
+	}
+	if err != nil {
+		return fmt.Errorf("deleting member: %w", err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// rotateMemberToken handles POST /v1/members/{id}/token: a new token, shown in
+// the answer, replaces the old one, which stops working at once.
+func (s *Server) rotateMemberToken(w http.ResponseWriter, r *http.Request) error {
+	if s.members == nil {
+		return membersDisabled()
+	}
+	id, err := memberFromPath(r)
+	if err != nil {
+		return err
+	}
+	token, hash := newMemberToken()
+	m, err := s.members.RotateMemberToken(r.Context(), id, hash)
+	if errors.Is(err, storage.ErrNotFound) {
+		return memberNotFound(id)
+	}
+	if err != nil {
+		return fmt.Errorf("rotating member token: %w", err)
+	}
+	body := renderMember(m)
+	body.Token = token
+	return writeJSON(w, http.StatusOK, body)
+}
+
+// isAdminToken reports whether token is the admin token, comparing hashes in
+// constant time so that neither content nor length leaks through timing.
+func (s *Server) isAdminToken(token string) bool {
+	got := sha256.Sum256([]byte(token))
+	want := sha256.Sum256([]byte(s.cfg.AdminToken))
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
+}
+
+// memberContextKey carries the member a request acts for.
+type memberContextKey struct{}
+
+// actingMember returns the member the request acts for, set by requireMember.
+func actingMember(r *http.Request) string {
+	id, _ := r.Context().Value(memberContextKey{}).(string)
+	return id
+}
+
+// requireMember lets through requests bearing a member token, acting for that
+// member, and requests bearing the admin token with ?user=<member id>, acting
+// for that member. A member token with ?user= is refused: a member acts for
+// itself only, and its URLs carry no member id. With adminAllowed false, only a
+// member token passes.
+func (s *Server) requireMember(adminAllowed bool) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return s.handle(func(w http.ResponseWriter, r *http.Request) error {
+			if s.members == nil {
+				return membersDisabled()
+			}
+			token, ok := bearerToken(r)
+			if !ok {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="lockstream"`)
+				return newProblem(http.StatusUnauthorized, problemUnauthorized,
+					"this route needs an Authorization: Bearer <member token> header")
+			}
+			user, hasUser := r.URL.Query()["user"]
+			var member string
+			switch {
+			case strings.HasPrefix(token, memberTokenPrefix):
+				if hasUser {
+					return invalidParameter("user is for the admin token only: a member token acts for its member")
+				}
+				m, err := s.members.MemberByTokenHash(r.Context(), hashMemberToken(token))
+				if errors.Is(err, storage.ErrNotFound) {
+					w.Header().Set("WWW-Authenticate", `Bearer realm="lockstream", error="invalid_token"`)
+					return newProblem(http.StatusUnauthorized, problemUnauthorized, "the member token is not valid")
+				}
+				if err != nil {
+					return fmt.Errorf("authenticating a member: %w", err)
+				}
+				member = m.ID
+			case adminAllowed && s.isAdminToken(token):
+				if !hasUser || len(user) != 1 || user[0] == "" {
+					return invalidParameter("the admin token acts for a member: add ?user=<member id>")
+				}
+				if _, err := s.members.GetMember(r.Context(), user[0]); errors.Is(err, storage.ErrNotFound) {
+					return memberNotFound(user[0])
+				} else if err != nil {
+					return fmt.Errorf("finding member %s: %w", user[0], err)
+				}
+				member = user[0]
+			default:
+				w.Header().Set("WWW-Authenticate", `Bearer realm="lockstream", error="invalid_token"`)
+				return newProblem(http.StatusUnauthorized, problemUnauthorized, "the bearer token is not a member token")
+			}
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), memberContextKey{}, member)))
+			return nil
+		})
+	}
+}

@@ -1,0 +1,386 @@
+package webapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+
+	"github.com/lockstream/lockstream/storage"
+)
+
+// InboxStore is the part of storage.Postgres the inbox, free-form notification
+// and stream routes use.
+type InboxStore interface {
+	ListInbox(ctx context.Context, q storage.InboxQuery) (int, []storage.InboxMessage, error)
+	GetInboxMessage(ctx context.Context, memberID, id string) (storage.InboxMessage, error)
+	MarkInbox(ctx context.Context, memberID string, action storage.InboxAction, ids []string, all bool) (int, error)
+	RecordNotification(ctx context.Context, n storage.FreeFormNotification) (storage.RecordedNotification, error)
+	GetInboxState(ctx context.Context, memberID string) (storage.InboxState, error)
+	AckInbox(ctx context.Context, memberID string, seq int64) error
+	InboxAfter(ctx context.Context, cursors []storage.InboxCursor) ([][]storage.InboxMessage, error)
+	ListenInbox(ctx context.Context, ready func(), notice func(storage.InboxNews)) error
+}
+
+// sensorRef is a message's sensor.
+type sensorRef struct {
+	ID      string `json:"id"`
+	Address string `json:"address"`
+}
+
+// messageBody is an inbox message as the API (and the stream) shows it.
+type messageBody struct {
+	ID       string          `json:"id"`
+	Seq      int64           `json:"seq"`
+	Type     string          `json:"type"`
+	Sensor   *sensorRef      `json:"sensor"`
+	Data     *int            `json:"data"`
+	Previous *int            `json:"previous"`
+	At       time.Time       `json:"at"`
+	Severity string          `json:"severity"`
+	Seen     bool            `json:"seen"`
+	SeenAt   *time.Time      `json:"seen_at"`
+	Cause    string          `json:"cause"`
+	Subject  string          `json:"subject"`
+	Message  json.RawMessage `json:"message"`
+}
+
+func renderMessage(m storage.InboxMessage) messageBody {
+	body := messageBody{
+		ID: m.ID, Seq: m.Seq, Type: m.Type, Data: m.Data, Previous: m.Previous, At: m.At.UTC(),
+		Severity: m.Severity, Seen: m.SeenAt != nil, Cause: m.Cause, Subject: m.Subject, Message: m.Message,
+	}
+	if m.SeenAt != nil {
+		at := m.SeenAt.UTC()
+		body.SeenAt = &at
+	}
+	if m.SensorID != "" {
+		body.Sensor = &sensorRef{ID: m.SensorID, Address: m.SensorAddress}
+		body.Subject, body.Message = describeSensorMessage(m)
+	}
+	if body.Message == nil {
+		body.Message = json.RawMessage("null")
+	}
+	return body
+}
+
+// describeSensorMessage writes the subject and text of a sensor event's message,
+// as a person reads them. data 1 is locked, 0 unlocked.
+func describeSensorMessage(m storage.InboxMessage) (string, json.RawMessage) {
+	where := m.SensorID
+	if m.SensorAddress != "" {
+		where = fmt.Sprintf("%s (%s)", m.SensorAddress, m.SensorID)
+	}
+	state := func(v *int) string {
+		switch {
+		case v == nil:
+			return "unknown"
+		case *v == 1:
+			return "locked"
+		default:
+			return "unlocked"
+		}
+	}
+	var subject, text string
+	switch m.Type {
+	case "state_changed":
+		subject = fmt.Sprintf("%s %s", m.SensorID, state(m.Data))
+		text = fmt.Sprintf("The lock at %s was %s.", where, state(m.Data))
+	case "connection_lost":
+		subject = fmt.Sprintf("%s lost its connection", m.SensorID)
+		text = fmt.Sprintf("The lock at %s stopped reporting; it was last %s.", where, state(m.Data))
+	case "connection_restored":
+		subject = fmt.Sprintf("%s is back online", m.SensorID)
+		text = fmt.Sprintf("The lock at %s reports again.", where)
+	default:
+		subject = fmt.Sprintf("%s: %s", m.SensorID, m.Type)
+		text = fmt.Sprintf("%s at %s.", m.Type, where)
+	}
+	encoded, _ := json.Marshal(text) // a string always encodes
+	return subject, encoded
+}
+
+// messagesBody is the answer of GET /v1/messages; Messages is absent with
+// count-only.
+type messagesBody struct {
+	Total    int            `json:"total"`
+	Messages *[]messageBody `json:"messages,omitempty"`
+}
+
+// messagesParameters are the query parameters GET /v1/messages knows; any other
+// is a 400, so that a typo is not silently ignored.
+var messagesParameters = []string{"limit", "offset", "seen", "sort-field", "sort-dir", "message-type", "count-only", "user"}
+
+// parseMessagesQuery reads and validates GET /v1/messages's parameters, naming
+// the first bad one in a 400.
+func parseMessagesQuery(r *http.Request, memberID string) (storage.InboxQuery, error) {
+	q := storage.InboxQuery{MemberID: memberID, Sort: storage.SortTimestamp, Descending: true, Limit: maxLimit}
+	values := r.URL.Query()
+	for name, v := range values {
+		if !slices.Contains(messagesParameters, name) {
+			return q, invalidParameter("unknown parameter %q: GET /v1/messages takes %s", name, strings.Join(messagesParameters, ", "))
+		}
+		if len(v) != 1 {
+			return q, invalidParameter("%s is given %d times; give it once", name, len(v))
+		}
+	}
+	var err error
+	if raw := values.Get("limit"); raw != "" {
+		n, perr := strconv.Atoi(raw)
+		if perr != nil || n < 1 || n > maxLimit {
+			return q, invalidParameter("limit must be an integer from 1 to %d, got %q", maxLimit, raw)
+		}
+		q.Limit = n
+	}
+	if raw := values.Get("offset"); raw != "" {
+		n, perr := strconv.Atoi(raw)
+		if perr != nil || n < 0 {
+			return q, invalidParameter("offset must be an integer of 0 or more, got %q", raw)
+		}
+		q.Offset = n
+	}
+	if q.IncludeSeen, err = boolParameter(values, "seen"); err != nil {
+		return q, err
+	}
+	if q.CountOnly, err = boolParameter(values, "count-only"); err != nil {
+		return q, err
+	}
+	switch raw := values.Get("sort-field"); raw {
+	case "":
+	case string(storage.SortTimestamp), string(storage.SortType), string(storage.SortSensor):
+		q.Sort = storage.InboxSort(raw)
+	default:
+		return q, invalidParameter("sort-field must be timestamp, type or sensor, got %q", raw)
+	}
+	switch raw := values.Get("sort-dir"); raw {
+	case "", "desc":
+	case "asc":
+		q.Descending = false
+	default:
+		return q, invalidParameter("sort-dir must be asc or desc, got %q", raw)
+	}
+	if raw, ok := values["message-type"]; ok {
+		if !storage.ValidMessageType(raw[0]) {
+			return q, invalidParameter("message-type must be a message type (1 to 64 letters, digits, '_' or '-'), got %q", raw[0])
+		}
+		q.Type = raw[0]
+	}
+	return q, nil
+}
+
+// boolParameter reads a true/false parameter; absent is false.
+func boolParameter(values map[string][]string, name string) (bool, error) {
+	raw, ok := values[name]
+	if !ok {
+		return false, nil
+	}
+	switch raw[0] {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
+	}
+	return false, invalidParameter("%s must be true or false, got %q", name, raw[0])
+}
+
+// listMessages handles GET /v1/messages: the acting member's messages, with
+// total counting every match (not the page).
+func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) error {
+	if s.inbox == nil {
+		return membersDisabled()
+	}
+	q, err := parseMessagesQuery(r, actingMember(r))
+	if err != nil {
+		return err
+	}
+	total, messages, err := s.inbox.ListInbox(r.Context(), q)
+	if err != nil {
+		return fmt.Errorf("listing messages: %w", err)
+	}
+	body := messagesBody{Total: total}
+	if !q.CountOnly {
+		rendered := make([]messageBody, 0, len(messages))
+		for _, m := range messages {
+			rendered = append(rendered, renderMessage(m))
+		}
+		body.Messages = &rendered
+	}
+	return writeJSON(w, http.StatusOK, body)
+}
+
+// messageFromPath returns the {id} of the route, or a 404 when it cannot name a
+// message.
+func messageFromPath(r *http.Request) (string, error) {
+	id := chi.URLParam(r, "id")
+	if uuid.Validate(id) != nil {
+		return "", notFound("message %q not found: a message id is a UUID", id)
+	}
+	return id, nil
+}
+
+// onlyUserParameter refuses any query parameter but user on the routes of one
+// message.
+func onlyUserParameter(r *http.Request) error {
+	for name := range r.URL.Query() {
+		if name != "user" {
+			return invalidParameter("unknown parameter %q", name)
+		}
+	}
+	return nil
+}
+
+// getMessage handles GET /v1/messages/{id}. Another member's message is a 404,
+// as is a deleted one.
+func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) error {
+	if s.inbox == nil {
+		return membersDisabled()
+	}
+	id, err := messageFromPath(r)
+	if err != nil {
+		return err
+	}
+	if err := onlyUserParameter(r); err != nil {
+		return err
+	}
+	m, err := s.inbox.GetInboxMessage(r.Context(), actingMember(r), id)
+	if errors.Is(err, storage.ErrNotFound) {
+		return notFound("message %q not found", id)
+	}
+	if err != nil {
+		return fmt.Errorf("getting message: %w", err)
+	}
+	return writeJSON(w, http.StatusOK, renderMessage(m))
+}
+
+// markMessage handles POST /v1/messages/{id}/seen and /unseen and DELETE
+// /v1/messages/{id}: 204, or 404 for a message the member does not have.
+func (s *Server) markMessage(action storage.InboxAction) apiHandler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if s.inbox == nil {
+			return membersDisabled()
+		}
+		id, err := messageFromPath(r)
+		if err != nil {
+			return err
+		}
+		if err := onlyUserParameter(r); err != nil {
+			return err
+		}
+		n, err := s.inbox.MarkInbox(r.Context(), actingMember(r), action, []string{id}, false)
+		if err != nil {
+			return fmt.Errorf("marking message %s: %w", action, err)
+		}
+		if n == 0 {
+			return notFound("message %q not found", id)
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+}
+
+// maxBulkIDs bounds the ids of one bulk request; all_notifications covers more.
+const maxBulkIDs = 1000
+
+// markMessages handles POST /v1/messages/seen and /delete: the messages ids, or
+// every message of the member with all_notifications (ids are then ignored), in
+// one statement. Ids the member does not have are skipped.
+func (s *Server) markMessages(action storage.InboxAction) apiHandler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if s.inbox == nil {
+			return membersDisabled()
+		}
+		if err := onlyUserParameter(r); err != nil {
+			return err
+		}
+		var req struct {
+			IDs              []string `json:"ids"`
+			AllNotifications bool     `json:"all_notifications"`
+		}
+		if err := s.decodeJSON(w, r, &req); err != nil {
+			return err
+		}
+		if !req.AllNotifications {
+			var errs fieldErrors
+			switch {
+			case len(req.IDs) == 0:
+				errs.add("ids", "give the message ids, or all_notifications: true")
+			case len(req.IDs) > maxBulkIDs:
+				errs.add("ids", "at most %d ids; all_notifications covers every message", maxBulkIDs)
+			}
+			for i, id := range req.IDs {
+				if uuid.Validate(id) != nil {
+					errs.add(fmt.Sprintf("ids[%d]", i), "must be a message id (a UUID), got %q", id)
+				}
+			}
+			if err := errs.err(); err != nil {
+				return err
+			}
+		}
+		if _, err := s.inbox.MarkInbox(r.Context(), actingMember(r), action, req.IDs, req.AllNotifications); err != nil {
+			return fmt.Errorf("marking messages %s: %w", action, err)
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+}
+
+// notificationRequest is a free-form notification as POST /v1/notifications
+// takes it.
+type notificationRequest struct {
+	ClientID string          `json:"client_id"`
+	MemberID string          `json:"member_id"`
+	Type     string          `json:"type"`
+	Subject  string          `json:"subject"`
+	Message  json.RawMessage `json:"message"`
+	Email    bool            `json:"email"`
+}
+
+// notificationRecorded is the answer of POST /v1/notifications.
+type notificationRecorded struct {
+	// Messages is the number of inbox messages added, one per member reached.
+	Messages int `json:"messages"`
+	// Emails is the number of emails queued (members with an address, when email
+	// was asked for).
+	Emails int `json:"emails"`
+}
+
+// createNotification handles POST /v1/notifications (admin): a free-form
+// notification into the inbox of a member or of every member of a client,
+// recorded before the 202.
+func (s *Server) createNotification(w http.ResponseWriter, r *http.Request) error {
+	if s.inbox == nil {
+		return membersDisabled()
+	}
+	var req notificationRequest
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	n := storage.FreeFormNotification{ClientID: req.ClientID, MemberID: req.MemberID, Type: req.Type,
+		Subject: req.Subject, Message: req.Message, Email: req.Email}
+	var errs fieldErrors
+	for _, fe := range n.Check() {
+		errs.add(fe.Field, "%s", fe.Detail)
+	}
+	if err := errs.err(); err != nil {
+		return err
+	}
+	recorded, err := s.inbox.RecordNotification(r.Context(), n)
+	if errors.Is(err, storage.ErrNotFound) {
+		if req.MemberID != "" {
+			return memberNotFound(req.MemberID)
+		}
+		return clientNotFound(req.ClientID)
+	}
+	if err != nil {
+		return fmt.Errorf("recording a notification: %w", err)
+	}
+	return writeJSON(w, http.StatusAccepted, notificationRecorded{Messages: recorded.Messages, Emails: recorded.Emails})
+}
