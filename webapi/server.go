@@ -282,20 +282,20 @@ func WithDeliveries(store DeliveryStore, attempts DeliveryAttempts) Option {
 
 // Server serves the HTTP API. Build it with New.
 type Server struct {
-	cfg       Config
-	registry  Registry
-	checks    map[string]Pinger
-	gatherer  prometheus.Gatherer
-	logger    *slog.Logger
-	status    SensorStatus
-	observer  SensorObserver
-	lost      LostSensors
-	publisher ReadingPublisher
-	history   History
-	metrics   *metrics
-	handler   http.Handler
+	cfg      Config
+	registry Registry
+	checks   map[string]Pinger
+	gatherer prometheus.Gatherer
+	logger   *slog.Logger
+	status   SensorStatus
+	observer SensorObserver
+	lost     LostSensors
 	// unregistered serves GET /v1/sensors/unregistered; see WithUnregistered.
 	unregistered UnregisteredSensors
+	publisher    ReadingPublisher
+	history      History
+	metrics      *metrics
+	handler      http.Handler
 
 	// deliveries and attempts serve the delivery routes; see WithDeliveries.
 	deliveries DeliveryStore

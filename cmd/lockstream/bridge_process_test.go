@@ -155,13 +155,19 @@ func TestProcessBridgeReadingsChangeState(t *testing.T) {
 	h := newHarness(t, append(storeSettings(kafka, stores.PostgresURL, stores.ClickHouseURL, stores.RedisURL, stores.RedisPrefix), env...)...)
 	o := offsets{t: t, client: streamtest.Client(t, kafka)}
 
+	fleet := newBridgeFleet(7, 150, 8)
+	var ids []string
+	for sensor := range fleet.last() {
+		ids = append(ids, sensor)
+	}
+	storagetest.CreateSensors(t, stores.PostgresURL, ids...) // only registered sensors have a state
+
 	h.start("consume", "consume")
 	bridge := h.start("bridge", "bridge")
 	h.waitFor("the bridges to subscribe", func() (bool, string) {
 		out := bridge.out.String()
 		return strings.Contains(out, `msg="amqp bridge consuming"`) && strings.Contains(out, `msg="mqtt subscribed"`), "not yet"
 	})
-	fleet := newBridgeFleet(7, 150, 8)
 	var published atomic.Int64
 	publishFleet(t, fleet, names, 0, true, &published).Wait()
 	total := int64(len(fleet.amqp) + len(fleet.mqtt))

@@ -38,20 +38,14 @@ AUTH="Authorization: Bearer $LOCKSTREAM_ADMIN_TOKEN"
 LOG="$LOCKSTREAM_DATA_DIR/demo.log"
 
 # The demo keeps its state in stores of its own (a Postgres database, a ClickHouse
-# database, a Redis prefix), tied to its data folder: the consumer recognises replays by
-# Kafka offsets, so state from an earlier broker log must not meet a fresh one. A fresh
-# data folder therefore starts from empty stores.
+# database, a Redis prefix). They may outlive the data folder: a fresh embedded broker
+# log has new topic ids, and the consumer orders readings by offset only within one
+# topic id (DESIGN.md, "Topic identity"), so readings on the new log are applied.
 if [ -z "${LOCKSTREAM_PG_URL:-}${LOCKSTREAM_CLICKHOUSE_URL:-}${LOCKSTREAM_REDIS_PREFIX:-}" ]; then
   export LOCKSTREAM_PG_URL="postgres://lockstream:lockstream@127.0.0.1:5432/lockstream_demo?sslmode=disable"
   export LOCKSTREAM_CLICKHOUSE_URL="clickhouse://127.0.0.1:9000/lockstream_demo"
   export LOCKSTREAM_REDIS_PREFIX="lockstream_demo:"
   admin_pg="postgres://lockstream:lockstream@127.0.0.1:5432/lockstream?sslmode=disable"
-  if [ ! -d "$LOCKSTREAM_DATA_DIR/kafka" ]; then
-    echo "demo: fresh data folder $LOCKSTREAM_DATA_DIR: starting from empty demo stores"
-    psql -q "$admin_pg" -c "DROP DATABASE IF EXISTS lockstream_demo WITH (FORCE)" 2>/dev/null
-    clickhouse-client --host 127.0.0.1 --query "DROP DATABASE IF EXISTS lockstream_demo"
-    redis-cli -h 127.0.0.1 --scan --pattern 'lockstream_demo:*' | xargs -r redis-cli -h 127.0.0.1 del >/dev/null
-  fi
   if [ "$(psql -qAt "$admin_pg" -c "SELECT 1 FROM pg_database WHERE datname = 'lockstream_demo'")" != 1 ]; then
     psql -q "$admin_pg" -c "CREATE DATABASE lockstream_demo"
   fi
@@ -103,17 +97,18 @@ for _ in $(seq 1 240); do
 done
 curl -fsS "$API/readyz" >/dev/null || { echo "lockstream all did not become ready; see $LOG"; tail -20 "$LOG"; exit 1; }
 
-# Register the first 20 simulated sensors (ids are "sim" and the index in base 36)
-# and the first 5 of the MQTT fleet (from index 1000: simrs …), and a client that
-# watches them.
+# Register the simulated fleets (ids are "sim" and the index in base 36; the MQTT fleet
+# starts at index 1000: simrs …): readings of unregistered ids go to history only, with
+# no state and no heartbeat. Every 25th id stays unregistered, so
+# GET /v1/sensors/unregistered has something to list. The first 20 sensors and the
+# first 5 of the MQTT fleet get a client that watches them.
 demo_sensors="sim0 sim1 sim2 sim3 sim4 sim5 sim6 sim7 sim8 sim9 sima simb simc simd sime simf simg simh simi simj"
 if [ -n "$LOCKSTREAM_MQTT_URL" ]; then demo_sensors="$demo_sensors simrs simrt simru simrv simrw"; fi
-n=0
-for id in $demo_sensors; do
-  n=$((n + 1))
+awk 'BEGIN { d = "0123456789abcdefghijklmnopqrstuvwxyz"
+  for (i = 0; i < 1200; i++) { if (i % 25 == 24) continue; s = ""; n = i
+    do { s = substr(d, n % 36 + 1, 1) s; n = int(n / 36) } while (n > 0); print "sim" s } }' |
   # 409 on a second demo run: the sensor is already registered.
-  curl -sS -o /dev/null -X POST "$API/v1/sensors" -H "$AUTH" -d "{\"id\":\"$id\",\"address\":\"Demo Street $n, front door\"}"
-done
+  xargs -P 8 -I{} curl -sS -o /dev/null -X POST "$API/v1/sensors" -H "$AUTH" -d '{"id":"{}","address":"Demo Street, door {}"}'
 # A client from an earlier demo run would get webhooks signed with a secret this run's
 # sink does not know: remove it first.
 for old in $(curl -fsS "$API/v1/clients?limit=1000" -H "$AUTH" | grep -o '"id":"[^"]*","name":"Demo Security"' | cut -d'"' -f4); do
@@ -180,8 +175,9 @@ cat <<MSG
 lockstream is running with the API on $API; the daemons log to $LOG.
 The operator console is $API/console/ (sign in with LOCKSTREAM_ADMIN_TOKEN below).
 A simulated fleet of 1,000 sensors publishes 1,000 readings/s to the embedded broker
-(127.0.0.1:9092: kcat -b 127.0.0.1:9092 -t lockstream.events -C); 20 of them are
-registered and linked to "Demo Security" ($client_id), whose webhooks the sink below
+(127.0.0.1:9092: kcat -b 127.0.0.1:9092 -t lockstream.events -C); all but every 25th
+are registered (the others are history only: GET /v1/sensors/unregistered lists them),
+and 20 are linked to "Demo Security" ($client_id), whose webhooks the sink below
 verifies and prints, and whose phone gets a push for each of them through the fake
 Swrve ("pushed" counts them). 2 % of the fleet falls silent after 15 s; with a 20 s
 heartbeat timeout their connection_lost events follow.
