@@ -155,13 +155,14 @@ func (b *Bridge) session(ctx context.Context, conn *amqp091.Connection) (bool, e
 	// One goroutine hands the deliveries to their handlers in order; prefetch
 	// bounds how many are in hand. They are finished even when shutdown begins.
 	s := &settler{b: b, ctx: ctx, acks: newAcker(ch, b.logger)}
-	dispatched := make(chan int)
+	dispatched := make(chan int, 1)
+	work := context.WithoutCancel(ctx)
 	go func() {
 		n := 0
 		for d := range deliveries {
 			n++
 			s.pending.Add(1)
-			b.deliver(context.WithoutCancel(ctx), s, d)
+			b.deliver(work, s, d)
 		}
 		dispatched <- n
 	}()
@@ -170,13 +171,17 @@ func (b *Bridge) session(ctx context.Context, conn *amqp091.Connection) (bool, e
 	case <-ctx.Done():
 		// Stop the flow; the deliveries already here are handled and settled.
 		if err := ch.Cancel(tag, false); err != nil {
-			b.logger.WarnContext(context.WithoutCancel(ctx), "cancelling the amqp consumer", "err", err)
+			b.logger.WarnContext(work, "cancelling the amqp consumer", "err", err)
 		}
 	case e := <-connClosed:
 		cause = closeError("connection", e)
 	case e := <-chClosed:
 		cause = closeError("channel", e)
 		_ = conn.Close() // ends the deliveries
+	case n := <-dispatched:
+		// The broker cancelled the consumer (the queue was deleted, say).
+		dispatched <- n
+		cause = errors.New("the broker cancelled the consumer")
 	}
 	n := <-dispatched
 	s.wait(b.cfg.HandleTimeout + b.cfg.RetryPause + 5*time.Second)

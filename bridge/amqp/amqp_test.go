@@ -376,3 +376,29 @@ func TestSlowMessageHoldsNothingUp(t *testing.T) {
 		t.Errorf("the queue still holds %d messages after the bridge stopped", got)
 	}
 }
+
+// TestQueueDeletedIsDeclaredAgain: when its queue is deleted under it (the broker
+// cancels the consumer), the bridge reconnects, declares the queue again and
+// goes on consuming.
+func TestQueueDeletedIsDeclaredAgain(t *testing.T) {
+	t.Parallel()
+	kafka := streamtest.Config(t, 3)
+	b := setup(t, kafka, nil, nil, nil)
+	if _, err := b.broker.Channel().QueueDelete(b.cfg.Queue, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	bridgetest.WaitFor(t, wait, "the queue to be declared again", func() (bool, string) {
+		ch, err := b.broker.Conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = ch.Close() }()
+		_, err = ch.QueueDeclarePassive(b.cfg.Queue, true, false, false, false, nil)
+		return err == nil, fmt.Sprint(err)
+	})
+	b.waitConnected()
+	b.pub.Publish(readingKey, []byte(`{"sensor_id":"again","data":1}`))
+	if r := waitRecords(t, kafka, kafka.ReadingsTopic(), 1); string(r[0].Key) != "again" {
+		t.Errorf("readings topic holds %s", r[0].Key)
+	}
+}

@@ -48,7 +48,7 @@ func NewPublisher(ctx context.Context, rawURL, topicPrefix string, connections i
 			ServerUrls: []*url.URL{u}, KeepAlive: 30, CleanStartOnInitialConnection: true,
 			ReconnectBackoff: autopaho.NewConstantBackoff(time.Second), ConnectTimeout: 10 * time.Second,
 			AttemptConnection: dial,
-			ClientConfig: paho.ClientConfig{ClientID: fmt.Sprintf("lockstream-pub-%d-%d", time.Now().UnixNano(), i)},
+			ClientConfig:      paho.ClientConfig{ClientID: fmt.Sprintf("lockstream-pub-%d-%d", time.Now().UnixNano(), i)},
 		})
 		if err != nil {
 			p.Close()
