@@ -181,6 +181,20 @@ func (p *Postgres) MemberByTokenHash(ctx context.Context, hash []byte) (Member, 
 	return m, nil
 }
 
+// MemberTokenHash returns the hash of the member's current token, or
+// ErrNotFound: the console checks a member's session against it, so a rotated
+// token or a deleted member ends the session.
+func (p *Postgres) MemberTokenHash(ctx context.Context, id string) ([]byte, error) {
+	if uuid.Validate(id) != nil {
+		return nil, fmt.Errorf("reading member %s's token: %w", id, ErrNotFound)
+	}
+	var hash []byte
+	if err := p.pool.QueryRow(ctx, `SELECT token_hash FROM members WHERE id = $1`, id).Scan(&hash); err != nil {
+		return nil, fmt.Errorf("reading member %s's token: %w", id, mapError(err))
+	}
+	return hash, nil
+}
+
 // ListClientMembers returns up to page.Limit members of the client ordered by id
 // (creation order), after page.After. It returns ErrNotFound when the client does
 // not exist.
