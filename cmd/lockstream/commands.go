@@ -105,7 +105,7 @@ func commands() []command {
 		{
 			name:     "escalation",
 			summary:  "escalate unseen messages: an email and a push per episode left unseen, digests (into the outbox)",
-			settings: concat([]string{"escalation-interval", "escalate-email-after", "escalate-push-after"}, storeSettings, kafkaSettings),
+			settings: concat([]string{"escalation-interval", "escalate-email-after", "escalate-push-after", "escalation-limit"}, storeSettings, kafkaSettings),
 			run:      runDaemonsCommand(usesPostgres, escalationDaemon, metricsDaemon),
 		},
 		{

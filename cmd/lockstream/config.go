@@ -78,6 +78,8 @@ func settingTable() map[string]setting {
 			"escalation: an episode left unseen this long gets its email (a quarter of it after a critical message)"},
 		"escalate-push-after": {"escalate-push-after", "LOCKSTREAM_ESCALATE_PUSH_AFTER", "2m",
 			"escalation: an episode left unseen this long gets its push (a quarter of it after a critical message)"},
+		"escalation-limit": {"escalation-limit", "LOCKSTREAM_ESCALATION_LIMIT", "20000",
+			"escalation: due episodes (and digest members) one round handles at most; a full round is followed by another at once"},
 		"log-level": {"log-level", "LOCKSTREAM_LOG_LEVEL", "info", "debug, info, warn or error"},
 		"metrics-addr": {"metrics-addr", "LOCKSTREAM_METRICS_ADDR", "",
 			"consume, history, heartbeat: serve /metrics here (empty = not at all; api and all serve it on the HTTP address)"},

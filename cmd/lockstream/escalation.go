@@ -21,7 +21,12 @@ func escalationDaemon(_ context.Context, n *node) (daemon, error) {
 	if err != nil {
 		return daemon{}, err
 	}
-	e, err := escalation.New(escalation.Config{Interval: interval, EmailAfter: emailAfter, PushAfter: pushAfter},
+	limit, err := n.v.int("escalation-limit")
+	if err != nil {
+		return daemon{}, err
+	}
+	e, err := escalation.New(escalation.Config{Interval: interval, EmailAfter: emailAfter, PushAfter: pushAfter,
+		Limit: limit},
 		n.pg, n.reg, n.logger.With("daemon", "escalation"))
 	if err != nil {
 		return daemon{}, err
