@@ -116,7 +116,12 @@ func (p *Postgres) RunEscalationRound(ctx context.Context, r EscalationRound) (E
 	res := EscalationResult{Statements: 2} // BEGIN, COMMIT
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		res.Statements++
-		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, int64(escalationLock)).Scan(&res.Ran); err != nil {
+		// The round's statement is planned once and runs once: compiling it
+		// (JIT) costs more than it saves, and its sorts and hashes of a full
+		// round spill to disk under the default work_mem.
+		var jit, workMem string
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1), set_config('jit', 'off', true),
+			set_config('work_mem', '64MB', true)`, int64(escalationLock)).Scan(&res.Ran, &jit, &workMem); err != nil {
 			return err
 		}
 		if !res.Ran {
