@@ -220,3 +220,48 @@ func TestConcurrentRoundsEscalateOnce(t *testing.T) {
 		}
 	}
 }
+
+// A new member's backfilled messages (cause new_member) start an episode; a
+// free-form notification's episode is per type.
+func TestRoundBackfillAndFreeForm(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "door1")
+	c := f.client(t, "door1")
+	f.flip(t, "state_changed", 1, "door1")
+	hash := [32]byte{1}
+	late, n, err := f.pg.CreateMember(f.ctx, storage.Member{ClientID: c.ID, Name: "late", Email: "late@example.com",
+		Timezone: "UTC", Preferences: storage.DefaultMemberPreferences()}, hash[:],
+		storage.Backfill{Window: time.Hour, Max: 20})
+	if err != nil || n != 1 {
+		t.Fatalf("backfill: %d messages, %v", n, err)
+	}
+	for _, typ := range []string{"invoice", "invoice", "news"} {
+		if _, err := f.pg.RecordNotification(f.ctx, storage.FreeFormNotification{MemberID: late.ID, Type: typ,
+			Subject: "about " + typ}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now().Add(time.Hour)
+	e := f.escalator(t, &now)
+	if res := f.round(t, e); res.Emails != 3 || res.Episodes != 3 {
+		t.Fatalf("round: %+v, want 3 episodes (door1 backfilled, invoice, news) and 3 emails", res)
+	}
+	var invoice string
+	for _, d := range f.escalations(t, c.ID) {
+		if d.SensorID == "" {
+			emails, err := f.pg.MemberEmails(f.ctx, []string{d.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if me := emails[d.ID]; len(me.Messages) == 2 {
+				invoice = d.ID
+				if me.Messages[0].Subject != "about invoice" || me.Messages[0].Cause != storage.CauseEvent {
+					t.Fatalf("invoice email lists %+v", me.Messages)
+				}
+			}
+		}
+	}
+	if invoice == "" {
+		t.Fatal("no email lists the two invoices")
+	}
+}
