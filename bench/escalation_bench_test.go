@@ -12,14 +12,12 @@ import (
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
 
-// Sizes of BenchmarkEscalationRound: 100,000 due episodes over 10,000 members.
-const (
-	escalationMembers = 10_000
-	escalationSensors = 10
-)
+// escalationSensors is the number of sensors of BenchmarkEscalationRound: each
+// member has one due episode per sensor.
+const escalationSensors = 10
 
 // BenchmarkEscalationRound times one escalation round over 100,000 due
-// episodes across 10,000 members (10 sensors of one client flipped once: the
+// episodes across 10,000 members, and over 10,000 across 1,000 (10 sensors of one client flipped once: the
 // fan-out's real inbox write opens the episodes), every member with an address
 // and a device and the default preferences: the round inserts 100,000 email
 // and 100,000 push deliveries with their rows in member_emails and pushes and
@@ -30,6 +28,14 @@ const (
 //
 //	go test -run '^$' -bench EscalationRound -benchtime 1x -timeout 30m ./bench/
 func BenchmarkEscalationRound(b *testing.B) {
+	for _, members := range []int{1_000, 10_000} {
+		b.Run(fmt.Sprintf("episodes=%d", members*escalationSensors), func(b *testing.B) {
+			benchEscalationRound(b, members)
+		})
+	}
+}
+
+func benchEscalationRound(b *testing.B, members int) {
 	ctx := context.Background()
 	for b.Loop() {
 		b.StopTimer()
@@ -40,18 +46,18 @@ func BenchmarkEscalationRound(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		seedEscalation(ctx, b, stores.PostgresURL, pg)
+		seedEscalation(ctx, b, stores.PostgresURL, pg, members)
 		before := count.Count()
 		b.StartTimer()
 		start := time.Now()
 		res, err := pg.RunEscalationRound(ctx, storage.EscalationRound{Now: time.Now().Add(time.Hour),
-			EmailAfter: 15 * time.Minute, PushAfter: 2 * time.Minute, Limit: escalationMembers * escalationSensors})
+			EmailAfter: 15 * time.Minute, PushAfter: 2 * time.Minute, Limit: members * escalationSensors})
 		took := time.Since(start)
 		b.StopTimer()
 		if err != nil {
 			b.Fatal(err)
 		}
-		want := escalationMembers * escalationSensors
+		want := members * escalationSensors
 		if res.Episodes != want || res.Emails != want || res.Pushes != want {
 			b.Fatalf("round: %+v, want %d episodes, emails and pushes", res, want)
 		}
@@ -59,14 +65,14 @@ func BenchmarkEscalationRound(b *testing.B) {
 		b.ReportMetric(took.Seconds(), "s/round")
 		b.ReportMetric(float64(statements), "statements/round")
 		b.Logf("one round: %d due episodes of %d members → %d emails, %d pushes in %v, %d statements",
-			res.Episodes, escalationMembers, res.Emails, res.Pushes, took.Round(time.Millisecond), statements)
+			res.Episodes, members, res.Emails, res.Pushes, took.Round(time.Millisecond), statements)
 		pg.Close()
 		b.StartTimer()
 	}
 }
 
 // seedEscalation makes the due episodes of BenchmarkEscalationRound.
-func seedEscalation(ctx context.Context, b *testing.B, pgURL string, pg *storage.Postgres) {
+func seedEscalation(ctx context.Context, b *testing.B, pgURL string, pg *storage.Postgres, members int) {
 	b.Helper()
 	start := time.Now()
 	sensors := make([]string, escalationSensors)
@@ -101,7 +107,7 @@ func seedEscalation(ctx context.Context, b *testing.B, pgURL string, pg *storage
 		), t AS (
 			INSERT INTO member_push_targets (member_id, platform, push_key) SELECT id, 'IOS', 'dev-' || id FROM m
 		)
-		INSERT INTO member_inbox (member_id, epoch) SELECT id, 'bench' FROM m`, client.ID, escalationMembers); err != nil {
+		INSERT INTO member_inbox (member_id, epoch) SELECT id, 'bench' FROM m`, client.ID, members); err != nil {
 		b.Fatalf("seeding members: %v", err)
 	}
 	var events []storage.NotificationInput
@@ -117,6 +123,6 @@ func seedEscalation(ctx context.Context, b *testing.B, pgURL string, pg *storage
 			b.Fatal(err)
 		}
 	}
-	b.Logf("seeded %d members and %d due episodes in %v", escalationMembers, escalationMembers*escalationSensors,
+	b.Logf("seeded %d members and %d due episodes in %v", members, members*escalationSensors,
 		time.Since(start).Round(time.Second))
 }
