@@ -128,8 +128,8 @@ func New(cfg Config, store Store, reg prometheus.Registerer, logger *slog.Logger
 
 // Run runs a round at once and then every Interval (at once again after a
 // full round) until ctx is cancelled, then returns nil. A round in progress
-// at cancellation is rolled back whole; a failed round is logged and counted,
-// and the next one tries again.
+// at cancellation finishes first (within Timeout); a failed round is logged
+// and counted, and the next one tries again.
 func (e *Escalator) Run(ctx context.Context) error {
 	e.logger.InfoContext(ctx, "escalation started", "interval", e.cfg.Interval, "email_after", e.cfg.EmailAfter,
 		"push_after", e.cfg.PushAfter, "limit", e.cfg.Limit)
@@ -154,9 +154,11 @@ func (e *Escalator) Run(ctx context.Context) error {
 	}
 }
 
-// RunRound runs one round now and records it in the metrics.
+// RunRound runs one round now and records it in the metrics. The round is
+// not cut short when ctx is cancelled (it is one transaction: cutting it
+// would only roll it back); Timeout bounds it.
 func (e *Escalator) RunRound(ctx context.Context) (storage.EscalationResult, error) {
-	rctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.Timeout)
 	defer cancel()
 	start := time.Now()
 	res, err := e.store.RunEscalationRound(rctx, storage.EscalationRound{
