@@ -336,42 +336,8 @@ func (r *Retrier) claim(ctx, work context.Context, l *lane, limit int, outcomes 
 	if len(claimed) == 0 {
 		return 0, nil
 	}
-	ids := make([]string, len(claimed))
-	var pushIDs, emailIDs []string
-	for i, d := range claimed {
-		ids[i] = d.ID
-		if isStandalonePush(d) {
-			pushIDs = append(pushIDs, d.ID)
-		}
-		if isMemberEmail(d) {
-			emailIDs = append(emailIDs, d.ID)
-		}
-	}
 	// The deliveries are ours now: read their targets even if shutdown begins.
-	tctx, cancel := context.WithTimeout(work, r.cfg.WriteTimeout)
-	targets, targetErr := r.deps.Store.DeliveryTargets(tctx, ids)
-	var (
-		pushes  map[string]storage.PushRequest
-		pushErr error
-	)
-	if targetErr == nil && len(pushIDs) > 0 {
-		pushes, pushErr = r.deps.Store.PushRequests(tctx, pushIDs)
-	}
-	var emails map[string]storage.MemberEmail
-	if targetErr == nil && pushErr == nil && len(emailIDs) > 0 {
-		emails, pushErr = r.deps.Store.MemberEmails(tctx, emailIDs)
-	}
-	cancel()
-	if targetErr != nil {
-		r.m.errors.WithLabelValues("target").Inc()
-		r.logger.ErrorContext(ctx, "reading delivery targets failed; the claimed deliveries are retried",
-			"deliveries", len(claimed), "err", targetErr)
-	}
-	if pushErr != nil {
-		r.m.errors.WithLabelValues("target").Inc()
-		r.logger.ErrorContext(ctx, "reading standalone pushes or member emails failed; they are retried",
-			"pushes", len(pushIDs), "emails", len(emailIDs), "err", pushErr)
-	}
+	targets, pushes, emails, targetErr, pushErr := r.readClaimed(ctx, work, claimed)
 	for _, d := range claimed {
 		target, found := targets[d.ID]
 		push, isPush := pushes[d.ID]
@@ -417,6 +383,47 @@ func (r *Retrier) claim(ctx, work context.Context, l *lane, limit int, outcomes 
 		})
 	}
 	return len(claimed), nil
+}
+
+// readClaimed reads, in a query each, the current targets of the claimed
+// deliveries, the standalone pushes among them and the escalation emails
+// among them. targetErr fails every delivery's attempt; pushErr those of the
+// pushes and emails (each is logged and counted here).
+func (r *Retrier) readClaimed(ctx, work context.Context, claimed []storage.Delivery) (
+	targets map[string]storage.DeliveryTarget, pushes map[string]storage.PushRequest,
+	emails map[string]storage.MemberEmail, targetErr, pushErr error,
+) {
+	ids := make([]string, len(claimed))
+	var pushIDs, emailIDs []string
+	for i, d := range claimed {
+		ids[i] = d.ID
+		if isStandalonePush(d) {
+			pushIDs = append(pushIDs, d.ID)
+		}
+		if isMemberEmail(d) {
+			emailIDs = append(emailIDs, d.ID)
+		}
+	}
+	tctx, cancel := context.WithTimeout(work, r.cfg.WriteTimeout)
+	defer cancel()
+	targets, targetErr = r.deps.Store.DeliveryTargets(tctx, ids)
+	if targetErr == nil && len(pushIDs) > 0 {
+		pushes, pushErr = r.deps.Store.PushRequests(tctx, pushIDs)
+	}
+	if targetErr == nil && pushErr == nil && len(emailIDs) > 0 {
+		emails, pushErr = r.deps.Store.MemberEmails(tctx, emailIDs)
+	}
+	if targetErr != nil {
+		r.m.errors.WithLabelValues("target").Inc()
+		r.logger.ErrorContext(ctx, "reading delivery targets failed; the claimed deliveries are retried",
+			"deliveries", len(claimed), "err", targetErr)
+	}
+	if pushErr != nil {
+		r.m.errors.WithLabelValues("target").Inc()
+		r.logger.ErrorContext(ctx, "reading standalone pushes or member emails failed; they are retried",
+			"pushes", len(pushIDs), "emails", len(emailIDs), "err", pushErr)
+	}
+	return targets, pushes, emails, targetErr, pushErr
 }
 
 // signalWake wakes the claim loop of every lane.
