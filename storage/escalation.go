@@ -187,7 +187,7 @@ WITH cand AS (
 			FROM jsonb_array_elements_text(m.preferences -> 'digest_times') AS t (hm), (VALUES (0), (1)) AS v (d)
 		) z WHERE z.slot <= $1
 	) s
-	WHERE m.preferences ->> 'email' = 'digest' AND s.slot > coalesce(md.slot, m.created_at)
+	WHERE m.preferences ->> 'email' = 'digest' AND s.slot > coalesce(md.slot, m.updated_at)
 	LIMIT $6
 ), dmail AS MATERIALIZED (
 	SELECT lockstream_uuid_v7() AS id, g.* FROM dg g
