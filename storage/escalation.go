@@ -29,8 +29,13 @@ const episodeUnseen = `x.seen_at IS NULL AND x.deleted_at IS NULL AND NOT x.self
 // sets critical_at once); otherwise a new episode starts at the first new
 // message, unhandled. Joining an open episode writes nothing, unless a
 // critical message is the first of it. The episodes' members are locked by
-// inboxWrite, so no other inbox write races this one; an escalation round
-// marks an episode handled only while its first_seq is the one it judged.
+// inboxWrite, so no other inbox write races this one — but for a writer that
+// committed while this statement waited for that lock, whose messages and
+// episode its snapshot does not see: should both write the same key (two
+// free-form notifications of one type at once; one sensor's events are
+// written by one fan-out worker in order), the later one restarts the
+// episode at its own message. An escalation round marks an episode handled
+// only while its first_seq is the one it judged.
 const episodeWrite = `, g AS (
 	SELECT i.member_id, ` + episodeKeyI + ` AS key, (min(i.client_id::text))::uuid AS client_id,
 	       min(i.sensor_id) AS sensor_id, min(i.type) AS type, min(i.seq) AS first_seq,
@@ -49,6 +54,10 @@ const episodeWrite = `, g AS (
 			  AND ` + episodeUnseen + `) AS open
 		FROM escalation_episodes p WHERE p.member_id = g.member_id AND p.key = g.key
 	) o ON true
+	-- Joining an open episode writes nothing, not even a row lock (ON CONFLICT
+	-- DO UPDATE … WHERE would lock the row): only new episodes and first
+	-- critical messages go on.
+	WHERE o.open IS NOT TRUE OR (g.critical AND o.critical_at IS NULL)
 	ON CONFLICT (member_id, key) DO UPDATE
 	SET first_seq = excluded.first_seq, opened_at = excluded.opened_at, client_id = excluded.client_id,
 	    sensor_id = excluded.sensor_id, type = excluded.type,
