@@ -41,6 +41,9 @@ type Store interface {
 	// PushRequests reads what the standalone pushes among the deliveries ask
 	// for, by delivery id.
 	PushRequests(ctx context.Context, deliveryIDs []string) (map[string]storage.PushRequest, error)
+	// MemberEmails reads what the escalation emails among the deliveries list,
+	// by delivery id, with each member's address now.
+	MemberEmails(ctx context.Context, deliveryIDs []string) (map[string]storage.MemberEmail, error)
 	// CopyDeliveryAttempts hands a batch of attempts not copied yet to copy
 	// and marks them copied when it succeeds.
 	CopyDeliveryAttempts(ctx context.Context, limit int, copy func(context.Context, []storage.DeliveryAttempt) error) (int, error)
@@ -59,6 +62,13 @@ type WebhookSender interface {
 // EmailSender makes one email attempt (*email.Sender).
 type EmailSender interface {
 	Send(ctx context.Context, to string, n notifier.Notification) notifier.Result
+}
+
+// UnseenEmailSender mails escalations (*email.Sender): an Email sender that
+// is one also sends the escalation emails of members; with one that is not,
+// they fail as UNSUPPORTED.
+type UnseenEmailSender interface {
+	SendUnseen(ctx context.Context, to string, u notifier.Unseen) notifier.Result
 }
 
 // PushSender makes one push attempt about a sensor event to one device of a
@@ -101,6 +111,9 @@ const (
 	ErrorTypeUnsupported = "UNSUPPORTED"
 	// ErrorTypeNoOutcome: the channel returned a result without an outcome; retried.
 	ErrorTypeNoOutcome = "NO_OUTCOME"
+	// ErrorTypeNothingUnseen: an escalation email found nothing left to list
+	// (the member saw it all, or lost access, after the round).
+	ErrorTypeNothingUnseen = "NOTHING_UNSEEN"
 )
 
 // maxErrorLength bounds the error text stored with a delivery and an attempt.
@@ -323,35 +336,8 @@ func (r *Retrier) claim(ctx, work context.Context, l *lane, limit int, outcomes 
 	if len(claimed) == 0 {
 		return 0, nil
 	}
-	ids := make([]string, len(claimed))
-	var pushIDs []string
-	for i, d := range claimed {
-		ids[i] = d.ID
-		if isStandalonePush(d) {
-			pushIDs = append(pushIDs, d.ID)
-		}
-	}
 	// The deliveries are ours now: read their targets even if shutdown begins.
-	tctx, cancel := context.WithTimeout(work, r.cfg.WriteTimeout)
-	targets, targetErr := r.deps.Store.DeliveryTargets(tctx, ids)
-	var (
-		pushes  map[string]storage.PushRequest
-		pushErr error
-	)
-	if targetErr == nil && len(pushIDs) > 0 {
-		pushes, pushErr = r.deps.Store.PushRequests(tctx, pushIDs)
-	}
-	cancel()
-	if targetErr != nil {
-		r.m.errors.WithLabelValues("target").Inc()
-		r.logger.ErrorContext(ctx, "reading delivery targets failed; the claimed deliveries are retried",
-			"deliveries", len(claimed), "err", targetErr)
-	}
-	if pushErr != nil {
-		r.m.errors.WithLabelValues("target").Inc()
-		r.logger.ErrorContext(ctx, "reading standalone pushes failed; the claimed pushes are retried",
-			"pushes", len(pushIDs), "err", pushErr)
-	}
+	targets, pushes, emails, targetErr, pushErr := r.readClaimed(ctx, work, claimed)
 	for _, d := range claimed {
 		target, found := targets[d.ID]
 		push, isPush := pushes[d.ID]
@@ -365,15 +351,21 @@ func (r *Retrier) claim(ctx, work context.Context, l *lane, limit int, outcomes 
 				res = notifier.Result{Outcome: notifier.Retry, ErrorType: ErrorTypeStore,
 					Err: fmt.Errorf("reading the client's current address: %w", targetErr)}
 				notSent = true
-			case pushErr != nil && isStandalonePush(d):
+			case pushErr != nil && (isStandalonePush(d) || isMemberEmail(d)):
 				res = notifier.Result{Outcome: notifier.Retry, ErrorType: ErrorTypeStore,
-					Err: fmt.Errorf("reading the push: %w", pushErr)}
+					Err: fmt.Errorf("reading the push or email: %w", pushErr)}
 				notSent = true
+			case isPush && d.SensorID != "" && found && !target.Owned:
+				// An escalation push: access is checked when sending.
+				res = failed(ErrorTypeNotOwned, fmt.Errorf("client %s no longer owns sensor %s", d.ClientID, d.SensorID))
 			default:
 				actx, cancel := context.WithTimeout(work, r.cfg.AttemptTimeout)
-				if isPush {
+				switch me, isEmail := emails[d.ID]; {
+				case isMemberEmail(d):
+					res = r.sendMemberEmail(actx, d, me, isEmail)
+				case isPush:
 					res = r.sendPush(actx, push)
-				} else {
+				default:
 					res = r.send(actx, d, target, found)
 				}
 				cancel()
@@ -391,6 +383,47 @@ func (r *Retrier) claim(ctx, work context.Context, l *lane, limit int, outcomes 
 		})
 	}
 	return len(claimed), nil
+}
+
+// readClaimed reads, in a query each, the current targets of the claimed
+// deliveries, the standalone pushes among them and the escalation emails
+// among them. targetErr fails every delivery's attempt; pushErr those of the
+// pushes and emails (each is logged and counted here).
+func (r *Retrier) readClaimed(ctx, work context.Context, claimed []storage.Delivery) (
+	targets map[string]storage.DeliveryTarget, pushes map[string]storage.PushRequest,
+	emails map[string]storage.MemberEmail, targetErr, pushErr error,
+) {
+	ids := make([]string, len(claimed))
+	var pushIDs, emailIDs []string
+	for i, d := range claimed {
+		ids[i] = d.ID
+		if isStandalonePush(d) {
+			pushIDs = append(pushIDs, d.ID)
+		}
+		if isMemberEmail(d) {
+			emailIDs = append(emailIDs, d.ID)
+		}
+	}
+	tctx, cancel := context.WithTimeout(work, r.cfg.WriteTimeout)
+	defer cancel()
+	targets, targetErr = r.deps.Store.DeliveryTargets(tctx, ids)
+	if targetErr == nil && len(pushIDs) > 0 {
+		pushes, pushErr = r.deps.Store.PushRequests(tctx, pushIDs)
+	}
+	if targetErr == nil && pushErr == nil && len(emailIDs) > 0 {
+		emails, pushErr = r.deps.Store.MemberEmails(tctx, emailIDs)
+	}
+	if targetErr != nil {
+		r.m.errors.WithLabelValues("target").Inc()
+		r.logger.ErrorContext(ctx, "reading delivery targets failed; the claimed deliveries are retried",
+			"deliveries", len(claimed), "err", targetErr)
+	}
+	if pushErr != nil {
+		r.m.errors.WithLabelValues("target").Inc()
+		r.logger.ErrorContext(ctx, "reading standalone pushes or member emails failed; they are retried",
+			"pushes", len(pushIDs), "emails", len(emailIDs), "err", pushErr)
+	}
+	return targets, pushes, emails, targetErr, pushErr
 }
 
 // signalWake wakes the claim loop of every lane.
@@ -457,6 +490,38 @@ func (r *Retrier) send(ctx context.Context, d storage.Delivery, t storage.Delive
 // of no sensor event.
 func isStandalonePush(d storage.Delivery) bool {
 	return d.Channel == storage.ChannelSwrve && d.NotificationID == ""
+}
+
+// isMemberEmail reports whether d is an escalation email to a member: an
+// email delivery of no sensor event.
+func isMemberEmail(d storage.Delivery) bool {
+	return d.Channel == storage.ChannelEmail && d.NotificationID == ""
+}
+
+// sendMemberEmail makes one attempt of an escalation email, listing what the
+// member has still not seen of sensors its client still watches.
+func (r *Retrier) sendMemberEmail(ctx context.Context, d storage.Delivery, me storage.MemberEmail, found bool) notifier.Result {
+	u, ok := r.deps.Email.(UnseenEmailSender)
+	switch {
+	case !ok:
+		return failed(ErrorTypeUnsupported, errors.New("the email sender cannot send escalations"))
+	case !found:
+		return failed(ErrorTypeUnsupported, fmt.Errorf("email delivery %s has neither a notification nor an escalation", d.ID))
+	case !me.MemberExists:
+		return failed(ErrorTypeNotOwned, errors.New("the member was deleted"))
+	case me.Email == "":
+		return failed(ErrorTypeNoAddress, errors.New("the member has no email address any more"))
+	case len(me.Messages) == 0:
+		return failed(ErrorTypeNothingUnseen, errors.New("nothing left unseen to list (seen meanwhile, or access lost)"))
+	}
+	e := notifier.Unseen{ID: d.ID, Digest: me.Kind == storage.MemberEmailDigest, MemberName: me.MemberName,
+		Timezone: me.Timezone}
+	for _, m := range me.Messages {
+		e.Messages = append(e.Messages, notifier.UnseenMessage{Type: m.Type, SensorID: m.SensorID,
+			SensorAddress: m.SensorAddress, Subject: m.Subject, Severity: m.Severity, Data: m.Data,
+			Previous: m.Previous, At: m.At})
+	}
+	return u.SendUnseen(ctx, me.Email, e)
 }
 
 // sendPush makes one attempt of a standalone push.

@@ -705,7 +705,8 @@ func (p *Postgres) ListClientDeliveries(ctx context.Context, clientID string, f 
 type DeliveryTarget struct {
 	DeliveryID string
 	// Owned reports whether the client still exists and is linked to the sensor.
-	// Deliveries that belong to no sensor event are always owned.
+	// Deliveries about no sensor are always owned (escalations carry their
+	// sensor without a notification, and are checked too).
 	Owned bool
 	// ClientExists is false when the client was deleted.
 	ClientExists bool
@@ -737,7 +738,7 @@ func (p *Postgres) DeliveryTargets(ctx context.Context, deliveryIDs []string) (m
 	}
 	rows, err := p.pool.Query(ctx, `
 		SELECT d.id::text, coalesce(c.id::text, ''),
-		       d.notification_id IS NULL OR (c.id IS NOT NULL AND l.client_id IS NOT NULL),
+		       (d.notification_id IS NULL AND d.sensor_id IS NULL) OR (c.id IS NOT NULL AND l.client_id IS NOT NULL),
 		       c.id IS NOT NULL, coalesce(c.webhook_url, ''),
 		       CASE WHEN d.channel = 'webhook' THEN coalesce(c.secret, '') ELSE '' END,
 		       CASE WHEN d.channel = 'webhook' AND c.previous_secret_until IS NOT NULL

@@ -103,6 +103,12 @@ func commands() []command {
 			run:      runDaemonsCommand(usesPostgres|usesClickHouse, maintainDaemon, metricsDaemon),
 		},
 		{
+			name:     "escalation",
+			summary:  "escalate unseen messages: an email and a push per episode left unseen, digests (into the outbox)",
+			settings: concat([]string{"escalation-interval", "escalate-email-after", "escalate-push-after", "escalation-limit"}, storeSettings, kafkaSettings),
+			run:      runDaemonsCommand(usesPostgres, escalationDaemon, metricsDaemon),
+		},
+		{
 			name:     "bridge",
 			summary:  "the intake bridges: AMQP (RabbitMQ) and MQTT (Mosquitto) messages → readings on Kafka, acknowledged once Kafka has them",
 			settings: concat(bridgeSettings, []string{"pg-url", "metrics-addr"}, kafkaSettings),
@@ -499,7 +505,7 @@ func runAll(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logge
 		logger.Info("embedded Kafka broker started", "addr", embeddedBrokerAddr, "dir", dir)
 	}
 	daemons := []daemonFactory{apiDaemon, consumerDaemon, historyDaemon, heartbeatDaemon, fanoutDaemon, inboxPartitionsDaemon,
-		retrierDaemon, maintainDaemon, statsDaemon(stdout)}
+		retrierDaemon, maintainDaemon, escalationDaemon, statsDaemon(stdout)}
 	if bridgesConfigured(v) {
 		daemons = append(daemons, bridgeDaemon)
 	}
