@@ -66,7 +66,7 @@ func (p *Postgres) CreateClient(ctx context.Context, c Client) (Client, error) {
 			id, c.Name, c.WebhookURL, c.Email, p.secrets.seal(id.String(), c.Secret), c.EventTypes, c.RateLimit); err != nil {
 			return mapError(err)
 		}
-		return replacePushTargets(ctx, tx, id.String(), c.PushTargets)
+		return replacePushTargets(ctx, tx, "client_id", id.String(), c.PushTargets)
 	})
 	if err != nil {
 		return Client{}, fmt.Errorf("creating client: %w", err)
@@ -79,8 +79,19 @@ func (p *Postgres) CreateClient(ctx context.Context, c Client) (Client, error) {
 	return created, nil
 }
 
-func replacePushTargets(ctx context.Context, tx pgx.Tx, clientID string, targets []PushTarget) error {
-	if _, err := tx.Exec(ctx, `DELETE FROM push_targets WHERE client_id = $1`, clientID); err != nil {
+// pushTargetOwners are the tables of push targets by owner: a client's or a
+// member's. The names are constants, never input.
+var pushTargetOwners = map[string]string{"client_id": "push_targets", "member_id": "member_push_targets"}
+
+// replacePushTargets replaces the push targets of the client or member whose
+// id is ownerID (ownerColumn "client_id" or "member_id") with targets: two
+// statements whatever their number.
+func replacePushTargets(ctx context.Context, tx pgx.Tx, ownerColumn, ownerID string, targets []PushTarget) error {
+	table, ok := pushTargetOwners[ownerColumn]
+	if !ok {
+		return fmt.Errorf("replacing push targets: unknown owner %q", ownerColumn)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE `+ownerColumn+` = $1`, ownerID); err != nil {
 		return fmt.Errorf("replacing push targets: %w", err)
 	}
 	if len(targets) == 0 {
@@ -92,9 +103,9 @@ func replacePushTargets(ctx context.Context, tx pgx.Tx, clientID string, targets
 		platforms[i], keys[i] = string(t.Platform), t.PushKey
 	}
 	_, err := tx.Exec(ctx, `
-		INSERT INTO push_targets (client_id, platform, push_key)
+		INSERT INTO `+table+` (`+ownerColumn+`, platform, push_key)
 		SELECT $1, platform, push_key FROM unnest($2::text[], $3::text[]) AS t (platform, push_key)
-		ON CONFLICT DO NOTHING`, clientID, platforms, keys)
+		ON CONFLICT DO NOTHING`, ownerID, platforms, keys)
 	if err != nil {
 		return fmt.Errorf("storing push targets: %w", mapError(err))
 	}
@@ -156,7 +167,7 @@ func (p *Postgres) UpdateClient(ctx context.Context, id string, u ClientUpdate) 
 			return ErrNotFound
 		}
 		if u.PushTargets != nil {
-			return replacePushTargets(ctx, tx, id, *u.PushTargets)
+			return replacePushTargets(ctx, tx, "client_id", id, *u.PushTargets)
 		}
 		return nil
 	})

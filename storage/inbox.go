@@ -519,12 +519,7 @@ func (p *Postgres) MarkInbox(ctx context.Context, memberID string, action InboxA
 	if uuid.Validate(memberID) != nil {
 		return 0, fmt.Errorf("marking messages of %s: %w", memberID, ErrNotFound)
 	}
-	valid := make([]string, 0, len(ids))
-	for _, id := range ids {
-		if uuid.Validate(id) == nil {
-			valid = append(valid, id)
-		}
-	}
+	valid := validUUIDs(ids)
 	if !all && len(valid) == 0 {
 		return 0, nil
 	}

@@ -760,12 +760,7 @@ type DeliveryTarget struct {
 // that do not exist are missing from the map.
 func (p *Postgres) DeliveryTargets(ctx context.Context, deliveryIDs []string) (map[string]DeliveryTarget, error) {
 	out := make(map[string]DeliveryTarget, len(deliveryIDs))
-	ids := make([]string, 0, len(deliveryIDs))
-	for _, id := range deliveryIDs {
-		if uuid.Validate(id) == nil {
-			ids = append(ids, id)
-		}
-	}
+	ids := validUUIDs(deliveryIDs)
 	if len(ids) == 0 {
 		return out, nil
 	}

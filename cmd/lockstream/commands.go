@@ -107,8 +107,9 @@ func commands() []command {
 		{
 			name:     "bridge",
 			summary:  "the intake bridges: AMQP (RabbitMQ) and MQTT (Mosquitto) messages → readings on Kafka, acknowledged once Kafka has them",
-			settings: concat(bridgeSettings, []string{"metrics-addr"}, kafkaSettings),
-			run:      runDaemonsCommand(0, bridgeDaemon, metricsDaemon),
+			settings: concat(bridgeSettings, []string{"pg-url", "metrics-addr"}, kafkaSettings),
+			// Postgres: free-form notifications over AMQP go into members' inboxes.
+			run: runDaemonsCommand(usesPostgres, bridgeDaemon, metricsDaemon),
 		},
 		simulateCommand(kafkaSettings),
 		benchCommand(kafkaSettings),
