@@ -200,8 +200,10 @@ func TestSubscriptionFilterThroughAll(t *testing.T) {
 // start to the sink's handler varies by less than 200 ms.
 func TestRateLimitAcrossTwoRetriers(t *testing.T) {
 	t.Parallel()
-	n := startDeliveryNode(t, []string{"all", "retrier"}, "LOCKSTREAM_WEBHOOK_ALLOW_PRIVATE=true",
+	n := startDeliveryNode(t, []string{"all"}, "LOCKSTREAM_WEBHOOK_ALLOW_PRIVATE=true",
 		"LOCKSTREAM_RETRY_BACKOFF_BASE=50ms")
+	// The second retrier logs each attempt (debug), to show both delivered.
+	second := n.h.start("retrier", "retrier", "--log-level", "debug")
 	sink := newRecordingSink(t, "")
 	c := n.call("POST", "/v1/clients", deliveryAdminToken, map[string]any{"name": "paced", "webhook_url": sink.server.URL,
 		"rate_limit": 5}, http.StatusCreated)
@@ -236,6 +238,21 @@ func TestRateLimitAcrossTwoRetriers(t *testing.T) {
 	}
 	t.Logf("%d webhooks in %v (%.2f/s)", len(rs), rs[len(rs)-1].at.Sub(rs[0].at),
 		float64(len(rs)-1)/rs[len(rs)-1].at.Sub(rs[0].at).Seconds())
+	// Both retriers delivered: the second one some (its SENT attempts), not all.
+	var bySecond int
+	n.h.waitFor("the second retrier's attempts in its log", func() (bool, string) {
+		bySecond = 0
+		for line := range strings.SplitSeq(second.out.String(), "\n") {
+			if strings.Contains(line, `msg="delivery attempt"`) && strings.Contains(line, "status=SENT") {
+				bySecond++
+			}
+		}
+		return bySecond > 0, "none logged"
+	})
+	if bySecond >= deliveries {
+		t.Errorf("the second retrier sent %d: all's sent none", bySecond)
+	}
+	t.Logf("the second retrier process sent %d of them", bySecond)
 }
 
 // TestAutoDisableThroughAll: an endpoint that fails every attempt for the
