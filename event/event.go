@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -22,13 +23,16 @@ const (
 	ConnectionRestored Type = "connection_restored"
 )
 
+// Types returns every known event type: the one list that clients' subscriptions
+// (PATCH /v1/clients/{id} event_types) are checked against. A new type is added
+// here and as a constant above.
+func Types() []Type {
+	return []Type{StateChanged, ConnectionLost, ConnectionRestored}
+}
+
 // Valid reports whether t is one of the known types.
 func (t Type) Valid() bool {
-	switch t {
-	case StateChanged, ConnectionLost, ConnectionRestored:
-		return true
-	}
-	return false
+	return slices.Contains(Types(), t)
 }
 
 // Event is one thing that happened to a sensor.

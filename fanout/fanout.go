@@ -119,6 +119,7 @@ type Fanout struct {
 	created       *prometheus.CounterVec
 	deliveries    *prometheus.CounterVec
 	writeErrors   prometheus.Counter
+	filtered      prometheus.Counter
 	batchDuration prometheus.Histogram
 	group         *stream.Group
 }
@@ -188,6 +189,12 @@ func New(cfg Config, store NotificationStore, reg prometheus.Registerer, logger 
 	})); err != nil {
 		return nil, err
 	}
+	if f.filtered, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Name: "fanout_filtered_total",
+		Help: "Notifications not created because the client is not subscribed to the event's type (event_types); replays count again.",
+	})); err != nil {
+		return nil, err
+	}
 	if f.batchDuration, err = metrics.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: metrics.Namespace, Name: "fanout_batch_duration_seconds",
 		Help:    "Time from polling a batch of events to committing it, retries included.",
@@ -254,6 +261,7 @@ func (f *Fanout) write(ctx context.Context, inputs []storage.NotificationInput) 
 		if err == nil {
 			f.notifications.Add(float64(created.Notifications))
 			f.inbox.Add(float64(created.InboxMessages))
+			f.filtered.Add(float64(created.Filtered))
 			for ch, n := range created.Deliveries {
 				f.created.WithLabelValues(string(ch)).Add(float64(n))
 			}

@@ -97,6 +97,14 @@ type Deps struct {
 	Email          EmailSender
 	Push           PushSender
 	StandalonePush StandalonePushSender
+	// Endpoints keeps webhook endpoints' health and disables dead ones; nil:
+	// no auto-disable.
+	Endpoints EndpointStore
+	// Limiter paces webhooks per endpoint (rate limits, 429 back-off) across
+	// retriers; nil: no rate limits.
+	Limiter Limiter
+	// Notices mails owners of disabled endpoints; nil: no email.
+	Notices NoticeSender
 }
 
 // The ErrorType values of outcomes the Retrier decides without a channel.
@@ -179,6 +187,8 @@ type outcome struct {
 	// notSent: no send was made (the store could not say what to send), so the
 	// attempt is given back rather than used up.
 	notSent bool
+	// held: not sent for the endpoint's sake (rate limit, 429, disabled).
+	held bool
 }
 
 // New returns a Retrier; Run starts it.
@@ -270,6 +280,9 @@ func (r *Retrier) Run(ctx context.Context) error {
 	background.Go(func() { r.every(ctx, r.cfg.LeaseSweepInterval, r.requeueExpired) })
 	background.Go(func() { r.every(ctx, r.cfg.AttemptFlushInterval, r.copyAttempts) })
 	background.Go(func() { r.every(ctx, r.cfg.StatsInterval, r.refreshStats) })
+	if r.deps.Endpoints != nil {
+		background.Go(func() { r.every(ctx, r.cfg.EndpointSweepInterval, r.sweepEndpoints) })
+	}
 
 	var claimers sync.WaitGroup
 	for _, l := range r.lanes {
@@ -338,7 +351,15 @@ func (r *Retrier) claim(ctx, work context.Context, l *lane, limit int, outcomes 
 	}
 	// The deliveries are ours now: read their targets even if shutdown begins.
 	targets, pushes, emails, targetErr, pushErr := r.readClaimed(ctx, work, claimed)
+	var held map[string]time.Duration
+	if targetErr == nil {
+		held = r.admitWebhooks(ctx, claimed, targets)
+	}
 	for _, d := range claimed {
+		if wait, ok := held[d.ID]; ok {
+			outcomes <- r.heldBack(d, wait)
+			continue
+		}
 		target, found := targets[d.ID]
 		push, isPush := pushes[d.ID]
 		l.busy.Add(1)
@@ -369,6 +390,7 @@ func (r *Retrier) claim(ctx, work context.Context, l *lane, limit int, outcomes 
 					res = r.send(actx, d, target, found)
 				}
 				cancel()
+				r.webhookAnswered(work, d, res)
 			}
 			if res.Duration == 0 {
 				res.Duration = time.Since(start)
@@ -624,6 +646,7 @@ func (r *Retrier) record(ctx context.Context, batch []outcome) {
 	for _, f := range done {
 		states[f.ID] = f.State
 	}
+	r.recordHealth(ctx, batch, states)
 	for _, o := range batch {
 		status, recorded := states[o.d.ID]
 		switch {
@@ -640,9 +663,11 @@ func (r *Retrier) record(ctx context.Context, batch []outcome) {
 		default:
 			status = o.state
 		}
-		if o.notSent {
+		switch {
+		case o.held: // counted as rate-limited when held back
+		case o.notSent:
 			r.m.notSent.Inc()
-		} else {
+		default:
 			r.m.attempts.WithLabelValues(string(o.d.Channel), cmp.Or(o.res.ErrorType, "none")).Inc()
 		}
 		r.logger.DebugContext(ctx, "delivery attempt", "delivery_id", o.d.ID, "channel", o.d.Channel,

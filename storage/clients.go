@@ -16,15 +16,24 @@ import (
 const clientColumns = `c.id::text, c.name, c.webhook_url, coalesce(c.email, ''), c.created_at, c.updated_at,
 	(SELECT coalesce(json_agg(json_build_object('platform', t.platform, 'push_key', t.push_key)
 	                          ORDER BY t.platform, t.push_key), '[]')
-	   FROM push_targets t WHERE t.client_id = c.id)`
+	   FROM push_targets t WHERE t.client_id = c.id),
+	c.event_types, coalesce(c.rate_limit, 0), c.endpoint_disabled_at, c.webhook_failing_since, c.webhook_failures`
 
 func scanClient(row pgx.Row) (Client, error) {
 	var (
 		c       Client
 		targets []byte
 	)
-	if err := row.Scan(&c.ID, &c.Name, &c.WebhookURL, &c.Email, &c.CreatedAt, &c.UpdatedAt, &targets); err != nil {
+	var disabledAt, failingSince *time.Time
+	if err := row.Scan(&c.ID, &c.Name, &c.WebhookURL, &c.Email, &c.CreatedAt, &c.UpdatedAt, &targets,
+		&c.EventTypes, &c.RateLimit, &disabledAt, &failingSince, &c.WebhookFailures); err != nil {
 		return Client{}, err
+	}
+	if disabledAt != nil {
+		c.EndpointDisabledAt = *disabledAt
+	}
+	if failingSince != nil {
+		c.WebhookFailingSince = *failingSince
 	}
 	var decoded []struct {
 		Platform Platform `json:"platform"`
@@ -52,8 +61,9 @@ func (p *Postgres) CreateClient(ctx context.Context, c Client) (Client, error) {
 	}
 	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx,
-			`INSERT INTO clients (id, name, webhook_url, email, secret) VALUES ($1, $2, $3, nullif($4, ''), $5)`,
-			id, c.Name, c.WebhookURL, c.Email, p.secrets.seal(id.String(), c.Secret)); err != nil {
+			`INSERT INTO clients (id, name, webhook_url, email, secret, event_types, rate_limit)
+			 VALUES ($1, $2, $3, nullif($4, ''), $5, $6, nullif($7, 0))`,
+			id, c.Name, c.WebhookURL, c.Email, p.secrets.seal(id.String(), c.Secret), c.EventTypes, c.RateLimit); err != nil {
 			return mapError(err)
 		}
 		return replacePushTargets(ctx, tx, "client_id", id.String(), c.PushTargets)
@@ -146,8 +156,10 @@ func (p *Postgres) UpdateClient(ctx context.Context, id string, u ClientUpdate) 
 				name = coalesce($2, name),
 				webhook_url = coalesce($3, webhook_url),
 				email = CASE WHEN $4::text IS NULL THEN email ELSE nullif($4, '') END,
+				event_types = CASE WHEN $5 THEN $6::text[] ELSE event_types END,
+				rate_limit = CASE WHEN $7::int IS NULL THEN rate_limit ELSE nullif($7, 0) END,
 				updated_at = now()
-			WHERE id = $1`, id, u.Name, u.WebhookURL, u.Email)
+			WHERE id = $1`, id, u.Name, u.WebhookURL, u.Email, u.EventTypes != nil, eventTypesArg(u.EventTypes), u.RateLimit)
 		if err != nil {
 			return mapError(err)
 		}
@@ -163,6 +175,15 @@ func (p *Postgres) UpdateClient(ctx context.Context, id string, u ClientUpdate) 
 		return Client{}, fmt.Errorf("updating client %s: %w", id, err)
 	}
 	return p.GetClient(ctx, id)
+}
+
+// eventTypesArg is the event_types value of an update: NULL (every type) for
+// no change or a nil list.
+func eventTypesArg(types *[]string) []string {
+	if types == nil {
+		return nil
+	}
+	return *types
 }
 
 // RotateClientSecret replaces the client's webhook signing secret. The secret it

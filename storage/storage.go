@@ -116,9 +116,22 @@ type Client struct {
 	PushTargets []PushTarget
 	// Secret signs the client's webhooks. It is only filled in where the secret may be
 	// shown: on creation and rotation, and for the notifier.
-	Secret    string
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	Secret string
+	// EventTypes are the event types the client is notified of, on every
+	// channel; nil means every type, those added later included.
+	EventTypes []string
+	// RateLimit caps the client's webhook deliveries per second, across every
+	// retrier; 0 means no cap.
+	RateLimit int
+	// EndpointDisabledAt is when the webhook endpoint was disabled for failing
+	// (its deliveries are PAUSED); zero while enabled.
+	EndpointDisabledAt time.Time
+	// WebhookFailingSince is the first failed webhook attempt since the last
+	// successful one, and WebhookFailures the failures since; zero while healthy.
+	WebhookFailingSince time.Time
+	WebhookFailures     int
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
 }
 
 // ClientUpdate holds the fields of a client that PATCH may change; nil leaves a field
@@ -128,6 +141,11 @@ type ClientUpdate struct {
 	WebhookURL  *string
 	Email       *string
 	PushTargets *[]PushTarget
+	// EventTypes, when not nil, replaces the subscriptions; pointing to a nil
+	// slice subscribes to every type.
+	EventTypes *[]string
+	// RateLimit, when not nil, replaces the webhook rate limit; 0 removes it.
+	RateLimit *int
 }
 
 // Page asks for at most Limit rows whose key sorts after After ("" for the first page).

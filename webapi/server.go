@@ -301,6 +301,12 @@ type Server struct {
 	deliveries DeliveryStore
 	attempts   DeliveryAttempts
 
+	// controls and retention serve the delivery controls; see
+	// WithDeliveryControls.
+	controls       DeliveryControls
+	retention      time.Duration
+	controlMetrics *controlMetrics
+
 	// pushes and pushAttempts serve the push routes; see WithPushes.
 	pushes       PushStore
 	pushAttempts DeliveryAttempts
@@ -354,13 +360,18 @@ func New(cfg Config, registry Registry, checks map[string]Pinger, reg prometheus
 	if err != nil {
 		return nil, err
 	}
+	cm, err := newControlMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
-		cfg:      cfg,
-		registry: registry,
-		checks:   checks,
-		gatherer: gatherer,
-		logger:   logger,
-		metrics:  m,
+		controlMetrics: cm,
+		cfg:            cfg,
+		registry:       registry,
+		checks:         checks,
+		gatherer:       gatherer,
+		logger:         logger,
+		metrics:        m,
 
 		pushMetrics: pm,
 	}
