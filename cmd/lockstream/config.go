@@ -167,6 +167,16 @@ func (v *values) str(name string) string {
 	return strings.TrimSpace(*p)
 }
 
+// set replaces a setting's value (a command that runs daemons on settings of
+// its own: `bench pipeline`).
+func (v *values) set(name, value string) {
+	p, ok := v.m[name]
+	if !ok {
+		panic("setting not registered: " + name)
+	}
+	*p = value
+}
+
 func (v *values) duration(name string) (time.Duration, error) {
 	d, err := time.ParseDuration(v.str(name))
 	if err != nil {
