@@ -17,6 +17,8 @@ const (
 	DefaultPushWorkers          = 600
 	DefaultBatchSize            = 100
 	DefaultPollInterval         = 50 * time.Millisecond
+	DefaultFallbackPollInterval = time.Second
+	DefaultListenRetry          = time.Second
 	DefaultAttemptTimeout       = time.Minute
 	DefaultLease                = 2 * time.Minute
 	DefaultLeaseSweepInterval   = 30 * time.Second
@@ -63,6 +65,17 @@ type Config struct {
 	// last look found none; it bounds how long a new delivery waits. Defaults to
 	// DefaultPollInterval (50ms).
 	PollInterval time.Duration
+
+	// FallbackPollInterval is how often the retrier looks for due deliveries
+	// while its outbox listener (Deps.Wakeups) is up: new deliveries wake it
+	// then, and the poll only finds retries and scheduled pushes coming due.
+	// Defaults to DefaultFallbackPollInterval (1s).
+	FallbackPollInterval time.Duration
+
+	// ListenRetry is how long the retrier waits before listening again after
+	// its outbox listener failed (it polls every PollInterval meanwhile).
+	// Defaults to DefaultListenRetry (1s).
+	ListenRetry time.Duration
 
 	// AttemptTimeout bounds one attempt, waiting for the channel included; the
 	// channel's own timeout (15s for webhooks) usually ends it first. Defaults to
@@ -119,6 +132,8 @@ func (c Config) WithDefaults() Config {
 	c.PushWorkers = cmp.Or(c.PushWorkers, DefaultPushWorkers)
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
 	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
+	c.FallbackPollInterval = cmp.Or(c.FallbackPollInterval, DefaultFallbackPollInterval)
+	c.ListenRetry = cmp.Or(c.ListenRetry, DefaultListenRetry)
 	c.AttemptTimeout = cmp.Or(c.AttemptTimeout, DefaultAttemptTimeout)
 	c.Lease = cmp.Or(c.Lease, DefaultLease)
 	c.LeaseSweepInterval = cmp.Or(c.LeaseSweepInterval, DefaultLeaseSweepInterval)
@@ -157,6 +172,8 @@ func (c Config) Validate() error {
 	positive("BackoffBase", c.BackoffBase)
 	positive("BackoffMax", c.BackoffMax)
 	positive("PollInterval", c.PollInterval)
+	positive("FallbackPollInterval", c.FallbackPollInterval)
+	positive("ListenRetry", c.ListenRetry)
 	positive("AttemptTimeout", c.AttemptTimeout)
 	positive("Lease", c.Lease)
 	positive("LeaseSweepInterval", c.LeaseSweepInterval)

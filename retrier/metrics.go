@@ -18,6 +18,7 @@ type retrierMetrics struct {
 	errors         *prometheus.CounterVec
 	attemptsCopied prometheus.Counter
 	notSent        prometheus.Counter
+	listening      prometheus.Gauge
 }
 
 func newRetrierMetrics(reg prometheus.Registerer) (*retrierMetrics, error) {
@@ -66,7 +67,7 @@ func newRetrierMetrics(reg prometheus.Registerer) (*retrierMetrics, error) {
 	}
 	if m.errors, err = metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Name: "retrier_errors_total",
-		Help: "Retrier store operations that failed, by operation (claim, target, finish, requeue, stats, attempts).",
+		Help: "Retrier store operations that failed, by operation (claim, target, finish, requeue, stats, attempts, listen).",
 	}, []string{"op"})); err != nil {
 		return nil, err
 	}
@@ -79,6 +80,12 @@ func newRetrierMetrics(reg prometheus.Registerer) (*retrierMetrics, error) {
 	if m.notSent, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Name: "delivery_attempts_not_sent_total",
 		Help: "Claimed deliveries put back unsent, their attempt given back, because the store could not say what to send.",
+	})); err != nil {
+		return nil, err
+	}
+	if m.listening, err = metrics.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Name: "retrier_listening",
+		Help: "1 while the retrier listens for new deliveries (Postgres LISTEN), 0 while it only polls.",
 	})); err != nil {
 		return nil, err
 	}

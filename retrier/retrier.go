@@ -87,6 +87,9 @@ type Deps struct {
 	Email          EmailSender
 	Push           PushSender
 	StandalonePush StandalonePushSender
+	// Wakeups, when not nil, tells the retrier of new deliveries as they are
+	// committed, so it need not poll for them (see OutboxListener).
+	Wakeups OutboxListener
 }
 
 // The ErrorType values of outcomes the Retrier decides without a channel.
@@ -116,6 +119,9 @@ type Retrier struct {
 	logger   *slog.Logger
 
 	workers sync.WaitGroup // attempt goroutines
+	// listening says the outbox listener is up: the claim loops then poll only
+	// as a fallback.
+	listening atomic.Bool
 }
 
 // lane is a set of channels with its own bound on attempts in flight and its
@@ -257,6 +263,9 @@ func (r *Retrier) Run(ctx context.Context) error {
 	background.Go(func() { r.every(ctx, r.cfg.LeaseSweepInterval, r.requeueExpired) })
 	background.Go(func() { r.every(ctx, r.cfg.AttemptFlushInterval, r.copyAttempts) })
 	background.Go(func() { r.every(ctx, r.cfg.StatsInterval, r.refreshStats) })
+	if r.deps.Wakeups != nil {
+		background.Go(func() { r.listen(ctx) })
+	}
 
 	var claimers sync.WaitGroup
 	for _, l := range r.lanes {
@@ -291,6 +300,7 @@ func (r *Retrier) claimLoop(ctx, work context.Context, l *lane, outcomes chan<- 
 	// then claims again when refill workers are free or at the next poll, not
 	// as each worker frees, which would cost three queries a delivery.
 	full, polled := false, true
+	lastPoll := time.Now()
 	for ctx.Err() == nil {
 		if free := l.free(); free > 0 && (polled || !full || free >= l.refill) {
 			limit := min(free, r.cfg.BatchSize)
@@ -304,12 +314,7 @@ func (r *Retrier) claimLoop(ctx, work context.Context, l *lane, outcomes chan<- 
 				continue // more is probably due: look again at once, if workers are free
 			}
 		}
-		select {
-		case <-ctx.Done():
-		case <-poll.C:
-			polled = true
-		case <-l.wake:
-		}
+		polled = r.waitForWork(ctx, l, poll, &lastPoll)
 	}
 }
 

@@ -174,7 +174,9 @@ func outboxInt16Ptr(v *int) *int16 {
 // repeated within the batch count once. Each new notification also puts one
 // message in the inbox of every member of its client, in the same transaction
 // and one more statement (insertEventMessages), so a replayed event adds no
-// message either.
+// message either. When it created deliveries, it notifies OutboxChannel in the
+// same transaction (one statement more), so listening retriers hear of them on
+// commit.
 func (p *Postgres) CreateNotifications(ctx context.Context, events []NotificationInput) (NotificationsCreated, error) {
 	created := NotificationsCreated{Deliveries: map[Channel]int{}, Superseded: map[Channel]int{}}
 	if len(events) == 0 {
@@ -276,6 +278,10 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 		}
 		// The members' inboxes, in the same transaction: one statement.
 		if created.InboxMessages, err = insertEventMessages(ctx, tx, unique, newNotifs); err != nil {
+			return err
+		}
+		// The retriers hear of the new deliveries when this commits.
+		if err := notifyOutbox(ctx, tx, created.Deliveries); err != nil {
 			return err
 		}
 		if len(newest) == 0 {

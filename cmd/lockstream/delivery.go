@@ -71,7 +71,8 @@ func retrierDaemon(_ context.Context, n *node) (daemon, error) {
 	// pool pace the requests, and no claimed push waits for a worker.
 	cfg := retrier.Config{MaxAttempts: maxAttempts, BackoffBase: backoffBase, PushWorkers: push.PoolSize()}
 	r, err := retrier.New(leaseConfig(cfg, lease),
-		retrier.Deps{Store: n.pg, Attempts: n.ch, Webhook: webhooks, Email: mail, Push: push.Notifications(), StandalonePush: push},
+		retrier.Deps{Store: n.pg, Attempts: n.ch, Webhook: webhooks, Email: mail, Push: push.Notifications(), StandalonePush: push,
+			Wakeups: n.pg},
 		n.reg, logger)
 	if err != nil {
 		closeSenders()
