@@ -344,28 +344,7 @@ func (p *Postgres) ClaimDeliveries(ctx context.Context, now time.Time, limit int
 	for _, c := range channels {
 		channelFilter = append(channelFilter, string(c))
 	}
-	rows, err := p.pool.Query(ctx, `
-		WITH due AS (
-			SELECT d.id, d.notification_id, d.event_at
-			FROM deliveries d
-			WHERE d.state IN ('SCHEDULED', 'PENDING', 'RETRY') AND d.next_attempt_at <= $1
-			  AND ($4::text[] IS NULL OR d.channel = ANY ($4::text[]))
-			  AND NOT EXISTS (
-				SELECT 1 FROM deliveries o
-				WHERE o.client_id = d.client_id AND o.sensor_id = d.sensor_id
-				  AND o.channel = d.channel AND o.target = d.target
-				  AND o.state IN ('PENDING', 'RETRY', 'IN_FLIGHT')
-				  AND (o.event_at, o.seq) < (d.event_at, d.seq))
-			ORDER BY d.next_attempt_at
-			LIMIT $2
-			FOR UPDATE OF d SKIP LOCKED
-		)
-		UPDATE deliveries d
-		SET state = 'IN_FLIGHT', attempts = d.attempts + 1, leased_until = $1::timestamptz + $3::interval,
-		    updated_at = now()
-		FROM due LEFT JOIN notifications n ON n.id = due.notification_id AND n.event_at = due.event_at
-		WHERE d.id = due.id AND d.event_at = due.event_at
-		RETURNING `+deliveryColumns,
+	rows, err := p.pool.Query(ctx, claimDeliveriesSQL,
 		now, limit, lease, channelFilter)
 	if err != nil {
 		return nil, fmt.Errorf("claiming deliveries: %w", err)
@@ -378,6 +357,21 @@ func (p *Postgres) ClaimDeliveries(ctx context.Context, now time.Time, limit int
 	slices.SortFunc(claimed, func(a, b Delivery) int { return a.NextAttemptAt.Compare(b.NextAttemptAt) })
 	return claimed, nil
 }
+
+// claimDeliveriesSQL is ClaimDeliveries' statement: $1 now, $2 limit, $3 lease,
+// $4 channels (NULL: all).
+const claimDeliveriesSQL = `
+		WITH due AS (
+			-- Migration 00120: the ordered walk of the due index whatever the
+			-- statistics say (a freshly filled outbox is not analyzed yet).
+			SELECT * FROM lockstream_due_deliveries($1, $2, $4::text[])
+		)
+		UPDATE deliveries d
+		SET state = 'IN_FLIGHT', attempts = d.attempts + 1, leased_until = $1::timestamptz + $3::interval,
+		    updated_at = now()
+		FROM due LEFT JOIN notifications n ON n.id = due.notification_id AND n.event_at = due.event_at
+		WHERE d.id = due.id AND d.event_at = due.event_at
+		RETURNING ` + deliveryColumns
 
 // DeliveryFinish is the outcome of one attempt of a claimed delivery.
 type DeliveryFinish struct {

@@ -91,7 +91,8 @@ func commands() []command {
 		{
 			name:    "retrier",
 			summary: "the retrier: due deliveries → webhooks, email and Swrve pushes, with logarithmic back-off",
-			settings: concat([]string{"retry-max-attempts", "retry-backoff-base", "retry-lease", "webhook-allow-private", "smtp-url",
+			settings: concat([]string{"retry-max-attempts", "retry-backoff-base", "retry-lease", "retry-workers",
+				"webhook-endpoint-concurrency", "webhook-allow-private", "smtp-url",
 				"swrve-url", "swrve-rate", "swrve-push-keys", "secret-key", "data-dir"},
 				storeSettings, kafkaSettings),
 			run: runDaemonsCommand(usesPostgres|usesClickHouse|usesSecretKey, retrierDaemon, metricsDaemon),
