@@ -216,6 +216,9 @@ type PipelineResult struct {
 	Webhooks         int     `json:"webhooks"`
 	WebhooksPerSec   float64 `json:"webhooks_per_second"`
 	WebhookPhaseSecs float64 `json:"webhook_phase_seconds"`
+	// WebhookStages says when, in seconds from the phase's first production,
+	// each stage had handled every change of the phase.
+	WebhookStages WebhookStages `json:"webhook_stages"`
 
 	// Latency phase: LatencyRate changes a second; production → sink receipt.
 	LatencySeconds float64 `json:"latency_phase_seconds"`
@@ -424,6 +427,11 @@ func (p *pipelineRun) throughput(ctx context.Context) error {
 func (p *pipelineRun) webhooks(ctx context.Context) error {
 	expect := p.sink.expect("webhooks")
 	errc := make(chan error, 1)
+	stages, err := p.watchStages(ctx, float64(p.cfg.Linked), "lockstream_readings_changed_total",
+		"lockstream_notifications_created_total", "lockstream_deliveries_total")
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	for i := range p.cfg.Linked {
 		now := time.Now()
@@ -439,10 +447,66 @@ func (p *pipelineRun) webhooks(ctx context.Context) error {
 		return err
 	}
 	elapsed := p.sink.last("webhooks").Sub(start)
+	at := stages()
+	since := func(t time.Time) float64 {
+		if t.IsZero() {
+			return 0 // not reached when the sink had every webhook
+		}
+		return t.Sub(start).Seconds()
+	}
+	p.res.WebhookStages = WebhookStages{Changed: since(at[0]), Notified: since(at[1]), Recorded: since(at[2])}
 	p.res.Webhooks = received
 	p.res.WebhookPhaseSecs = elapsed.Seconds()
 	p.res.WebhooksPerSec = float64(p.cfg.Linked) / elapsed.Seconds()
 	return nil
+}
+
+// WebhookStages are the webhook phase's stage times, in seconds from its first
+// production until the stage had handled every change: the state consumer
+// found them (Changed), the fan-out wrote their deliveries (Notified) and the
+// retrier recorded them sent (Recorded, after the sink's answer).
+type WebhookStages struct {
+	Changed  float64 `json:"changed"`
+	Notified float64 `json:"notified"`
+	Recorded float64 `json:"recorded"`
+}
+
+// watchStages polls the named counters until each has grown by n, and
+// returns a function that stops the watch and returns when each did (zero
+// times for those that did not).
+func (p *pipelineRun) watchStages(ctx context.Context, n float64, names ...string) (func() []time.Time, error) {
+	base, err := counters(p.node.Metrics, names...)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	at := make([]time.Time, len(names))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for left := len(names); left > 0; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(metricsPoll):
+			}
+			v, err := counters(p.node.Metrics, names...)
+			if err != nil {
+				return
+			}
+			for i := range v {
+				if at[i].IsZero() && v[i]-base[i] >= n {
+					at[i] = time.Now()
+					left--
+				}
+			}
+		}
+	}()
+	return func() []time.Time {
+		cancel()
+		<-done
+		return at
+	}, nil
 }
 
 // latency flips linked sensors at LatencyRate for LatencyDuration, one sensor
@@ -534,10 +598,17 @@ func (p *pipelineRun) waitCounter(ctx context.Context, name string, want float64
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for %s to reach %.0f (at %.0f): %w", name, want, v, ctx.Err())
-		case <-time.After(5 * time.Millisecond):
+		case <-time.After(metricsPoll):
 		}
 	}
 }
+
+// metricsPoll is how often the benchmark reads the pipeline's counters: a
+// Gather of the process registry pings every store (lockstream_store_up) and
+// reads /proc, so reading it every few milliseconds would load the pipeline
+// measured. The times of the throughput and webhook phases are therefore
+// accurate to about this much.
+const metricsPoll = 25 * time.Millisecond
 
 // quantileMs returns the q-quantile of d in milliseconds (nearest rank).
 func quantileMs(d []time.Duration, q float64) float64 {

@@ -86,6 +86,13 @@ type NotificationsCreated struct {
 	// InboxMessages is the number of messages put in members' inboxes: one per
 	// new notification and member of its client.
 	InboxMessages int
+	// Analyzed lists the months ("200601") whose outbox partitions were
+	// analyzed after the batch, grown by OutboxAnalyzeRows deliveries since
+	// their last analysis by this process (at most once per OutboxAnalyzeGap).
+	Analyzed []string
+	// AnalyzeErr is why analyzing them failed. The batch itself is committed:
+	// a failed analysis only leaves the statistics to autovacuum.
+	AnalyzeErr error
 }
 
 // Delivery is one channel's job of delivering one notification, with the event it
@@ -176,7 +183,10 @@ func outboxInt16Ptr(v *int) *int16 {
 // and one more statement (insertEventMessages), so a replayed event adds no
 // message either. When it created deliveries, it notifies OutboxChannel in the
 // same transaction (one statement more), so listening retriers hear of them on
-// commit.
+// commit. After the commit, a month partition this process has put
+// OutboxAnalyzeRows deliveries into since it last analyzed it is analyzed (see
+// NotificationsCreated.Analyzed), so the statements that read a burst do not
+// wait for autovacuum to learn of it.
 func (p *Postgres) CreateNotifications(ctx context.Context, events []NotificationInput) (NotificationsCreated, error) {
 	created := NotificationsCreated{Deliveries: map[Channel]int{}, Superseded: map[Channel]int{}}
 	if len(events) == 0 {
@@ -210,6 +220,7 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 		times = append(times, e.At)
 	}
 
+	months := map[string]int{} // new deliveries per month partition
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
 			WITH ev AS (
@@ -249,6 +260,7 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 			newest    = map[key]time.Time{}
 			newNotifs []newNotification
 		)
+		clear(months) // a retried transaction counts again
 		for rows.Next() {
 			var (
 				k                       key
@@ -264,6 +276,7 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 			}
 			created.Notifications = count
 			created.Deliveries[Channel(k.channel)]++
+			months[at.UTC().Format("200601")]++
 			if eventType == eventTypeStateChanged && at.After(newest[k]) {
 				newest[k] = at
 			}
@@ -322,6 +335,13 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 	})
 	if err != nil {
 		return NotificationsCreated{}, fmt.Errorf("creating notifications for %d events: %w", len(ids), err)
+	}
+	for _, month := range p.analyzer.note(months, time.Now()) {
+		if err := p.analyzeOutboxMonth(ctx, month); err != nil {
+			created.AnalyzeErr = err
+			continue
+		}
+		created.Analyzed = append(created.Analyzed, month)
 	}
 	return created, nil
 }

@@ -2,6 +2,7 @@ package storage_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -73,9 +74,9 @@ func explainDue(t *testing.T, conn *pgx.Conn) string {
 	return strings.Join(lines, "\n")
 }
 
-// claimBuffers runs the claim of 64 webhook deliveries under EXPLAIN (ANALYZE,
-// BUFFERS), rolled back, and returns its top line's buffers.
-func claimBuffers(t *testing.T, conn *pgx.Conn) string {
+// explainClaim returns the plan of the whole claim of 64 webhook deliveries,
+// executed (EXPLAIN ANALYZE) in a transaction that is rolled back.
+func explainClaim(t *testing.T, conn *pgx.Conn) string {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := conn.Begin(ctx)
@@ -83,7 +84,7 @@ func claimBuffers(t *testing.T, conn *pgx.Conn) string {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) `+storage.ClaimDeliveriesSQL,
+	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) `+storage.ClaimDeliveriesSQL,
 		time.Now(), 64, time.Minute, []string{"webhook"})
 	if err != nil {
 		t.Fatal(err)
@@ -92,11 +93,6 @@ func claimBuffers(t *testing.T, conn *pgx.Conn) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range lines {
-		if strings.Contains(l, "Buffers:") {
-			return strings.TrimSpace(l)
-		}
-	}
 	return strings.Join(lines, "\n")
 }
 
@@ -104,8 +100,9 @@ func claimBuffers(t *testing.T, conn *pgx.Conn) string {
 // an outbox just filled with 20,000 due deliveries that were never analyzed
 // (as before autovacuum's first look): the plan walks the due index of each
 // partition, merged in due order, and stops at the limit — no Sort of every
-// due delivery, and the ordering check runs for the rows claimed only. Before
-// migration 00120 the same fill planned a Sort over all 20,000, each checked.
+// due delivery, and the ordering check runs for the rows claimed only; the
+// claim's update joins the chosen rows by primary key. Before migration 00120
+// the same fill planned a Sort over all 20,000, each checked.
 func TestClaimPlanOnFreshOutbox(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -132,5 +129,63 @@ func TestClaimPlanOnFreshOutbox(t *testing.T) {
 	if strings.Contains(plan, "loops=20000") {
 		t.Errorf("the ordering check runs for every due delivery")
 	}
-	t.Logf("the whole claim: %s", claimBuffers(t, conn))
+	whole := explainClaim(t, conn)
+	t.Logf("the whole claim:\n%s", whole)
+	if strings.Contains(whole, "Seq Scan") || strings.Contains(whole, "Sort (actual") {
+		t.Errorf("the claim's update reads a partition or sorts instead of joining the claimed rows by key")
+	}
+}
+
+// TestLargeInsertAnalyzesTheOutboxMonth creates OutboxAnalyzeRows deliveries
+// through CreateNotifications, as the fan-out does in a burst, and checks that
+// the month partitions they went into have statistics afterwards
+// (pg_class.reltuples is -1 for a table never analyzed), without waiting for
+// autovacuum.
+func TestLargeInsertAnalyzesTheOutboxMonth(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	stores := storagetest.New(t)
+	pg := stores.Postgres
+	n := storage.OutboxAnalyzeRows
+	ids := make([]string, n)
+	events := make([]storage.NotificationInput, n)
+	at := time.Now().UTC()
+	for i := range ids {
+		ids[i] = fmt.Sprintf("an%d", i)
+		data, prev := 1, 0
+		events[i] = storage.NotificationInput{EventID: fmt.Sprintf("ev-%d", i), Type: "state_changed", SensorID: ids[i],
+			Data: &data, Previous: &prev, At: at}
+	}
+	if err := pg.CreateSensors(ctx, ids, "x"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := pg.CreateClient(ctx, storage.Client{Name: "c", WebhookURL: "http://127.0.0.1:1/", Secret: "whsec_x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.LinkSensors(ctx, c.ID, ids); err != nil {
+		t.Fatal(err)
+	}
+	created, err := pg.CreateNotifications(ctx, events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	month := at.Format("200601")
+	if created.AnalyzeErr != nil || len(created.Analyzed) != 1 || created.Analyzed[0] != month {
+		t.Fatalf("analyzed %v (err %v), want [%s]", created.Analyzed, created.AnalyzeErr, month)
+	}
+	conn, err := pgx.Connect(ctx, stores.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	for _, table := range []string{"deliveries_" + month, "notifications_" + month} {
+		var tuples float64
+		if err := conn.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = $1::regclass`, table).Scan(&tuples); err != nil {
+			t.Fatal(err)
+		}
+		if tuples < float64(n)/2 {
+			t.Errorf("%s: reltuples %v after %d deliveries, want statistics of them", table, tuples, n)
+		}
+	}
 }

@@ -16,6 +16,9 @@ type Postgres struct {
 	pool *pgxpool.Pool
 	// secrets encrypts client signing secrets; see WithSecretBox.
 	secrets *SecretBox
+	// analyzer says when the outbox month CreateNotifications fills needs
+	// fresh statistics.
+	analyzer outboxAnalyzer
 }
 
 // OpenPostgres connects a pool to url and checks that the server answers.

@@ -8,13 +8,18 @@
 -- sorting disabled for this one statement, the only ordered path is the walk of
 -- each partition's due index, merged (Merge Append), which stops at the limit:
 -- the plan the planner picks anyway once statistics exist. A function's SET
--- clause applies to the statements it runs and to nothing else.
+-- clause applies to the statements it runs and to nothing else. ROWS 10 tells the
+-- planner of the claim's UPDATE that few rows come out (a claim takes at most a
+-- batch), so it joins them to deliveries and notifications by primary key rather
+-- than reading and sorting a whole unanalyzed partition (the default estimate of
+-- a set-returning function is 1,000 rows).
 -- Arguments: the time that is due, the most rows, the channels (NULL: all). The rows are locked
 -- (FOR UPDATE SKIP LOCKED) until the caller's transaction ends.
 -- +goose StatementBegin
 CREATE FUNCTION lockstream_due_deliveries(due_at timestamptz, max_rows int, channels text[])
 RETURNS TABLE (id uuid, notification_id uuid, event_at timestamptz)
 LANGUAGE sql
+ROWS 10
 SET enable_sort = off
 AS $$
     SELECT d.id, d.notification_id, d.event_at
