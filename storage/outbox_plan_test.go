@@ -61,6 +61,9 @@ func explainDue(t *testing.T, conn *pgx.Conn) string {
 			t.Fatal(err)
 		}
 	}
+	// The body is `BEGIN RETURN QUERY <statement>; END`.
+	_, body, _ = strings.Cut(body, "RETURN QUERY")
+	body, _, _ = strings.Cut(body, ";")
 	body = strings.NewReplacer("due_at", "$1::timestamptz", "max_rows", "$2::int", "channels", "$3::text[]").Replace(body)
 	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) `+body,
 		time.Now(), 64, []string{"webhook"})

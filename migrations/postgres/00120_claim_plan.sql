@@ -12,16 +12,21 @@
 -- planner of the claim's UPDATE that few rows come out (a claim takes at most a
 -- batch), so it joins them to deliveries and notifications by primary key rather
 -- than reading and sorting a whole unanalyzed partition (the default estimate of
--- a set-returning function is 1,000 rows).
+-- a set-returning function is 1,000 rows). PL/pgSQL keeps the statement's plan
+-- for the session, as a prepared statement would; a SQL function would plan it
+-- again at every claim.
 -- Arguments: the time that is due, the most rows, the channels (NULL: all). The rows are locked
 -- (FOR UPDATE SKIP LOCKED) until the caller's transaction ends.
 -- +goose StatementBegin
 CREATE FUNCTION lockstream_due_deliveries(due_at timestamptz, max_rows int, channels text[])
 RETURNS TABLE (id uuid, notification_id uuid, event_at timestamptz)
-LANGUAGE sql
+LANGUAGE plpgsql
 ROWS 10
 SET enable_sort = off
 AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     SELECT d.id, d.notification_id, d.event_at
     FROM deliveries d
     WHERE d.state IN ('SCHEDULED', 'PENDING', 'RETRY') AND d.next_attempt_at <= due_at
@@ -34,7 +39,8 @@ AS $$
           AND (o.event_at, o.seq) < (d.event_at, d.seq))
     ORDER BY d.next_attempt_at
     LIMIT max_rows
-    FOR UPDATE OF d SKIP LOCKED
+    FOR UPDATE OF d SKIP LOCKED;
+END
 $$;
 -- +goose StatementEnd
 
