@@ -427,6 +427,10 @@ func (p *pipelineRun) throughput(ctx context.Context) error {
 func (p *pipelineRun) webhooks(ctx context.Context) error {
 	expect := p.sink.expect("webhooks")
 	errc := make(chan error, 1)
+	recorded0, err := p.counter("lockstream_deliveries_total")
+	if err != nil {
+		return err
+	}
 	stages, err := p.watchStages(ctx, float64(p.cfg.Linked), "lockstream_readings_changed_total",
 		"lockstream_notifications_created_total", "lockstream_deliveries_total")
 	if err != nil {
@@ -447,6 +451,11 @@ func (p *pipelineRun) webhooks(ctx context.Context) error {
 		return err
 	}
 	elapsed := p.sink.last("webhooks").Sub(start)
+	// The next phase starts once the retrier has recorded every outcome, so
+	// that it measures latency, not this phase's tail.
+	if err := p.waitCounter(ctx, "lockstream_deliveries_total", recorded0+float64(p.cfg.Linked)); err != nil {
+		return err
+	}
 	at := stages()
 	since := func(t time.Time) float64 {
 		if t.IsZero() {

@@ -16,6 +16,7 @@ const (
 	DefaultWorkers              = 64
 	DefaultPushWorkers          = 600
 	DefaultBatchSize            = 100
+	DefaultFinishBatchSize      = 500
 	DefaultPollInterval         = 50 * time.Millisecond
 	DefaultFallbackPollInterval = time.Second
 	DefaultListenRetry          = time.Second
@@ -57,9 +58,15 @@ type Config struct {
 	// Defaults to DefaultPushWorkers (600, the pool at Swrve's defaults).
 	PushWorkers int
 
-	// BatchSize is the most deliveries one claim takes, and the most outcomes one
-	// write records. Defaults to DefaultBatchSize (100).
+	// BatchSize is the most deliveries one claim takes. Defaults to
+	// DefaultBatchSize (100).
 	BatchSize int
+
+	// FinishBatchSize is the most outcomes one write records. Outcomes wait
+	// for the write before them, so under load a write records all that
+	// finished meanwhile, up to this many: one statement per few hundred
+	// deliveries rather than per claim. Defaults to DefaultFinishBatchSize (500).
+	FinishBatchSize int
 
 	// PollInterval is how often the retrier looks for due deliveries when the
 	// last look found none; it bounds how long a new delivery waits. Defaults to
@@ -131,6 +138,7 @@ func (c Config) WithDefaults() Config {
 	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
 	c.PushWorkers = cmp.Or(c.PushWorkers, DefaultPushWorkers)
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
+	c.FinishBatchSize = cmp.Or(c.FinishBatchSize, DefaultFinishBatchSize)
 	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
 	c.FallbackPollInterval = cmp.Or(c.FallbackPollInterval, DefaultFallbackPollInterval)
 	c.ListenRetry = cmp.Or(c.ListenRetry, DefaultListenRetry)
@@ -168,6 +176,7 @@ func (c Config) Validate() error {
 	atLeastOne("Workers", c.Workers)
 	atLeastOne("PushWorkers", c.PushWorkers)
 	atLeastOne("BatchSize", c.BatchSize)
+	atLeastOne("FinishBatchSize", c.FinishBatchSize)
 	atLeastOne("AttemptBatchSize", c.AttemptBatchSize)
 	positive("BackoffBase", c.BackoffBase)
 	positive("BackoffMax", c.BackoffMax)

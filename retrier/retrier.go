@@ -515,7 +515,7 @@ func (r *Retrier) finishLoop(ctx context.Context, outcomes <-chan outcome) {
 	for first := range outcomes {
 		batch := []outcome{first}
 	collect:
-		for len(batch) < r.cfg.BatchSize {
+		for len(batch) < r.cfg.FinishBatchSize {
 			select {
 			case o, ok := <-outcomes:
 				if !ok {
