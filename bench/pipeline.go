@@ -226,6 +226,12 @@ type PipelineResult struct {
 	LatencyP50Ms   float64 `json:"latency_p50_ms"`
 	LatencyP99Ms   float64 `json:"latency_p99_ms"`
 	LatencyMaxMs   float64 `json:"latency_max_ms"`
+	// LatencyStages are p50 and p99, in milliseconds, of the time from the
+	// production of the latency phase's n-th change until each stage's counter
+	// had counted n (sampled every metricsPoll, so to about 25 ms): found by
+	// the state consumer, written to the outbox by the fan-out, recorded sent
+	// by the retrier. The stages work in parallel, so n-th is approximate.
+	LatencyStages map[string][2]float64 `json:"latency_stages_ms"`
 
 	// Bare consume of every reading of the run, and ReadingsPerSec / its rate.
 	BareReadings int     `json:"bare_readings"`
@@ -514,7 +520,77 @@ func (p *pipelineRun) watchStages(ctx context.Context, n float64, names ...strin
 	return func() []time.Time {
 		cancel()
 		<-done
+		// The counters may have got there since the watch's last look.
+		if v, err := counters(p.node.Metrics, names...); err == nil {
+			for i := range v {
+				if at[i].IsZero() && v[i]-base[i] >= n {
+					at[i] = time.Now()
+				}
+			}
+		}
 		return at
+	}, nil
+}
+
+// latencyStages are the counters sampleStages follows, by the name the report
+// gives them.
+var latencyStages = []struct{ name, metric string }{
+	{"changed", "lockstream_readings_changed_total"},
+	{"notified", "lockstream_notifications_created_total"},
+	{"recorded", "lockstream_deliveries_total"},
+}
+
+// sampleStages reads the stage counters every metricsPoll until the returned
+// function is called with the production times of the phase's changes; it
+// returns each stage's p50 and p99 lag behind production, in milliseconds.
+func (p *pipelineRun) sampleStages(ctx context.Context) (func(produced []time.Time) map[string][2]float64, error) {
+	names := make([]string, len(latencyStages))
+	for i, st := range latencyStages {
+		names[i] = st.metric
+	}
+	base, err := counters(p.node.Metrics, names...)
+	if err != nil {
+		return nil, err
+	}
+	type sample struct {
+		at time.Time
+		v  []float64
+	}
+	var samples []sample
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(metricsPoll):
+			}
+			if v, err := counters(p.node.Metrics, names...); err == nil {
+				samples = append(samples, sample{time.Now(), v})
+			}
+		}
+	}()
+	return func(produced []time.Time) map[string][2]float64 {
+		cancel()
+		<-done
+		out := map[string][2]float64{}
+		for i, st := range latencyStages {
+			var lags []time.Duration
+			j := 0
+			for k, at := range produced {
+				for j < len(samples) && samples[j].v[i]-base[i] < float64(k+1) {
+					j++
+				}
+				if j == len(samples) {
+					break
+				}
+				lags = append(lags, samples[j].at.Sub(at))
+			}
+			out[st.name] = [2]float64{quantileMs(lags, 0.5), quantileMs(lags, 0.99)}
+		}
+		return out
 	}, nil
 }
 
@@ -528,6 +604,11 @@ func (p *pipelineRun) latency(ctx context.Context) error {
 	perTick := p.cfg.LatencyRate * tick.Seconds()
 	ticker := time.NewTicker(tick)
 	defer ticker.Stop()
+	sampler, err := p.sampleStages(ctx)
+	if err != nil {
+		return err
+	}
+	produced := make([]time.Time, 0, total)
 	start := time.Now()
 	for sent := 0; sent < total; {
 		due := min(total, int(perTick*float64(time.Since(start)/tick+1)))
@@ -536,6 +617,7 @@ func (p *pipelineRun) latency(ctx context.Context) error {
 			p.state[i] = 1 - p.state[i]
 			expect(BenchSensorID(i), int(p.state[i]), now)
 			p.produce(ctx, i, p.state[i], now, errc)
+			produced = append(produced, now)
 		}
 		select {
 		case <-ctx.Done():
@@ -551,6 +633,7 @@ func (p *pipelineRun) latency(ctx context.Context) error {
 	if _, err := p.sink.waitSettled(ctx, "latency", total); err != nil {
 		return err
 	}
+	p.res.LatencyStages = sampler(produced)
 	p.res.LatencySeconds = p.cfg.LatencyDuration.Seconds()
 	lat := p.sink.latencies("latency")
 	p.res.LatencyChanges = len(lat)

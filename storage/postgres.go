@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -21,11 +22,23 @@ type Postgres struct {
 	analyzer outboxAnalyzer
 }
 
+// DefaultPostgresPoolSize is the most connections a process's pool opens when
+// the URL does not say (`pool_max_conns=`). pgx's own default, the number of
+// CPUs but at least 4, starved `lockstream all`: its state consumer and
+// fan-out work one partition per worker (12 each), besides the retrier's
+// claims, targets and outcome writes, and all queued for 4 connections. The
+// pool opens connections as they are needed, so a process that needs fewer
+// opens fewer.
+const DefaultPostgresPoolSize = 24
+
 // OpenPostgres connects a pool to url and checks that the server answers.
 func OpenPostgres(ctx context.Context, url string, opts ...PostgresOption) (*Postgres, error) {
 	config, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parsing postgres URL: %w", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		config.MaxConns = DefaultPostgresPoolSize
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, config)
 	if err != nil {

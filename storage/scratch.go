@@ -11,6 +11,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -43,7 +44,7 @@ func NewScratchStores(ctx context.Context, pgURL, chURL, redisURL, redisPrefix s
 	if err != nil {
 		return nil, fmt.Errorf("scratch stores: parsing clickhouse URL: %w", err)
 	}
-	conn, err := pgx.Connect(ctx, pgURL)
+	conn, err := connectOne(ctx, pgURL)
 	if err != nil {
 		return nil, fmt.Errorf("scratch stores: connecting to postgres: %w", err)
 	}
@@ -62,7 +63,7 @@ func NewScratchStores(ctx context.Context, pgURL, chURL, redisURL, redisPrefix s
 
 // Drop removes the scratch databases and every Redis key under the prefix.
 func (s *ScratchStores) Drop(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, s.basePostgresURL)
+	conn, err := connectOne(ctx, s.basePostgresURL)
 	if err != nil {
 		return fmt.Errorf("scratch stores: connecting to postgres: %w", err)
 	}
@@ -114,4 +115,14 @@ func (p *Postgres) LinkSensors(ctx context.Context, clientID string, ids []strin
 		return fmt.Errorf("linking client %s to %d sensors: %w", clientID, len(ids), mapError(err))
 	}
 	return nil
+}
+
+// connectOne opens a single connection to url, whose pool settings
+// (pool_max_conns, ...) it ignores.
+func connectOne(ctx context.Context, url string) (*pgx.Conn, error) {
+	config, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parsing postgres URL: %w", err)
+	}
+	return pgx.ConnectConfig(ctx, config.ConnConfig)
 }
