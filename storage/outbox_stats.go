@@ -59,7 +59,8 @@ func (a *outboxAnalyzer) note(created map[string]int, now time.Time) []string {
 }
 
 // analyzeOutboxMonth analyzes the deliveries and notifications partitions of
-// the month ("200601"), or the DEFAULT partitions where the month has none.
+// the month ("200601"), or the DEFAULT partitions where the month has none, and
+// the month's delivery_attempts partition.
 func (p *Postgres) analyzeOutboxMonth(ctx context.Context, month string) error {
 	if _, err := time.Parse("200601", month); err != nil {
 		return fmt.Errorf("analyzing the outbox: month %q: %w", month, err)
@@ -70,6 +71,11 @@ func (p *Postgres) analyzeOutboxMonth(ctx context.Context, month string) error {
 			ANALYZE deliveries_`+month+`, notifications_`+month+`;
 		ELSE
 			ANALYZE deliveries_default, notifications_default;
+		END IF;
+		-- The attempts of a burst are logged in the month they are made,
+		-- usually the same: the retrier's copy to ClickHouse reads them.
+		IF to_regclass('delivery_attempts_`+month+`') IS NOT NULL THEN
+			ANALYZE delivery_attempts_`+month+`;
 		END IF;
 	END $$`)
 	if err != nil {
