@@ -121,6 +121,7 @@ type PipelineStore interface {
 	IngestStore
 	CreateClient(ctx context.Context, c storage.Client) (storage.Client, error)
 	LinkSensors(ctx context.Context, clientID string, ids []string) error
+	AnalyzeRegistry(ctx context.Context) error
 }
 
 // PipelineNode is a running pipeline, as the starter hands it over.
@@ -331,6 +332,11 @@ func (p *pipelineRun) seed(ctx context.Context) error {
 		if err := p.node.Store.LinkSensors(ctx, c.ID, chunk); err != nil {
 			return err
 		}
+	}
+	// A fleet registered over time has statistics (autovacuum); one
+	// registered in bulk a moment ago has none yet.
+	if err := p.node.Store.AnalyzeRegistry(ctx); err != nil {
+		return err
 	}
 	p.res.SeedSeconds = time.Since(start).Seconds()
 	return nil
