@@ -28,7 +28,7 @@ import (
 const (
 	DefaultPipelineSensors         = 100_000
 	DefaultPipelineLinked          = 20_000
-	DefaultPipelineReadings        = 2_000_000
+	DefaultPipelineReadings        = DefaultIngestReadings
 	DefaultPipelineLatencyRate     = 1000
 	DefaultPipelineLatencyDuration = 10 * time.Second
 	DefaultPipelineTimeout         = 15 * time.Minute
@@ -44,7 +44,7 @@ type PipelineConfig struct {
 	// DefaultPipelineLinked (20,000).
 	Linked int `json:"linked"`
 	// Readings is how many readings the throughput phase produces, round-robin
-	// over the fleet. Defaults to DefaultPipelineReadings (2,000,000).
+	// over the fleet. Defaults to DefaultPipelineReadings (1,000,000).
 	Readings int `json:"readings"`
 	// ChangeRate is the probability that a reading of the throughput phase
 	// changes its sensor's state. Defaults to DefaultIngestChangeRate (0.01).

@@ -20,7 +20,7 @@ import (
 //
 //	LOCKSTREAM_BENCH_SENSORS           fleet (100,000)
 //	LOCKSTREAM_BENCH_LINKED            sensors the sink's client watches (20,000)
-//	LOCKSTREAM_BENCH_READINGS          readings of the throughput phase (2,000,000)
+//	LOCKSTREAM_BENCH_READINGS          readings of the throughput phase (1,000,000)
 //	LOCKSTREAM_BENCH_LATENCY_RATE      changes per second of the latency phase (1,000)
 //	LOCKSTREAM_BENCH_LATENCY_DURATION  how long the latency phase produces (10s)
 //	LOCKSTREAM_BENCH_PROFILE_DIR       if set, pipeline.pprof (CPU of the whole process) goes there

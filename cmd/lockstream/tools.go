@@ -101,13 +101,12 @@ func benchCommand() command {
 		summary: "benchmarks, as JSON: `lockstream bench ingest` (bare consume vs the full consumer), " +
 			"`lockstream bench pipeline` (every daemon of `all` on private databases: readings/s, webhooks/s, latency); " +
 			"with no brokers configured, on an embedded broker of their own",
-		args: " <ingest|pipeline>",
+		args: " <benchmark>",
 		// pipeline runs every daemon, so it reads every daemon's settings.
 		settings: daemonSettingNames(),
 		flags: func(fs *flag.FlagSet) {
-			fs.IntVar(&ingest.Readings, "readings", 0, fmt.Sprintf("readings to produce (default: ingest %d, pipeline %d)",
-				bench.DefaultIngestReadings, bench.DefaultPipelineReadings))
-			fs.IntVar(&ingest.Sensors, "sensors", 0, fmt.Sprintf("sensors they come from (default %d)", bench.DefaultIngestSensors))
+			fs.IntVar(&ingest.Readings, "readings", bench.DefaultIngestReadings, "readings to produce (pipeline: in its throughput phase)")
+			fs.IntVar(&ingest.Sensors, "sensors", bench.DefaultIngestSensors, "sensors they come from (pipeline: the fleet)")
 			fs.Float64Var(&ingest.ChangeRate, "change-rate", bench.DefaultIngestChangeRate, "probability a reading is a change")
 			fs.BoolVar(&ingest.ColdStart, "cold-start", false, "ingest: measure from unknown state (every sensor's first reading a change) instead of seeding it")
 			pipeline.register(fs)
