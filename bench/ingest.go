@@ -463,7 +463,7 @@ func runUntil(ctx context.Context, run func(context.Context) error, done func() 
 }
 
 // counters returns the sums of the named counters' series, in order.
-func counters(reg *prometheus.Registry, names ...string) ([]float64, error) {
+func counters(reg prometheus.Gatherer, names ...string) ([]float64, error) {
 	families, err := reg.Gather()
 	if err != nil {
 		return nil, fmt.Errorf("ingest bench: reading metrics: %w", err)

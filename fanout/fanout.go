@@ -268,6 +268,10 @@ func (f *Fanout) write(ctx context.Context, inputs []storage.NotificationInput) 
 			for ch, n := range created.Superseded {
 				f.deliveries.WithLabelValues(string(ch), "superseded").Add(float64(n))
 			}
+			if created.AnalyzeErr != nil {
+				f.logger.WarnContext(ctx, "refreshing the outbox statistics after a large insert failed; autovacuum will",
+					"err", created.AnalyzeErr)
+			}
 			// Last, so that whoever sees the events counted sees what they made.
 			f.events.Add(float64(len(inputs)))
 			return nil

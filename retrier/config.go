@@ -16,7 +16,10 @@ const (
 	DefaultWorkers              = 64
 	DefaultPushWorkers          = 600
 	DefaultBatchSize            = 100
+	DefaultFinishBatchSize      = 500
 	DefaultPollInterval         = 50 * time.Millisecond
+	DefaultFallbackPollInterval = time.Second
+	DefaultListenRetry          = time.Second
 	DefaultAttemptTimeout       = time.Minute
 	DefaultLease                = 2 * time.Minute
 	DefaultLeaseSweepInterval   = 30 * time.Second
@@ -61,14 +64,31 @@ type Config struct {
 	// Defaults to DefaultPushWorkers (600, the pool at Swrve's defaults).
 	PushWorkers int
 
-	// BatchSize is the most deliveries one claim takes, and the most outcomes one
-	// write records. Defaults to DefaultBatchSize (100).
+	// BatchSize is the most deliveries one claim takes. Defaults to
+	// DefaultBatchSize (100).
 	BatchSize int
+
+	// FinishBatchSize is the most outcomes one write records. Outcomes wait
+	// for the write before them, so under load a write records all that
+	// finished meanwhile, up to this many: one statement per few hundred
+	// deliveries rather than per claim. Defaults to DefaultFinishBatchSize (500).
+	FinishBatchSize int
 
 	// PollInterval is how often the retrier looks for due deliveries when the
 	// last look found none; it bounds how long a new delivery waits. Defaults to
 	// DefaultPollInterval (50ms).
 	PollInterval time.Duration
+
+	// FallbackPollInterval is how often the retrier looks for due deliveries
+	// while its outbox listener (Deps.Wakeups) is up: new deliveries wake it
+	// then, and the poll only finds retries and scheduled pushes coming due.
+	// Defaults to DefaultFallbackPollInterval (1s).
+	FallbackPollInterval time.Duration
+
+	// ListenRetry is how long the retrier waits before listening again after
+	// its outbox listener failed (it polls every PollInterval meanwhile).
+	// Defaults to DefaultListenRetry (1s).
+	ListenRetry time.Duration
 
 	// AttemptTimeout bounds one attempt, waiting for the channel included; the
 	// channel's own timeout (15s for webhooks) usually ends it first. Defaults to
@@ -146,7 +166,10 @@ func (c Config) WithDefaults() Config {
 	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
 	c.PushWorkers = cmp.Or(c.PushWorkers, DefaultPushWorkers)
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
+	c.FinishBatchSize = cmp.Or(c.FinishBatchSize, DefaultFinishBatchSize)
 	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
+	c.FallbackPollInterval = cmp.Or(c.FallbackPollInterval, DefaultFallbackPollInterval)
+	c.ListenRetry = cmp.Or(c.ListenRetry, DefaultListenRetry)
 	c.AttemptTimeout = cmp.Or(c.AttemptTimeout, DefaultAttemptTimeout)
 	c.Lease = cmp.Or(c.Lease, DefaultLease)
 	c.LeaseSweepInterval = cmp.Or(c.LeaseSweepInterval, DefaultLeaseSweepInterval)
@@ -185,10 +208,13 @@ func (c Config) Validate() error {
 	atLeastOne("Workers", c.Workers)
 	atLeastOne("PushWorkers", c.PushWorkers)
 	atLeastOne("BatchSize", c.BatchSize)
+	atLeastOne("FinishBatchSize", c.FinishBatchSize)
 	atLeastOne("AttemptBatchSize", c.AttemptBatchSize)
 	positive("BackoffBase", c.BackoffBase)
 	positive("BackoffMax", c.BackoffMax)
 	positive("PollInterval", c.PollInterval)
+	positive("FallbackPollInterval", c.FallbackPollInterval)
+	positive("ListenRetry", c.ListenRetry)
 	positive("AttemptTimeout", c.AttemptTimeout)
 	positive("Lease", c.Lease)
 	positive("LeaseSweepInterval", c.LeaseSweepInterval)

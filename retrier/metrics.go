@@ -23,6 +23,7 @@ type retrierMetrics struct {
 	endpointBlocks    prometheus.Counter
 	endpointsDisabled prometheus.Counter
 	endpointNotices   prometheus.Counter
+	listening         prometheus.Gauge
 }
 
 func newRetrierMetrics(reg prometheus.Registerer) (*retrierMetrics, error) {
@@ -71,7 +72,7 @@ func newRetrierMetrics(reg prometheus.Registerer) (*retrierMetrics, error) {
 	}
 	if m.errors, err = metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Name: "retrier_errors_total",
-		Help: "Retrier store operations that failed, by operation (claim, target, finish, requeue, stats, attempts).",
+		Help: "Retrier store operations that failed, by operation (claim, target, finish, requeue, stats, attempts, listen).",
 	}, []string{"op"})); err != nil {
 		return nil, err
 	}
@@ -88,6 +89,12 @@ func newRetrierMetrics(reg prometheus.Registerer) (*retrierMetrics, error) {
 		return nil, err
 	}
 	if err := m.registerControls(reg); err != nil {
+		return nil, err
+	}
+	if m.listening, err = metrics.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Name: "retrier_listening",
+		Help: "1 while the retrier listens for new deliveries (Postgres LISTEN), 0 while it only polls.",
+	})); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -105,6 +105,9 @@ type Deps struct {
 	Limiter Limiter
 	// Notices mails owners of disabled endpoints; nil: no email.
 	Notices NoticeSender
+	// Wakeups, when not nil, tells the retrier of new deliveries as they are
+	// committed, so it need not poll for them (see OutboxListener).
+	Wakeups OutboxListener
 }
 
 // The ErrorType values of outcomes the Retrier decides without a channel.
@@ -137,6 +140,9 @@ type Retrier struct {
 	logger   *slog.Logger
 
 	workers sync.WaitGroup // attempt goroutines
+	// listening says the outbox listener is up: the claim loops then poll only
+	// as a fallback.
+	listening atomic.Bool
 }
 
 // lane is a set of channels with its own bound on attempts in flight and its
@@ -283,6 +289,9 @@ func (r *Retrier) Run(ctx context.Context) error {
 	if r.deps.Endpoints != nil {
 		background.Go(func() { r.every(ctx, r.cfg.EndpointSweepInterval, r.sweepEndpoints) })
 	}
+	if r.deps.Wakeups != nil {
+		background.Go(func() { r.listen(ctx) })
+	}
 
 	var claimers sync.WaitGroup
 	for _, l := range r.lanes {
@@ -317,6 +326,7 @@ func (r *Retrier) claimLoop(ctx, work context.Context, l *lane, outcomes chan<- 
 	// then claims again when refill workers are free or at the next poll, not
 	// as each worker frees, which would cost three queries a delivery.
 	full, polled := false, true
+	lastPoll := time.Now()
 	for ctx.Err() == nil {
 		if free := l.free(); free > 0 && (polled || !full || free >= l.refill) {
 			limit := min(free, r.cfg.BatchSize)
@@ -330,12 +340,7 @@ func (r *Retrier) claimLoop(ctx, work context.Context, l *lane, outcomes chan<- 
 				continue // more is probably due: look again at once, if workers are free
 			}
 		}
-		select {
-		case <-ctx.Done():
-		case <-poll.C:
-			polled = true
-		case <-l.wake:
-		}
+		polled = r.waitForWork(ctx, l, poll, &lastPoll)
 	}
 }
 
@@ -597,7 +602,7 @@ func (r *Retrier) finishLoop(ctx context.Context, outcomes <-chan outcome) {
 	for first := range outcomes {
 		batch := []outcome{first}
 	collect:
-		for len(batch) < r.cfg.BatchSize {
+		for len(batch) < r.cfg.FinishBatchSize {
 			select {
 			case o, ok := <-outcomes:
 				if !ok {

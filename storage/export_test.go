@@ -14,3 +14,6 @@ func AddRedisHook(r *Redis, h redis.Hook) { r.client.AddHook(h) }
 func DropLostIndex(r *Redis) error {
 	return r.client.Del(context.Background(), r.key(hbLostIDs), r.key(hbLostIDsBuilt)).Err()
 }
+
+// ClaimDeliveriesSQL is ClaimDeliveries' statement, for EXPLAIN.
+const ClaimDeliveriesSQL = claimDeliveriesSQL

@@ -92,6 +92,13 @@ type NotificationsCreated struct {
 	// Filtered counts the (event, linked client) pairs left out because the
 	// client is not subscribed to the event's type (replays count again).
 	Filtered int
+	// Analyzed lists the months ("200601") whose outbox partitions were
+	// analyzed after the batch, grown by OutboxAnalyzeRows deliveries since
+	// their last analysis by this process (at most once per OutboxAnalyzeGap).
+	Analyzed []string
+	// AnalyzeErr is why analyzing them failed. The batch itself is committed:
+	// a failed analysis only leaves the statistics to autovacuum.
+	AnalyzeErr error
 }
 
 // Delivery is one channel's job of delivering one notification, with the event it
@@ -180,7 +187,12 @@ func outboxInt16Ptr(v *int) *int16 {
 // repeated within the batch count once. Each new notification also puts one
 // message in the inbox of every member of its client, in the same transaction
 // and one more statement (insertEventMessages), so a replayed event adds no
-// message either.
+// message either. When it created deliveries, it notifies OutboxChannel in the
+// same transaction (one statement more), so listening retriers hear of them on
+// commit. After the commit, a month partition this process has put
+// OutboxAnalyzeRows deliveries into since it last analyzed it is analyzed (see
+// NotificationsCreated.Analyzed), so the statements that read a burst do not
+// wait for autovacuum to learn of it.
 func (p *Postgres) CreateNotifications(ctx context.Context, events []NotificationInput) (NotificationsCreated, error) {
 	created := NotificationsCreated{Deliveries: map[Channel]int{}, Superseded: map[Channel]int{}}
 	if len(events) == 0 {
@@ -214,6 +226,7 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 		times = append(times, e.At)
 	}
 
+	months := map[string]int{} // new deliveries per month partition
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
 			WITH ev AS (
@@ -265,6 +278,7 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 			newest    = map[key]time.Time{}
 			newNotifs []newNotification
 		)
+		clear(months) // a retried transaction counts again
 		for rows.Next() {
 			var (
 				k                       key
@@ -285,6 +299,7 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 			}
 			k.client = *client
 			created.Deliveries[Channel(k.channel)]++
+			months[at.UTC().Format("200601")]++
 			if eventType == eventTypeStateChanged && at.After(newest[k]) {
 				newest[k] = at
 			}
@@ -299,6 +314,10 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 		}
 		// The members' inboxes, in the same transaction: one statement.
 		if created.InboxMessages, err = insertEventMessages(ctx, tx, unique, newNotifs); err != nil {
+			return err
+		}
+		// The retriers hear of the new deliveries when this commits.
+		if err := notifyOutbox(ctx, tx, created.Deliveries); err != nil {
 			return err
 		}
 		if len(newest) == 0 {
@@ -340,6 +359,13 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 	if err != nil {
 		return NotificationsCreated{}, fmt.Errorf("creating notifications for %d events: %w", len(ids), err)
 	}
+	for _, month := range p.analyzer.note(months, time.Now()) {
+		if err := p.analyzeOutboxMonth(ctx, month); err != nil {
+			created.AnalyzeErr = err
+			continue
+		}
+		created.Analyzed = append(created.Analyzed, month)
+	}
 	return created, nil
 }
 
@@ -361,28 +387,7 @@ func (p *Postgres) ClaimDeliveries(ctx context.Context, now time.Time, limit int
 	for _, c := range channels {
 		channelFilter = append(channelFilter, string(c))
 	}
-	rows, err := p.pool.Query(ctx, `
-		WITH due AS (
-			SELECT d.id, d.notification_id, d.event_at
-			FROM deliveries d
-			WHERE d.state IN ('SCHEDULED', 'PENDING', 'RETRY') AND d.next_attempt_at <= $1
-			  AND ($4::text[] IS NULL OR d.channel = ANY ($4::text[]))
-			  AND NOT EXISTS (
-				SELECT 1 FROM deliveries o
-				WHERE o.client_id = d.client_id AND o.sensor_id = d.sensor_id
-				  AND o.channel = d.channel AND o.target = d.target
-				  AND o.state IN ('PENDING', 'RETRY', 'IN_FLIGHT')
-				  AND (o.event_at, o.seq) < (d.event_at, d.seq))
-			ORDER BY d.next_attempt_at
-			LIMIT $2
-			FOR UPDATE OF d SKIP LOCKED
-		)
-		UPDATE deliveries d
-		SET state = 'IN_FLIGHT', attempts = d.attempts + 1, leased_until = $1::timestamptz + $3::interval,
-		    updated_at = now()
-		FROM due LEFT JOIN notifications n ON n.id = due.notification_id AND n.event_at = due.event_at
-		WHERE d.id = due.id AND d.event_at = due.event_at
-		RETURNING `+deliveryColumns,
+	rows, err := p.pool.Query(ctx, claimDeliveriesSQL,
 		now, limit, lease, channelFilter)
 	if err != nil {
 		return nil, fmt.Errorf("claiming deliveries: %w", err)
@@ -395,6 +400,21 @@ func (p *Postgres) ClaimDeliveries(ctx context.Context, now time.Time, limit int
 	slices.SortFunc(claimed, func(a, b Delivery) int { return a.NextAttemptAt.Compare(b.NextAttemptAt) })
 	return claimed, nil
 }
+
+// claimDeliveriesSQL is ClaimDeliveries' statement: $1 now, $2 limit, $3 lease,
+// $4 channels (NULL: all).
+const claimDeliveriesSQL = `
+		WITH due AS (
+			-- Migration 00120: the ordered walk of the due index whatever the
+			-- statistics say (a freshly filled outbox is not analyzed yet).
+			SELECT * FROM lockstream_due_deliveries($1, $2, $4::text[])
+		)
+		UPDATE deliveries d
+		SET state = 'IN_FLIGHT', attempts = d.attempts + 1, leased_until = $1::timestamptz + $3::interval,
+		    updated_at = now()
+		FROM due LEFT JOIN notifications n ON n.id = due.notification_id AND n.event_at = due.event_at
+		WHERE d.id = due.id AND d.event_at = due.event_at
+		RETURNING ` + deliveryColumns
 
 // DeliveryFinish is the outcome of one attempt of a claimed delivery.
 type DeliveryFinish struct {

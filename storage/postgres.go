@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -17,6 +18,9 @@ type Postgres struct {
 	pool *pgxpool.Pool
 	// secrets encrypts client signing secrets; see WithSecretBox.
 	secrets *SecretBox
+	// analyzer says when the outbox month CreateNotifications fills needs
+	// fresh statistics.
+	analyzer outboxAnalyzer
 	// counter counts the statements sent; see WithStatementCounter.
 	counter *StatementCounter
 }
@@ -45,6 +49,15 @@ func WithStatementCounter(c *StatementCounter) PostgresOption {
 	return func(p *Postgres) { p.counter = c }
 }
 
+// DefaultPostgresPoolSize is the most connections a process's pool opens when
+// the URL does not say (`pool_max_conns=`). pgx's own default, the number of
+// CPUs but at least 4, starved `lockstream all`: its state consumer and
+// fan-out work one partition per worker (12 each), besides the retrier's
+// claims, targets and outcome writes, and all queued for 4 connections. The
+// pool opens connections as they are needed, so a process that needs fewer
+// opens fewer.
+const DefaultPostgresPoolSize = 24
+
 // OpenPostgres connects a pool to url and checks that the server answers.
 func OpenPostgres(ctx context.Context, url string, opts ...PostgresOption) (*Postgres, error) {
 	config, err := pgxpool.ParseConfig(url)
@@ -57,6 +70,9 @@ func OpenPostgres(ctx context.Context, url string, opts ...PostgresOption) (*Pos
 	}
 	if p.counter != nil {
 		config.ConnConfig.Tracer = p.counter
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		config.MaxConns = DefaultPostgresPoolSize
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, config)
 	if err != nil {

@@ -92,7 +92,8 @@ func commands() []command {
 		{
 			name:    "retrier",
 			summary: "the retrier: due deliveries → webhooks, email and Swrve pushes, with logarithmic back-off",
-			settings: concat([]string{"retry-max-attempts", "retry-backoff-base", "retry-lease", "webhook-allow-private", "smtp-url",
+			settings: concat([]string{"retry-max-attempts", "retry-backoff-base", "retry-lease", "retry-workers",
+				"webhook-endpoint-concurrency", "webhook-allow-private", "smtp-url",
 				"endpoint-disable-after", "endpoint-disable-min-failures",
 				"swrve-url", "swrve-rate", "swrve-push-keys", "secret-key", "data-dir"},
 				storeSettings, kafkaSettings),
@@ -118,7 +119,7 @@ func commands() []command {
 			run: runDaemonsCommand(usesPostgres, bridgeDaemon, metricsDaemon),
 		},
 		simulateCommand(kafkaSettings),
-		benchCommand(kafkaSettings),
+		benchCommand(),
 		{
 			name:     "fake-swrve",
 			summary:  "a stand-in for Swrve's push API: measured latencies, 429 above 300 starts/s (tests, demo)",
@@ -172,6 +173,8 @@ type node struct {
 	tracker *heartbeat.Tracker
 	// probe pings the open stores for lockstream_store_up and GET /readyz.
 	probe *storeProbe
+	// ready, when not nil, is called by run once every daemon is built.
+	ready func(*node)
 }
 
 // storeSet says which stores a command's daemons use.
@@ -313,6 +316,9 @@ func (n *node) run(ctx context.Context, factories ...daemonFactory) error {
 			return err
 		}
 		daemons = append(daemons, d)
+	}
+	if n.ready != nil {
+		n.ready(n)
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	for _, d := range daemons {
@@ -493,6 +499,15 @@ func metricsDaemon(_ context.Context, n *node) (daemon, error) {
 }
 
 func runAll(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logger) error {
+	return startAll(ctx, v, stdout, logger, embeddedBrokerAddr, nil)
+}
+
+// startAll is `lockstream all`: it migrates, opens every store, starts the
+// embedded broker on brokerAddr when no brokers are configured, and runs every
+// daemon until ctx ends. ready, when not nil, is called once the daemons are
+// built, just before they run (`lockstream bench pipeline` starts its load
+// then).
+func startAll(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logger, brokerAddr string, ready func(*node)) error {
 	if err := migrations.Migrate(ctx, v.str("pg-url"), v.str("clickhouse-url"), logger); err != nil {
 		return err
 	}
@@ -503,19 +518,20 @@ func runAll(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logge
 	defer n.close()
 	if len(n.stream.Brokers) == 0 {
 		dir := filepath.Join(v.str("data-dir"), "kafka")
-		broker, err := stream.StartEmbedded(ctx, dir, embeddedBrokerAddr, n.stream.Partitions)
+		broker, err := stream.StartEmbedded(ctx, dir, brokerAddr, n.stream.Partitions)
 		if err != nil {
 			return err
 		}
 		defer broker.Close()
 		n.stream.Brokers = broker.Addrs()
-		logger.Info("embedded Kafka broker started", "addr", embeddedBrokerAddr, "dir", dir)
+		logger.Info("embedded Kafka broker started", "addr", n.stream.Brokers, "dir", dir)
 	}
 	daemons := []daemonFactory{apiDaemon, consumerDaemon, historyDaemon, heartbeatDaemon, fanoutDaemon, inboxPartitionsDaemon,
 		retrierDaemon, maintainDaemon, escalationDaemon, statsDaemon(stdout)}
 	if bridgesConfigured(v) {
 		daemons = append(daemons, bridgeDaemon)
 	}
+	n.ready = ready
 	return n.run(ctx, daemons...)
 }
 

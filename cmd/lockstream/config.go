@@ -64,6 +64,10 @@ func settingTable() map[string]setting {
 			"a webhook endpoint whose every attempt failed for this long (with at least LOCKSTREAM_ENDPOINT_DISABLE_MIN_FAILURES failures) is disabled"},
 		"endpoint-disable-min-failures": {"endpoint-disable-min-failures", "LOCKSTREAM_ENDPOINT_DISABLE_MIN_FAILURES", "10",
 			"the fewest failed attempts that disable a webhook endpoint"},
+		"retry-workers": {"retry-workers", "LOCKSTREAM_RETRY_WORKERS", "256",
+			"webhook and email attempts in flight at once in this process (Swrve pushes have a pool of their own)"},
+		"webhook-endpoint-concurrency": {"webhook-endpoint-concurrency", "LOCKSTREAM_WEBHOOK_ENDPOINT_CONCURRENCY", "64",
+			"webhook requests in flight at once to one endpoint (scheme, host and port)"},
 		"webhook-allow-private": {"webhook-allow-private", "LOCKSTREAM_WEBHOOK_ALLOW_PRIVATE", "false",
 			"let webhooks reach loopback and private addresses (tests, demo)"},
 		"swrve-url":       {"swrve-url", "LOCKSTREAM_SWRVE_URL", "https://service.swrve.com/push", "Swrve push API URL"},
@@ -177,6 +181,16 @@ func (v *values) str(name string) string {
 		panic("setting not registered: " + name)
 	}
 	return strings.TrimSpace(*p)
+}
+
+// set replaces a setting's value (a command that runs daemons on settings of
+// its own: `bench pipeline`).
+func (v *values) set(name, value string) {
+	p, ok := v.m[name]
+	if !ok {
+		panic("setting not registered: " + name)
+	}
+	*p = value
 }
 
 func (v *values) duration(name string) (time.Duration, error) {

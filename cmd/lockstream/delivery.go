@@ -50,8 +50,16 @@ func retrierDaemon(_ context.Context, n *node) (daemon, error) {
 	if err != nil {
 		return daemon{}, err
 	}
+	workers, err := n.v.int("retry-workers")
+	if err != nil {
+		return daemon{}, err
+	}
+	perEndpoint, err := n.v.int("webhook-endpoint-concurrency")
+	if err != nil {
+		return daemon{}, err
+	}
 	logger := n.logger.With("daemon", "retrier")
-	webhooks, err := webhook.New(webhook.Config{AllowPrivate: allowPrivate}, logger)
+	webhooks, err := webhook.New(webhook.Config{AllowPrivate: allowPrivate, PerEndpointConcurrency: perEndpoint}, logger)
 	if err != nil {
 		return daemon{}, err
 	}
@@ -77,11 +85,11 @@ func retrierDaemon(_ context.Context, n *node) (daemon, error) {
 	}
 	// As many push workers as the Swrve pool has slots: the sender's rate and
 	// pool pace the requests, and no claimed push waits for a worker.
-	cfg := retrier.Config{MaxAttempts: maxAttempts, BackoffBase: backoffBase, PushWorkers: push.PoolSize(),
+	cfg := retrier.Config{MaxAttempts: maxAttempts, BackoffBase: backoffBase, Workers: workers, PushWorkers: push.PoolSize(),
 		DisableAfter: disableAfter, DisableMinFailures: disableMinFailures}
 	r, err := retrier.New(leaseConfig(cfg, lease),
 		retrier.Deps{Store: n.pg, Attempts: n.ch, Webhook: webhooks, Email: mail, Push: push.Notifications(), StandalonePush: push,
-			Endpoints: n.pg, Limiter: n.redis, Notices: mail},
+			Endpoints: n.pg, Limiter: n.redis, Notices: mail, Wakeups: n.pg},
 		n.reg, logger)
 	if err != nil {
 		closeSenders()

@@ -91,45 +91,60 @@ func simulated(err error) error {
 	return err
 }
 
-func benchCommand(kafkaSettings []string) command {
-	var ingest bench.IngestConfig
+func benchCommand() command {
+	var (
+		ingest   bench.IngestConfig
+		pipeline pipelineFlags
+	)
 	return command{
 		name: "bench",
-		summary: "benchmarks; `lockstream bench ingest`: bare consume vs the full consumer, as JSON " +
-			"(with no brokers configured, on an embedded broker of its own)",
-		args:     " <benchmark>",
-		settings: append([]string{"pg-url", "clickhouse-url"}, kafkaSettings...),
+		summary: "benchmarks, as JSON: `lockstream bench ingest` (bare consume vs the full consumer), " +
+			"`lockstream bench pipeline` (every daemon of `all` on private databases: readings/s, webhooks/s, latency); " +
+			"with no brokers configured, on an embedded broker of their own",
+		args: " <benchmark>",
+		// pipeline runs every daemon, so it reads every daemon's settings.
+		settings: daemonSettingNames(),
 		flags: func(fs *flag.FlagSet) {
-			fs.IntVar(&ingest.Readings, "readings", bench.DefaultIngestReadings, "ingest: readings to produce and consume")
-			fs.IntVar(&ingest.Sensors, "sensors", bench.DefaultIngestSensors, "ingest: sensors they come from")
-			fs.Float64Var(&ingest.ChangeRate, "change-rate", bench.DefaultIngestChangeRate, "ingest: probability a reading is a change")
+			fs.IntVar(&ingest.Readings, "readings", bench.DefaultIngestReadings, "readings to produce (pipeline: in its throughput phase)")
+			fs.IntVar(&ingest.Sensors, "sensors", bench.DefaultIngestSensors, "sensors they come from (pipeline: the fleet)")
+			fs.Float64Var(&ingest.ChangeRate, "change-rate", bench.DefaultIngestChangeRate, "probability a reading is a change")
 			fs.BoolVar(&ingest.ColdStart, "cold-start", false, "ingest: measure from unknown state (every sensor's first reading a change) instead of seeding it")
+			pipeline.register(fs)
 		},
 		run: func(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logger) error {
-			if len(v.args) != 1 || v.args[0] != "ingest" {
-				return fmt.Errorf("bench: want one benchmark name, `ingest`; got %q", strings.Join(v.args, " "))
+			switch {
+			case len(v.args) == 1 && v.args[0] == "ingest":
+				return runBenchIngest(ctx, v, ingest, stdout, logger)
+			case len(v.args) == 1 && v.args[0] == "pipeline":
+				cfg := pipeline.config
+				cfg.Readings, cfg.Sensors, cfg.ChangeRate = ingest.Readings, ingest.Sensors, ingest.ChangeRate
+				return runBenchPipeline(ctx, v, cfg, pipeline.cpuProfile, stdout, logger)
 			}
-			cfg, stop, err := benchStream(ctx, v, logger)
-			if err != nil {
-				return err
-			}
-			defer stop()
-			ingest.Stream = cfg
-			pg, err := storage.OpenPostgres(ctx, v.str("pg-url"))
-			if err != nil {
-				return err
-			}
-			defer pg.Close()
-			ch, err := storage.OpenClickHouse(ctx, v.str("clickhouse-url"))
-			if err != nil {
-				return err
-			}
-			defer ch.Close()
-			ingest.History = ch
-			_, err = bench.Ingest(ctx, ingest, pg, logger, stdout)
-			return err
+			return fmt.Errorf("bench: want one benchmark name, `ingest` or `pipeline`; got %q", strings.Join(v.args, " "))
 		},
 	}
+}
+
+func runBenchIngest(ctx context.Context, v *values, ingest bench.IngestConfig, stdout io.Writer, logger *slog.Logger) error {
+	cfg, stop, err := benchStream(ctx, v, logger)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	ingest.Stream = cfg
+	pg, err := storage.OpenPostgres(ctx, v.str("pg-url"))
+	if err != nil {
+		return err
+	}
+	defer pg.Close()
+	ch, err := storage.OpenClickHouse(ctx, v.str("clickhouse-url"))
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	ingest.History = ch
+	_, err = bench.Ingest(ctx, ingest, pg, logger, stdout)
+	return err
 }
 
 // benchStream is the Kafka config of a benchmark: the configured brokers, or, with

@@ -1,0 +1,924 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/lockstream/lockstream/notifier/webhook"
+	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/stream"
+)
+
+// Defaults of PipelineConfig.
+const (
+	DefaultPipelineSensors         = 100_000
+	DefaultPipelineLinked          = 20_000
+	DefaultPipelineReadings        = DefaultIngestReadings
+	DefaultPipelineLatencyRate     = 1000
+	DefaultPipelineLatencyDuration = 10 * time.Second
+	DefaultPipelineTimeout         = 15 * time.Minute
+)
+
+// PipelineConfig sizes the whole-pipeline benchmark.
+type PipelineConfig struct {
+	// Sensors is the fleet: every one registered, with a stored state. Defaults
+	// to DefaultPipelineSensors (100,000).
+	Sensors int `json:"sensors"`
+	// Linked is how many of them (the first ones) the benchmark's client watches,
+	// so that their changes become webhooks to the sink. Defaults to
+	// DefaultPipelineLinked (20,000).
+	Linked int `json:"linked"`
+	// Readings is how many readings the throughput phase produces, round-robin
+	// over the fleet. Defaults to DefaultPipelineReadings (1,000,000).
+	Readings int `json:"readings"`
+	// ChangeRate is the probability that a reading of the throughput phase
+	// changes its sensor's state. Defaults to DefaultIngestChangeRate (0.01).
+	ChangeRate float64 `json:"change_rate"`
+	// LatencyRate is the changes per second of the latency phase, each a reading
+	// of a linked sensor that flips it. Defaults to DefaultPipelineLatencyRate
+	// (1,000).
+	LatencyRate float64 `json:"latency_rate"`
+	// LatencyDuration is how long the latency phase produces. Defaults to
+	// DefaultPipelineLatencyDuration (10s); LatencyRate × LatencyDuration must
+	// not exceed Linked (each sensor changes once in the phase).
+	LatencyDuration time.Duration `json:"-"`
+	// Timeout bounds the whole run. Defaults to DefaultPipelineTimeout (15m).
+	Timeout time.Duration `json:"-"`
+	// Seed makes the readings repeatable. Defaults to 1.
+	Seed uint64 `json:"seed"`
+}
+
+// WithDefaults returns the config with every unset field at its default.
+func (c PipelineConfig) WithDefaults() PipelineConfig {
+	if c.Sensors == 0 {
+		c.Sensors = DefaultPipelineSensors
+	}
+	if c.Linked == 0 {
+		c.Linked = min(DefaultPipelineLinked, c.Sensors)
+	}
+	if c.Readings == 0 {
+		c.Readings = DefaultPipelineReadings
+	}
+	if c.ChangeRate == 0 {
+		c.ChangeRate = DefaultIngestChangeRate
+	}
+	if c.LatencyRate == 0 {
+		c.LatencyRate = DefaultPipelineLatencyRate
+	}
+	if c.LatencyDuration == 0 {
+		c.LatencyDuration = DefaultPipelineLatencyDuration
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultPipelineTimeout
+	}
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+	return c
+}
+
+// Validate reports the first field that cannot work.
+func (c PipelineConfig) Validate() error {
+	switch {
+	case c.Sensors < 1:
+		return fmt.Errorf("pipeline bench config: Sensors %d, want at least 1", c.Sensors)
+	case c.Linked < 1 || c.Linked > c.Sensors:
+		return fmt.Errorf("pipeline bench config: Linked %d, want 1 to Sensors (%d)", c.Linked, c.Sensors)
+	case c.Readings < 1:
+		return fmt.Errorf("pipeline bench config: Readings %d, want at least 1", c.Readings)
+	case c.ChangeRate < 0 || c.ChangeRate > 1:
+		return fmt.Errorf("pipeline bench config: ChangeRate %v, want a probability", c.ChangeRate)
+	case c.LatencyRate <= 0 || c.LatencyDuration <= 0:
+		return fmt.Errorf("pipeline bench config: LatencyRate %v and LatencyDuration %v must be positive", c.LatencyRate, c.LatencyDuration)
+	case int(c.LatencyRate*c.LatencyDuration.Seconds()) > c.Linked:
+		return fmt.Errorf("pipeline bench config: LatencyRate × LatencyDuration = %d changes, more than Linked (%d)",
+			int(c.LatencyRate*c.LatencyDuration.Seconds()), c.Linked)
+	case c.Timeout <= 0:
+		return fmt.Errorf("pipeline bench config: Timeout %v, want more than 0", c.Timeout)
+	}
+	return nil
+}
+
+// PipelineStore is the running pipeline's Postgres (storage.Postgres, opened
+// with the pipeline's secret key), where the benchmark registers its fleet and
+// its client.
+type PipelineStore interface {
+	IngestStore
+	CreateClient(ctx context.Context, c storage.Client) (storage.Client, error)
+	LinkSensors(ctx context.Context, clientID string, ids []string) error
+	AnalyzeRegistry(ctx context.Context) error
+}
+
+// PipelineNode is a running pipeline, as the starter hands it over.
+type PipelineNode struct {
+	// Stream is where its topics are.
+	Stream stream.Config
+	// Metrics is the process registry every daemon reports to.
+	Metrics prometheus.Gatherer
+	// Store is its Postgres.
+	Store PipelineStore
+}
+
+// PipelineRunner runs every daemon of the pipeline (as `lockstream all` does)
+// until ctx ends, calling ready once, when they are about to run.
+type PipelineRunner func(ctx context.Context, ready func(PipelineNode)) error
+
+// Pipeline runs the whole-pipeline benchmark on the pipeline run starts and
+// writes the result to out as JSON: sustained readings/s with every daemon
+// running (and how long the history writer took to catch up), webhooks/s to a
+// local sink that verifies every signature, latency from a reading's production
+// to the sink's receipt at a fixed rate of changes, and a bare consume of the
+// same records for the ratio.
+func Pipeline(ctx context.Context, cfg PipelineConfig, run PipelineRunner, logger *slog.Logger, out io.Writer) (PipelineResult, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return PipelineResult{}, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	p := &pipelineRun{cfg: cfg, logger: logger}
+	p.res.Config = cfg
+	p.res.LoadBefore = loadAverage()
+	runCtx, stop := context.WithCancel(ctx)
+	readyc := make(chan PipelineNode, 1)
+	exited := make(chan error, 1)
+	go func() { exited <- run(runCtx, func(n PipelineNode) { readyc <- n }) }()
+	stopPipeline := func() error {
+		stop()
+		err := <-exited
+		exited <- err
+		return err
+	}
+	defer func() { _ = stopPipeline() }()
+	select {
+	case p.node = <-readyc:
+	case err := <-exited:
+		return PipelineResult{}, fmt.Errorf("pipeline bench: the pipeline stopped before it was ready: %w", err)
+	case <-ctx.Done():
+		return PipelineResult{}, ctx.Err()
+	}
+	err := p.phases(ctx, exited)
+	p.res.LoadAfter = loadAverage()
+	if stopErr := stopPipeline(); err == nil && stopErr != nil {
+		err = fmt.Errorf("pipeline bench: stopping the pipeline: %w", stopErr)
+	}
+	if err != nil {
+		return p.res, err
+	}
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(p.res); err != nil {
+		return p.res, fmt.Errorf("pipeline bench: writing result: %w", err)
+	}
+	return p.res, nil
+}
+
+// PipelineResult is what the pipeline benchmark measured.
+type PipelineResult struct {
+	Config PipelineConfig `json:"config"`
+	// LoadBefore and LoadAfter are /proc/loadavg's 1, 5 and 15 minute figures.
+	LoadBefore  [3]float64 `json:"load_before"`
+	LoadAfter   [3]float64 `json:"load_after"`
+	SeedSeconds float64    `json:"seed_seconds"`
+
+	// Throughput phase: Readings produced as fast as the producer can, with
+	// every daemon running.
+	Changes        int     `json:"changes"`
+	ReadingsPerSec float64 `json:"readings_per_second"`
+	ProducePerSec  float64 `json:"produced_per_second"`
+	// HistoryLagSeconds is how long after the state consumer had every reading
+	// the history writer had stored every reading and event.
+	HistoryLagSeconds float64 `json:"history_lag_seconds"`
+	// ThroughputWebhooks is how many webhooks the phase's changes of linked
+	// sensors made (a change superseded by a newer one before it was sent makes
+	// none), out of ThroughputLinkedChanges.
+	ThroughputWebhooks      int `json:"throughput_webhooks"`
+	ThroughputLinkedChanges int `json:"throughput_linked_changes"`
+
+	// Webhook phase: one change of each linked sensor, produced at once.
+	Webhooks         int     `json:"webhooks"`
+	WebhooksPerSec   float64 `json:"webhooks_per_second"`
+	WebhookPhaseSecs float64 `json:"webhook_phase_seconds"`
+	// WebhookStages says when, in seconds from the phase's first production,
+	// each stage had handled every change of the phase.
+	WebhookStages WebhookStages `json:"webhook_stages"`
+
+	// Latency phase: LatencyRate changes a second; production → sink receipt.
+	LatencySeconds float64 `json:"latency_phase_seconds"`
+	LatencyChanges int     `json:"latency_changes"`
+	LatencyP50Ms   float64 `json:"latency_p50_ms"`
+	LatencyP99Ms   float64 `json:"latency_p99_ms"`
+	LatencyMaxMs   float64 `json:"latency_max_ms"`
+	// LatencyStages are p50 and p99, in milliseconds, of the time from the
+	// production of the latency phase's n-th change until each stage's counter
+	// had counted n (sampled every metricsPoll, so to about 25 ms): found by
+	// the state consumer, written to the outbox by the fan-out, recorded sent
+	// by the retrier. The stages work in parallel, so n-th is approximate.
+	LatencyStages map[string][2]float64 `json:"latency_stages_ms"`
+
+	// Bare consume of every reading of the run, and ReadingsPerSec / its rate.
+	BareReadings int     `json:"bare_readings"`
+	BarePerSec   float64 `json:"bare_consume_per_second"`
+	Ratio        float64 `json:"ratio"`
+
+	// Correctness: webhooks the sink received twice (same webhook-id) and
+	// those whose signature did not verify; both must be 0.
+	Duplicates    int `json:"duplicate_webhooks"`
+	BadSignatures int `json:"bad_signatures"`
+}
+
+type pipelineRun struct {
+	cfg    PipelineConfig
+	logger *slog.Logger
+	node   PipelineNode
+	client *kgo.Client
+	sink   *pipelineSink
+	// state is every sensor's current data, as produced.
+	state []int8
+	// produced counts every reading produced.
+	produced int
+	res      PipelineResult
+}
+
+func (p *pipelineRun) phases(ctx context.Context, exited <-chan error) error {
+	client, err := kgo.NewClient(append(stream.ClientOpts(p.node.Stream), kgo.MaxBufferedRecords(200_000),
+		kgo.ProducerLinger(time.Millisecond))...)
+	if err != nil {
+		return fmt.Errorf("pipeline bench: producer: %w", err)
+	}
+	defer client.Close()
+	p.client = client
+	sink, err := startPipelineSink()
+	if err != nil {
+		return err
+	}
+	defer sink.close()
+	p.sink = sink
+	steps := []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"seed", p.seed}, {"warm-up", p.warmUp}, {"throughput", p.throughput}, {"webhooks", p.webhooks},
+		{"latency", p.latency}, {"bare", p.bare},
+	}
+	for _, s := range steps {
+		select {
+		case err := <-exited:
+			return fmt.Errorf("pipeline bench: the pipeline stopped during %s: %w", s.name, err)
+		default:
+		}
+		p.logger.Info("pipeline bench phase", "phase", s.name)
+		if err := s.run(ctx); err != nil {
+			return fmt.Errorf("pipeline bench: %s: %w", s.name, err)
+		}
+	}
+	p.res.Duplicates, p.res.BadSignatures = sink.faults()
+	return nil
+}
+
+// seed registers the fleet with a stored state for every sensor, and one client
+// whose webhook is the sink, watching the first Linked sensors.
+func (p *pipelineRun) seed(ctx context.Context) error {
+	start := time.Now()
+	rng := mrand.New(mrand.NewPCG(p.cfg.Seed, p.cfg.Seed))
+	p.state = make([]int8, p.cfg.Sensors)
+	before := start.Add(-time.Hour)
+	ids := make([]string, 0, seedChunk)
+	changes := make([]storage.StateChange, 0, seedChunk)
+	for i := range p.cfg.Sensors {
+		p.state[i] = int8(rng.IntN(2))
+		ids = append(ids, BenchSensorID(i))
+		changes = append(changes, storage.StateChange{SensorID: BenchSensorID(i), Data: int(p.state[i]),
+			ChangedAt: before, Partition: -1, Offset: -1})
+		if len(ids) == seedChunk || i == p.cfg.Sensors-1 {
+			if err := p.node.Store.CreateSensors(ctx, ids, "bench"); err != nil {
+				return err
+			}
+			if err := p.node.Store.ApplyStateChanges(ctx, changes); err != nil {
+				return err
+			}
+			ids, changes = ids[:0], changes[:0]
+		}
+	}
+	secret := webhook.NewSecret()
+	c, err := p.node.Store.CreateClient(ctx, storage.Client{Name: "pipeline bench", WebhookURL: p.sink.url, Secret: secret})
+	if err != nil {
+		return err
+	}
+	p.sink.secret = secret
+	linked := make([]string, p.cfg.Linked)
+	for i := range linked {
+		linked[i] = BenchSensorID(i)
+	}
+	for chunk := range slices.Chunk(linked, seedChunk) {
+		if err := p.node.Store.LinkSensors(ctx, c.ID, chunk); err != nil {
+			return err
+		}
+	}
+	// A fleet registered over time has statistics (autovacuum); one
+	// registered in bulk a moment ago has none yet.
+	if err := p.node.Store.AnalyzeRegistry(ctx); err != nil {
+		return err
+	}
+	p.res.SeedSeconds = time.Since(start).Seconds()
+	return nil
+}
+
+// produce sends one reading of sensor i with data d, timestamped at.
+func (p *pipelineRun) produce(ctx context.Context, i int, d int8, at time.Time, errc chan<- error) {
+	id := BenchSensorID(i)
+	value := fmt.Appendf(nil, `{"sensor_id":%q,"data":%d}`, id, d)
+	p.produced++
+	p.client.Produce(ctx, &kgo.Record{Topic: p.node.Stream.ReadingsTopic(), Key: []byte(id), Value: value, Timestamp: at},
+		func(_ *kgo.Record, err error) {
+			if err != nil {
+				select {
+				case errc <- err:
+				default:
+				}
+			}
+		})
+}
+
+func (p *pipelineRun) flush(ctx context.Context, errc <-chan error) error {
+	if err := p.client.Flush(ctx); err != nil {
+		return fmt.Errorf("flushing readings: %w", err)
+	}
+	select {
+	case err := <-errc:
+		return fmt.Errorf("producing readings: %w", err)
+	default:
+		return nil
+	}
+}
+
+// warmUp produces one reading of every sensor, with its stored state (no
+// change), and waits until the state consumer and the history writer have
+// them: the consumer groups have joined and the consumer's cache holds the
+// fleet, so the throughput phase measures the pipeline's steady state.
+func (p *pipelineRun) warmUp(ctx context.Context) error {
+	errc := make(chan error, 1)
+	for i := range p.cfg.Sensors {
+		p.produce(ctx, i, p.state[i], time.Now(), errc)
+	}
+	if err := p.flush(ctx, errc); err != nil {
+		return err
+	}
+	if err := p.waitCounter(ctx, "lockstream_readings_consumed_total", float64(p.produced)); err != nil {
+		return err
+	}
+	return p.waitCounter(ctx, "lockstream_history_rows_written_total", float64(p.produced))
+}
+
+// throughput produces Readings readings as fast as it can and times the state
+// consumer through them, then waits for the history writer and the webhooks.
+func (p *pipelineRun) throughput(ctx context.Context) error {
+	cfg := p.cfg
+	rng := mrand.New(mrand.NewPCG(cfg.Seed+1, cfg.Seed+1))
+	consumed0, err := p.counter("lockstream_readings_consumed_total")
+	if err != nil {
+		return err
+	}
+	expect := p.sink.expect("throughput")
+	errc := make(chan error, 1)
+	start := time.Now()
+	for n := range cfg.Readings {
+		i, now := n%cfg.Sensors, time.Now()
+		if rng.Float64() < cfg.ChangeRate {
+			p.state[i] = 1 - p.state[i]
+			p.res.Changes++
+			if i < cfg.Linked {
+				p.res.ThroughputLinkedChanges++
+				expect(BenchSensorID(i), int(p.state[i]), now)
+			}
+		}
+		p.produce(ctx, i, p.state[i], now, errc)
+	}
+	if err := p.flush(ctx, errc); err != nil {
+		return err
+	}
+	p.res.ProducePerSec = float64(cfg.Readings) / time.Since(start).Seconds()
+	if err := p.waitCounter(ctx, "lockstream_readings_consumed_total", consumed0+float64(cfg.Readings)); err != nil {
+		return err
+	}
+	consumedAt := time.Now()
+	p.res.ReadingsPerSec = float64(cfg.Readings) / consumedAt.Sub(start).Seconds()
+	changed, err := p.counter("lockstream_readings_changed_total")
+	if err != nil {
+		return err
+	}
+	if err := p.waitCounter(ctx, "lockstream_history_rows_written_total", float64(p.produced)+changed); err != nil {
+		return err
+	}
+	p.res.HistoryLagSeconds = time.Since(consumedAt).Seconds()
+	received, err := p.sink.waitSettled(ctx, "throughput", p.res.ThroughputLinkedChanges)
+	p.res.ThroughputWebhooks = received
+	return err
+}
+
+// webhooks flips every linked sensor once, all at once, and times their
+// webhooks.
+func (p *pipelineRun) webhooks(ctx context.Context) error {
+	expect := p.sink.expect("webhooks")
+	errc := make(chan error, 1)
+	recorded0, err := p.counter("lockstream_deliveries_total")
+	if err != nil {
+		return err
+	}
+	stages, err := p.watchStages(ctx, float64(p.cfg.Linked), "lockstream_readings_changed_total",
+		"lockstream_notifications_created_total", "lockstream_deliveries_total")
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	for i := range p.cfg.Linked {
+		now := time.Now()
+		p.state[i] = 1 - p.state[i]
+		expect(BenchSensorID(i), int(p.state[i]), now)
+		p.produce(ctx, i, p.state[i], now, errc)
+	}
+	if err := p.flush(ctx, errc); err != nil {
+		return err
+	}
+	received, err := p.sink.waitSettled(ctx, "webhooks", p.cfg.Linked)
+	if err != nil {
+		return err
+	}
+	elapsed := p.sink.last("webhooks").Sub(start)
+	// The next phase starts once the retrier has recorded every outcome, so
+	// that it measures latency, not this phase's tail.
+	if err := p.waitCounter(ctx, "lockstream_deliveries_total", recorded0+float64(p.cfg.Linked)); err != nil {
+		return err
+	}
+	at := stages()
+	since := func(t time.Time) float64 {
+		if t.IsZero() {
+			return 0 // not reached when the sink had every webhook
+		}
+		return t.Sub(start).Seconds()
+	}
+	p.res.WebhookStages = WebhookStages{Changed: since(at[0]), Notified: since(at[1]), Recorded: since(at[2])}
+	p.res.Webhooks = received
+	p.res.WebhookPhaseSecs = elapsed.Seconds()
+	p.res.WebhooksPerSec = float64(p.cfg.Linked) / elapsed.Seconds()
+	return nil
+}
+
+// WebhookStages are the webhook phase's stage times, in seconds from its first
+// production until the stage had handled every change: the state consumer
+// found them (Changed), the fan-out wrote their deliveries (Notified) and the
+// retrier recorded them sent (Recorded, after the sink's answer).
+type WebhookStages struct {
+	Changed  float64 `json:"changed"`
+	Notified float64 `json:"notified"`
+	Recorded float64 `json:"recorded"`
+}
+
+// watchStages polls the named counters until each has grown by n, and
+// returns a function that stops the watch and returns when each did (zero
+// times for those that did not).
+func (p *pipelineRun) watchStages(ctx context.Context, n float64, names ...string) (func() []time.Time, error) {
+	base, err := counters(p.node.Metrics, names...)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	at := make([]time.Time, len(names))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for left := len(names); left > 0; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(metricsPoll):
+			}
+			v, err := counters(p.node.Metrics, names...)
+			if err != nil {
+				return
+			}
+			for i := range v {
+				if at[i].IsZero() && v[i]-base[i] >= n {
+					at[i] = time.Now()
+					left--
+				}
+			}
+		}
+	}()
+	return func() []time.Time {
+		cancel()
+		<-done
+		// The counters may have got there since the watch's last look.
+		if v, err := counters(p.node.Metrics, names...); err == nil {
+			for i := range v {
+				if at[i].IsZero() && v[i]-base[i] >= n {
+					at[i] = time.Now()
+				}
+			}
+		}
+		return at
+	}, nil
+}
+
+// latencyStages are the counters sampleStages follows, by the name the report
+// gives them.
+var latencyStages = []struct{ name, metric string }{
+	{"changed", "lockstream_readings_changed_total"},
+	{"notified", "lockstream_notifications_created_total"},
+	{"recorded", "lockstream_deliveries_total"},
+}
+
+// sampleStages reads the stage counters every metricsPoll until the returned
+// function is called with the production times of the phase's changes; it
+// returns each stage's p50 and p99 lag behind production, in milliseconds.
+func (p *pipelineRun) sampleStages(ctx context.Context) (func(produced []time.Time) map[string][2]float64, error) {
+	names := make([]string, len(latencyStages))
+	for i, st := range latencyStages {
+		names[i] = st.metric
+	}
+	base, err := counters(p.node.Metrics, names...)
+	if err != nil {
+		return nil, err
+	}
+	type sample struct {
+		at time.Time
+		v  []float64
+	}
+	var samples []sample
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(metricsPoll):
+			}
+			if v, err := counters(p.node.Metrics, names...); err == nil {
+				samples = append(samples, sample{time.Now(), v})
+			}
+		}
+	}()
+	return func(produced []time.Time) map[string][2]float64 {
+		cancel()
+		<-done
+		out := map[string][2]float64{}
+		for i, st := range latencyStages {
+			var lags []time.Duration
+			j := 0
+			for k, at := range produced {
+				for j < len(samples) && samples[j].v[i]-base[i] < float64(k+1) {
+					j++
+				}
+				if j == len(samples) {
+					break
+				}
+				lags = append(lags, samples[j].at.Sub(at))
+			}
+			out[st.name] = [2]float64{quantileMs(lags, 0.5), quantileMs(lags, 0.99)}
+		}
+		return out
+	}, nil
+}
+
+// latency flips linked sensors at LatencyRate for LatencyDuration, one sensor
+// each, and measures production → receipt.
+func (p *pipelineRun) latency(ctx context.Context) error {
+	expect := p.sink.expect("latency")
+	errc := make(chan error, 1)
+	total := int(p.cfg.LatencyRate * p.cfg.LatencyDuration.Seconds())
+	const tick = 10 * time.Millisecond
+	perTick := p.cfg.LatencyRate * tick.Seconds()
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	sampler, err := p.sampleStages(ctx)
+	if err != nil {
+		return err
+	}
+	produced := make([]time.Time, 0, total)
+	start := time.Now()
+	for sent := 0; sent < total; {
+		due := min(total, int(perTick*float64(time.Since(start)/tick+1)))
+		for ; sent < due; sent++ {
+			i, now := sent, time.Now()
+			p.state[i] = 1 - p.state[i]
+			expect(BenchSensorID(i), int(p.state[i]), now)
+			p.produce(ctx, i, p.state[i], now, errc)
+			produced = append(produced, now)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-errc:
+			return fmt.Errorf("producing readings: %w", err)
+		case <-ticker.C:
+		}
+	}
+	if err := p.flush(ctx, errc); err != nil {
+		return err
+	}
+	if _, err := p.sink.waitSettled(ctx, "latency", total); err != nil {
+		return err
+	}
+	p.res.LatencyStages = sampler(produced)
+	p.res.LatencySeconds = p.cfg.LatencyDuration.Seconds()
+	lat := p.sink.latencies("latency")
+	p.res.LatencyChanges = len(lat)
+	p.res.LatencyP50Ms, p.res.LatencyP99Ms, p.res.LatencyMaxMs = quantileMs(lat, 0.50), quantileMs(lat, 0.99), quantileMs(lat, 1)
+	return nil
+}
+
+// bare times a plain franz-go consumer reading every reading of the run.
+func (p *pipelineRun) bare(ctx context.Context) error {
+	start := time.Now()
+	client, err := kgo.NewClient(append(stream.ClientOpts(p.node.Stream),
+		kgo.ConsumeTopics(p.node.Stream.ReadingsTopic()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	if err != nil {
+		return fmt.Errorf("bare consumer: %w", err)
+	}
+	defer client.Close()
+	seen := 0
+	for seen < p.produced {
+		fetches := client.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("bare consume saw %d of %d readings: %w", seen, p.produced, err)
+		}
+		fetches.EachError(func(_ string, _ int32, e error) { err = e })
+		if err != nil {
+			return fmt.Errorf("bare consume: %w", err)
+		}
+		seen += fetches.NumRecords()
+	}
+	p.res.BareReadings = seen
+	p.res.BarePerSec = float64(seen) / time.Since(start).Seconds()
+	p.res.Ratio = p.res.ReadingsPerSec / p.res.BarePerSec
+	return nil
+}
+
+func (p *pipelineRun) counter(name string) (float64, error) {
+	v, err := counters(p.node.Metrics, name)
+	if err != nil {
+		return 0, err
+	}
+	return v[0], nil
+}
+
+// waitCounter polls the named counter until it reaches want.
+func (p *pipelineRun) waitCounter(ctx context.Context, name string, want float64) error {
+	for {
+		v, err := p.counter(name)
+		if err != nil {
+			return err
+		}
+		if v >= want {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s to reach %.0f (at %.0f): %w", name, want, v, ctx.Err())
+		case <-time.After(metricsPoll):
+		}
+	}
+}
+
+// metricsPoll is how often the benchmark reads the pipeline's counters: a
+// Gather of the process registry pings every store (lockstream_store_up) and
+// reads /proc, so reading it every few milliseconds would load the pipeline
+// measured. The times of the throughput and webhook phases are therefore
+// accurate to about this much.
+const metricsPoll = 25 * time.Millisecond
+
+// quantileMs returns the q-quantile of d in milliseconds (nearest rank).
+func quantileMs(d []time.Duration, q float64) float64 {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := min(len(s)-1, max(0, int(q*float64(len(s))+0.5)-1))
+	return float64(s[i].Microseconds()) / 1000
+}
+
+// loadAverage reads the 1, 5 and 15 minute load averages; zeros where
+// /proc/loadavg cannot be read.
+func loadAverage() [3]float64 {
+	var out [3]float64
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return out
+	}
+	_, _ = fmt.Sscan(string(b), &out[0], &out[1], &out[2])
+	return out
+}
+
+// pipelineSink is the client system: it verifies each webhook's signature and
+// records when each expected change arrived.
+type pipelineSink struct {
+	url string
+	srv *http.Server
+
+	mu     sync.Mutex
+	secret string
+	phases map[string]*sinkPhase
+	// changes are each sensor's expected changes, oldest first.
+	changes map[string][]*sinkExpect
+	seen    map[string]bool
+	dups    int
+	bad     int
+}
+
+// sinkExpect is one change produced. Only a sensor's newest change is sure to
+// be sent: an older one not sent yet may be superseded.
+type sinkExpect struct {
+	phase    *sinkPhase
+	data     int
+	produced time.Time
+	received bool
+	// optional: a newer change of the sensor was produced before this one
+	// arrived.
+	optional bool
+}
+
+type sinkPhase struct {
+	// expected and received count the changes that must arrive; all counts
+	// every arrival of the phase's changes, superseded ones' included.
+	expected, received, all int
+	last                    time.Time
+	latencies               []time.Duration
+}
+
+func startPipelineSink() (*pipelineSink, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("pipeline bench: sink: %w", err)
+	}
+	s := &pipelineSink{url: "http://" + ln.Addr().String() + "/hook", phases: map[string]*sinkPhase{},
+		changes: map[string][]*sinkExpect{}, seen: map[string]bool{}}
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = s.srv.Serve(ln) }()
+	return s, nil
+}
+
+func (s *pipelineSink) close() { _ = s.srv.Close() }
+
+// ServeHTTP verifies the webhook and records it: 204 when it verifies, 401 when
+// it does not (counted).
+func (s *pipelineSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	at := time.Now()
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		http.Error(w, "reading body", http.StatusBadRequest)
+		return
+	}
+	s.mu.Lock()
+	secret := s.secret
+	s.mu.Unlock()
+	verifyErr := webhook.Verify(secret, r.Header, body, 0)
+	var msg webhook.Body
+	decodeErr := json.Unmarshal(body, &msg)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if verifyErr != nil || decodeErr != nil || msg.Data == nil {
+		s.bad++
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	id := r.Header.Get(webhook.HeaderID)
+	if s.seen[id] {
+		s.dups++
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	s.seen[id] = true
+	if e := s.match(msg.Sensor.ID, *msg.Data, msg.At); e != nil {
+		e.received = true
+		e.phase.all++
+		e.phase.last = at
+		if !e.optional {
+			e.phase.received++
+		}
+		if !e.produced.IsZero() {
+			e.phase.latencies = append(e.phase.latencies, at.Sub(e.produced))
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// match finds the change a webhook is about: of the sensor's changes to data
+// not received yet and produced at or before the event's time (the record's
+// timestamp: the producer's, or the broker's append time), the newest.
+func (s *pipelineSink) match(sensor string, data int, at time.Time) *sinkExpect {
+	list := s.changes[sensor]
+	for i := len(list) - 1; i >= 0; i-- {
+		e := list[i]
+		if !e.received && e.data == data && e.produced.UnixMilli() <= at.UnixMilli() {
+			return e
+		}
+	}
+	return nil
+}
+
+// expect opens a phase and returns how to file its changes, each with the
+// time it was produced (the record's timestamp).
+func (s *pipelineSink) expect(name string) func(sensor string, data int, produced time.Time) {
+	s.mu.Lock()
+	ph := &sinkPhase{}
+	s.phases[name] = ph
+	s.mu.Unlock()
+	return func(sensor string, data int, produced time.Time) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		list := s.changes[sensor]
+		for _, e := range list {
+			if !e.received && !e.optional {
+				e.optional = true
+				e.phase.expected--
+			}
+		}
+		s.changes[sensor] = append(list, &sinkExpect{phase: ph, data: data, produced: produced})
+		ph.expected++
+	}
+}
+
+// waitSettled waits until every change of the phase that must arrive did (a
+// sensor's newest). It returns the arrivals of the phase's changes and how
+// many it produced.
+func (s *pipelineSink) waitSettled(ctx context.Context, name string, produced int) (int, error) {
+	for {
+		s.mu.Lock()
+		ph := s.phases[name]
+		received, expected, all := ph.received, ph.expected, ph.all
+		s.mu.Unlock()
+		if received >= expected {
+			return all, nil
+		}
+		select {
+		case <-ctx.Done():
+			return all, fmt.Errorf("sink got %d of the %d webhooks phase %s must deliver (%d changes produced): %w",
+				received, expected, name, produced, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func (s *pipelineSink) last(name string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.phases[name].last
+}
+
+func (s *pipelineSink) latencies(name string) []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.phases[name].latencies)
+}
+
+func (s *pipelineSink) faults() (dups, bad int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dups, s.bad
+}
+
+// errPipelineFaults is returned by CheckPipeline.
+var errPipelineFaults = errors.New("pipeline bench: the sink saw faults")
+
+// Check reports duplicates, bad signatures or missing webhooks as an error.
+func (r PipelineResult) Check() error {
+	var problems []string
+	if r.Duplicates > 0 {
+		problems = append(problems, fmt.Sprintf("%d webhooks received twice", r.Duplicates))
+	}
+	if r.BadSignatures > 0 {
+		problems = append(problems, fmt.Sprintf("%d webhooks failed signature verification", r.BadSignatures))
+	}
+	if r.Webhooks != r.Config.Linked {
+		problems = append(problems, fmt.Sprintf("webhook phase: %d of %d", r.Webhooks, r.Config.Linked))
+	}
+	if want := int(r.Config.LatencyRate * r.Config.LatencyDuration.Seconds()); r.LatencyChanges != want {
+		problems = append(problems, fmt.Sprintf("latency phase: %d of %d", r.LatencyChanges, want))
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %s", errPipelineFaults, strings.Join(problems, "; "))
+	}
+	return nil
+}

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/lockstream/lockstream/bench"
+	"github.com/lockstream/lockstream/storage/storagetest"
+)
+
+// TestBenchPipelineSmall runs `lockstream bench pipeline` in a small
+// configuration: every daemon of `all` (through startAll) on scratch stores and
+// an embedded broker of its own, a fleet of 1,000 sensors of which 300 are
+// watched by a client whose webhook is the benchmark's sink. It checks
+// correctness only, never speed: every change of the webhook and latency phases
+// arrived exactly once, each watched sensor's newest change of the throughput
+// phase arrived, no webhook came twice and every signature verified.
+func TestBenchPipelineSmall(t *testing.T) {
+	t.Parallel()
+	base := storagetest.NewPostgresDatabase(t)
+	chBase := storagetest.NewClickHouseDatabase(t)
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"bench", "pipeline",
+		"--pg-url", base, "--clickhouse-url", chBase,
+		"--redis-url", storagetest.RedisURL(t), "--redis-prefix", storagetest.NewRedisPrefix(t),
+		"--kafka-brokers", "", "--kafka-partitions", "3", "--log-level", "warn",
+		"--sensors", "1000", "--linked", "300", "--readings", "20000", "--change-rate", "0.02",
+		"--latency-rate", "100", "--latency-duration", "2s", "--timeout", "3m"}, &out, &errOut)
+	if code != 0 {
+		t.Fatalf("bench pipeline exited %d:\n%s\n%s", code, errOut.String(), out.String())
+	}
+	var res bench.PipelineResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("decoding the report: %v\n%s", err, out.String())
+	}
+	if res.Duplicates != 0 || res.BadSignatures != 0 {
+		t.Errorf("duplicates %d, bad signatures %d; want 0 and 0", res.Duplicates, res.BadSignatures)
+	}
+	if res.Webhooks != 300 {
+		t.Errorf("webhook phase: %d webhooks, want one per watched sensor (300)", res.Webhooks)
+	}
+	if res.LatencyChanges != 200 {
+		t.Errorf("latency phase: %d webhooks, want 200 (100/s for 2 s)", res.LatencyChanges)
+	}
+	if res.ThroughputLinkedChanges == 0 || res.ThroughputWebhooks > res.ThroughputLinkedChanges {
+		t.Errorf("throughput phase: %d webhooks for %d changes of watched sensors", res.ThroughputWebhooks, res.ThroughputLinkedChanges)
+	}
+	if res.BareReadings < 20000+1000+300+200 {
+		t.Errorf("bare consume read %d readings, want every one produced", res.BareReadings)
+	}
+	t.Logf("report (speed figures are not checked here):\n%s", out.String())
+}

@@ -1,0 +1,73 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// OutboxChannel is the Postgres notification channel on which a transaction
+// that creates due deliveries (the fan-out's CreateNotifications) tells the
+// retriers, delivered only when it commits. The payload is the channels of the
+// new deliveries, comma-separated (`webhook,email`), so a retrier wakes only
+// the lanes that have work; Postgres folds identical notifications of one
+// transaction into one.
+const OutboxChannel = "lockstream_outbox"
+
+// notifyOutbox queues, in tx, the notification of new due deliveries on the
+// given channels; nothing when there are none.
+func notifyOutbox(ctx context.Context, tx pgx.Tx, created map[Channel]int) error {
+	var names []string
+	for ch, n := range created {
+		if n > 0 {
+			names = append(names, string(ch))
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	slices.Sort(names)
+	if _, err := tx.Exec(ctx, `SELECT pg_notify('`+OutboxChannel+`', $1)`, strings.Join(names, ",")); err != nil {
+		return fmt.Errorf("notifying the outbox: %w", err)
+	}
+	return nil
+}
+
+// ListenOutbox listens on OutboxChannel on a connection of its own (taken out
+// of the pool) and calls notice with the channels of every notification's new
+// deliveries, until ctx ends (it then returns nil) or the connection fails (it
+// returns the error; call it again). ready is called once the LISTEN is in
+// place: deliveries created while nobody listened are found by the caller's
+// next look.
+func (p *Postgres) ListenOutbox(ctx context.Context, ready func(), notice func([]Channel)) error {
+	pooled, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("listening for new deliveries: %w", err)
+	}
+	// A listening connection must never serve queries again.
+	conn := pooled.Hijack()
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, `LISTEN `+OutboxChannel); err != nil {
+		return fmt.Errorf("listening for new deliveries: %w", err)
+	}
+	ready()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("waiting for new deliveries: %w", err)
+		}
+		var channels []Channel
+		for name := range strings.SplitSeq(n.Payload, ",") {
+			if name != "" {
+				channels = append(channels, Channel(name))
+			}
+		}
+		notice(channels)
+	}
+}

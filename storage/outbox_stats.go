@@ -1,0 +1,85 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// The fan-out refreshes the planner statistics of the outbox month it fills
+// after large inserts (see outboxAnalyzer).
+const (
+	// OutboxAnalyzeRows is how many deliveries one process creates in a month
+	// partition before it analyzes the partition.
+	OutboxAnalyzeRows = 10_000
+	// OutboxAnalyzeGap is the least time between two analyses of one month by
+	// one process: after the first, autovacuum keeps the statistics fresh.
+	OutboxAnalyzeGap = 10 * time.Minute
+)
+
+// outboxAnalyzer counts the deliveries CreateNotifications created per month
+// partition, and says when a partition has grown enough since its last ANALYZE
+// by this process that its statistics may be missing or stale. A burst into a
+// partition autovacuum has not analyzed yet (its first look can be a minute
+// away) leaves the planner thinking the partition nearly empty: the retrier's
+// finish and target statements then join deliveries by a sequential scan.
+type outboxAnalyzer struct {
+	mu     sync.Mutex
+	months map[string]*monthStats
+}
+
+type monthStats struct {
+	created  int
+	analyzed time.Time
+}
+
+// note adds the deliveries created per month ("200601") and returns the
+// months to analyze now.
+func (a *outboxAnalyzer) note(created map[string]int, now time.Time) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.months == nil {
+		a.months = map[string]*monthStats{}
+	}
+	var due []string
+	for month, n := range created {
+		m := a.months[month]
+		if m == nil {
+			m = &monthStats{}
+			a.months[month] = m
+		}
+		m.created += n
+		if m.created >= OutboxAnalyzeRows && (m.analyzed.IsZero() || now.Sub(m.analyzed) >= OutboxAnalyzeGap) {
+			m.created, m.analyzed = 0, now
+			due = append(due, month)
+		}
+	}
+	return due
+}
+
+// analyzeOutboxMonth analyzes the deliveries and notifications partitions of
+// the month ("200601"), or the DEFAULT partitions where the month has none, and
+// the month's delivery_attempts partition.
+func (p *Postgres) analyzeOutboxMonth(ctx context.Context, month string) error {
+	if _, err := time.Parse("200601", month); err != nil {
+		return fmt.Errorf("analyzing the outbox: month %q: %w", month, err)
+	}
+	// The month is six digits (checked above), so the names are safe to splice.
+	_, err := p.pool.Exec(ctx, `DO $$ BEGIN
+		IF to_regclass('deliveries_`+month+`') IS NOT NULL AND to_regclass('notifications_`+month+`') IS NOT NULL THEN
+			ANALYZE deliveries_`+month+`, notifications_`+month+`;
+		ELSE
+			ANALYZE deliveries_default, notifications_default;
+		END IF;
+		-- The attempts of a burst are logged in the month they are made,
+		-- usually the same: the retrier's copy to ClickHouse reads them.
+		IF to_regclass('delivery_attempts_`+month+`') IS NOT NULL THEN
+			ANALYZE delivery_attempts_`+month+`;
+		END IF;
+	END $$`)
+	if err != nil {
+		return fmt.Errorf("analyzing the outbox partitions of %s: %w", month, err)
+	}
+	return nil
+}

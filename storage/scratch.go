@@ -1,0 +1,140 @@
+package storage
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+)
+
+// ScratchStores is a private set of databases on the configured servers, for a
+// benchmark that runs the whole pipeline without touching the deployment's data:
+// a new Postgres database and ClickHouse database (created empty; migrations fill
+// them) and a Redis key prefix of its own. Drop removes all three.
+type ScratchStores struct {
+	PostgresURL   string
+	ClickHouseURL string
+	RedisPrefix   string
+
+	basePostgresURL string
+	postgresName    string
+	redisURL        string
+}
+
+// NewScratchStores creates an empty Postgres database next to the one pgURL
+// names, and names a ClickHouse database next to chURL's and a Redis prefix
+// under redisPrefix, all with the same random suffix.
+func NewScratchStores(ctx context.Context, pgURL, chURL, redisURL, redisPrefix string) (*ScratchStores, error) {
+	suffix := make([]byte, 5)
+	_, _ = rand.Read(suffix)
+	name := "lockstream_scratch_" + hex.EncodeToString(suffix)
+	pgU, err := url.Parse(pgURL)
+	if err != nil {
+		return nil, fmt.Errorf("scratch stores: parsing postgres URL: %w", err)
+	}
+	chU, err := url.Parse(chURL)
+	if err != nil {
+		return nil, fmt.Errorf("scratch stores: parsing clickhouse URL: %w", err)
+	}
+	conn, err := connectOne(ctx, pgURL)
+	if err != nil {
+		return nil, fmt.Errorf("scratch stores: connecting to postgres: %w", err)
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return nil, fmt.Errorf("scratch stores: creating database %s (the role needs CREATEDB): %w", name, err)
+	}
+	s := &ScratchStores{basePostgresURL: pgURL, postgresName: name, redisURL: redisURL,
+		RedisPrefix: redisPrefix + strings.TrimPrefix(name, "lockstream_") + ":"}
+	pgU.Path = "/" + name
+	s.PostgresURL = pgU.String()
+	chU.Path = "/" + name
+	s.ClickHouseURL = chU.String()
+	return s, nil
+}
+
+// Drop removes the scratch databases and every Redis key under the prefix.
+func (s *ScratchStores) Drop(ctx context.Context) error {
+	conn, err := connectOne(ctx, s.basePostgresURL)
+	if err != nil {
+		return fmt.Errorf("scratch stores: connecting to postgres: %w", err)
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+s.postgresName+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("scratch stores: dropping database %s: %w", s.postgresName, err)
+	}
+	opts, err := clickhouse.ParseDSN(s.ClickHouseURL)
+	if err != nil {
+		return fmt.Errorf("scratch stores: parsing clickhouse URL: %w", err)
+	}
+	ch, err := clickhouse.Open(opts)
+	if err != nil {
+		return fmt.Errorf("scratch stores: opening clickhouse: %w", err)
+	}
+	defer func() { _ = ch.Close() }()
+	if err := ch.Exec(ctx, "DROP DATABASE IF EXISTS "+s.postgresName); err != nil {
+		return fmt.Errorf("scratch stores: dropping clickhouse database %s: %w", s.postgresName, err)
+	}
+	ropts, err := redis.ParseURL(s.redisURL)
+	if err != nil {
+		return fmt.Errorf("scratch stores: parsing redis URL: %w", err)
+	}
+	rc := redis.NewClient(ropts)
+	defer func() { _ = rc.Close() }()
+	iter := rc.Scan(ctx, 0, s.RedisPrefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		if err := rc.Del(ctx, iter.Val()).Err(); err != nil {
+			return fmt.Errorf("scratch stores: deleting redis keys: %w", err)
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return fmt.Errorf("scratch stores: deleting redis keys: %w", err)
+	}
+	return nil
+}
+
+// LinkSensors makes the client watch every sensor of ids, in one statement;
+// links that exist already are kept. Every sensor must be registered.
+func (p *Postgres) LinkSensors(ctx context.Context, clientID string, ids []string) error {
+	if uuid.Validate(clientID) != nil {
+		return fmt.Errorf("linking client %s: %w", clientID, ErrNotFound)
+	}
+	_, err := p.pool.Exec(ctx, `
+		INSERT INTO client_sensors (client_id, sensor_id)
+		SELECT $1, s FROM unnest($2::text[]) AS s
+		ON CONFLICT DO NOTHING`, clientID, ids)
+	if err != nil {
+		return fmt.Errorf("linking client %s to %d sensors: %w", clientID, len(ids), mapError(err))
+	}
+	return nil
+}
+
+// connectOne opens a single connection to url, whose pool settings
+// (pool_max_conns, ...) it ignores.
+func connectOne(ctx context.Context, url string) (*pgx.Conn, error) {
+	config, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parsing postgres URL: %w", err)
+	}
+	return pgx.ConnectConfig(ctx, config.ConnConfig)
+}
+
+// AnalyzeRegistry refreshes the planner statistics of the registry tables
+// (sensors, clients, links, states). A deployment's are kept by autovacuum; a
+// benchmark that registers a fleet in bulk calls this before it measures, as
+// the statements that join them (the retrier's delivery targets, the
+// consumer's lookups) are planned as if the tables were empty until then.
+func (p *Postgres) AnalyzeRegistry(ctx context.Context) error {
+	if _, err := p.pool.Exec(ctx, `ANALYZE sensors, clients, client_sensors, sensor_state`); err != nil {
+		return fmt.Errorf("analyzing the registry: %w", err)
+	}
+	return nil
+}
