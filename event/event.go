@@ -20,15 +20,56 @@ const (
 	StateChanged       Type = "state_changed"
 	ConnectionLost     Type = "connection_lost"
 	ConnectionRestored Type = "connection_restored"
+	// SensorOpenTooLong says an unlocked sensor stayed unlocked for longer than
+	// its open_alert_after: once per opening.
+	SensorOpenTooLong Type = "sensor_open_too_long"
 )
+
+// Types lists every known type.
+func Types() []Type {
+	return []Type{StateChanged, ConnectionLost, ConnectionRestored, SensorOpenTooLong}
+}
 
 // Valid reports whether t is one of the known types.
 func (t Type) Valid() bool {
-	switch t {
-	case StateChanged, ConnectionLost, ConnectionRestored:
-		return true
+	for _, known := range Types() {
+		if t == known {
+			return true
+		}
 	}
 	return false
+}
+
+// Severity grades an event for the people it reaches (DESIGN.md "Fleet
+// judgement"); escalation waits less for a critical one.
+type Severity string
+
+// The severities, most urgent first.
+const (
+	Critical Severity = "critical"
+	Warning  Severity = "warning"
+	Info     Severity = "info"
+)
+
+// Unlocked is the state (data) of an unlocked sensor; 1 is locked.
+const Unlocked = 0
+
+// SeverityOf grades an event of type t whose data (the new or last known
+// state) is data: a sensor lost while unlocked, or unlocked for longer than
+// its open_alert_after, is critical; another loss a warning; anything else
+// info. It is the one definition: the inbox's SQL (storage) agrees with it,
+// which a storage test checks.
+func SeverityOf(t Type, data *int) Severity {
+	switch t {
+	case SensorOpenTooLong:
+		return Critical
+	case ConnectionLost:
+		if data != nil && *data == Unlocked {
+			return Critical
+		}
+		return Warning
+	}
+	return Info
 }
 
 // Event is one thing that happened to a sensor.
@@ -47,6 +88,9 @@ type Event struct {
 	At time.Time `json:"at"`
 	// SilentFor is how long a restored sensor was silent, in whole seconds.
 	SilentFor int64 `json:"silent_seconds,omitempty"`
+	// Severity grades the event (SeverityOf its type and data). Encode sets it
+	// when empty, and Decode for events written before it existed.
+	Severity Severity `json:"severity,omitempty"`
 }
 
 // Encode returns the event's wire form.
@@ -55,6 +99,9 @@ func (e Event) Encode() ([]byte, error) {
 		return nil, fmt.Errorf("encoding event %s: unknown type %q", e.ID, e.Type)
 	}
 	e.At = e.At.UTC()
+	if e.Severity == "" {
+		e.Severity = SeverityOf(e.Type, e.Data)
+	}
 	return json.Marshal(e)
 }
 
@@ -73,6 +120,9 @@ func Decode(b []byte) (Event, error) {
 		return Event{}, fmt.Errorf("decoding event %s: no sensor_id", e.ID)
 	case e.At.IsZero():
 		return Event{}, fmt.Errorf("decoding event %s: no time", e.ID)
+	}
+	if e.Severity == "" {
+		e.Severity = SeverityOf(e.Type, e.Data)
 	}
 	return e, nil
 }
@@ -104,6 +154,12 @@ func ConnectionLostID(sensorID string, deadline time.Time) string {
 // ends: one loss, one restore.
 func ConnectionRestoredID(sensorID string, deadline time.Time) string {
 	return derive(ConnectionRestored, sensorID, unixMillis(deadline))
+}
+
+// SensorOpenTooLongID derives a sensor_open_too_long event's id from the sensor
+// and the time it was unlocked: one alert per opening, whoever emits it.
+func SensorOpenTooLongID(sensorID string, openedAt time.Time) string {
+	return derive(SensorOpenTooLong, sensorID, unixMillis(openedAt))
 }
 
 func unixMillis(t time.Time) []byte {

@@ -73,6 +73,12 @@ type Deps struct {
 	// stalls never makes reporting sensors look silent. Nil judges deadlines by
 	// the clock alone, for tests and for a Redis fed by no consumer.
 	Progress Progress
+	// States gives lost sensors' last known states for their events; nil
+	// publishes losses without a state (graded warning).
+	States States
+	// OpenAlerts finds sensors left unlocked too long; nil turns
+	// sensor_open_too_long off.
+	OpenAlerts OpenAlerts
 }
 
 // ErrRebuildBusy is returned by Rebuild while another daemon rebuilds; Sweep then
@@ -106,6 +112,7 @@ type Daemon struct {
 	sweepDuration prometheus.Histogram
 	lag           prometheus.Gauge
 	lagErrors     prometheus.Counter
+	openAlerts    prometheus.Counter
 }
 
 // New returns a Daemon; Run starts it.
@@ -162,6 +169,10 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) 
 	}
 	if d.lagErrors, err = newCounter(reg, "watermark_errors_total",
 		"Sweeps that could not learn the state consumer's progress and so declared no sensor lost."); err != nil {
+		return nil, err
+	}
+	if d.openAlerts, err = newCounter(reg, "open_alerts_total",
+		"sensor_open_too_long events published (a repeat after a crash counts again)."); err != nil {
 		return nil, err
 	}
 	if d.sweepDuration, err = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -229,6 +240,9 @@ func (d *Daemon) Sweep(ctx context.Context) error {
 	cutoff, werr := d.cutoff(ctx)
 	if werr == nil {
 		if err := d.publishLosses(ctx, d.deps.Store.ClaimHeartbeatExpired, cutoff, "claimed"); err != nil {
+			return fmt.Errorf("sweeping: %w", err)
+		}
+		if err := d.alertOpen(ctx, cutoff); err != nil {
 			return fmt.Errorf("sweeping: %w", err)
 		}
 	}
@@ -313,7 +327,11 @@ func (d *Daemon) publish(ctx context.Context, losses []storage.HeartbeatDeadline
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.PublishTimeout)
 	defer cancel()
-	if err := d.deps.Publisher.Publish(pctx, events); err != nil {
+	err := d.withStates(pctx, events)
+	if err == nil {
+		err = d.deps.Publisher.Publish(pctx, events)
+	}
+	if err != nil {
 		err = fmt.Errorf("publishing %d lost events: %w", len(events), err)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
 		defer cancel()

@@ -28,6 +28,8 @@ var (
 	_ heartbeat.Timeouts     = (*storage.Postgres)(nil)
 	_ heartbeat.Registry     = (*storage.Postgres)(nil)
 	_ heartbeat.History      = (*storage.ClickHouse)(nil)
+	_ heartbeat.States       = (*storage.Postgres)(nil)
+	_ heartbeat.OpenAlerts   = (*storage.Postgres)(nil)
 )
 
 // testTimeout is the heartbeat timeout of the tests: with the default coalescing
@@ -95,10 +97,12 @@ func (b *bundle) newDaemon(t *testing.T, pub heartbeat.Publisher) (*heartbeat.Da
 	}
 	reg := prometheus.NewRegistry()
 	d, err := heartbeat.New(b.cfg, heartbeat.Deps{
-		Store:     b.stores.Redis,
-		Registry:  b.stores.Postgres,
-		History:   b.stores.ClickHouse,
-		Publisher: pub,
+		Store:      b.stores.Redis,
+		Registry:   b.stores.Postgres,
+		History:    b.stores.ClickHouse,
+		Publisher:  pub,
+		States:     b.stores.Postgres,
+		OpenAlerts: b.stores.Postgres,
 	}, reg, discard())
 	if err != nil {
 		t.Fatal(err)

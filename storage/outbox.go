@@ -115,6 +115,10 @@ type Delivery struct {
 	EventAt        time.Time
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	// Seq is the notification's number in its client's sequence (see
+	// ListClientEvents); 0 for deliveries of no notification or from before
+	// seqs existed.
+	Seq int64
 }
 
 // deliveryColumns are selected by every delivery query (d = deliveries, n =
@@ -122,7 +126,7 @@ type Delivery struct {
 const deliveryColumns = `d.id::text, coalesce(d.notification_id::text, ''), coalesce(d.client_id::text, ''),
 	coalesce(d.sensor_id, ''), d.channel, d.target, d.state, d.attempts, d.next_attempt_at, d.leased_until,
 	d.last_error, coalesce(d.last_http_status, 0), coalesce(n.event_id, ''), coalesce(d.event_type, ''),
-	n.data, n.previous, d.event_at, d.created_at, d.updated_at`
+	n.data, n.previous, d.event_at, d.created_at, d.updated_at, coalesce(n.client_seq, 0)`
 
 func scanDelivery(row pgx.Row) (Delivery, error) {
 	var (
@@ -132,7 +136,7 @@ func scanDelivery(row pgx.Row) (Delivery, error) {
 	)
 	err := row.Scan(&d.ID, &d.NotificationID, &d.ClientID, &d.SensorID, &d.Channel, &d.Target, &d.State,
 		&d.Attempts, &d.NextAttemptAt, &leased, &d.LastError, &d.LastHTTPStatus, &d.EventID, &d.EventType,
-		&data, &previous, &d.EventAt, &d.CreatedAt, &d.UpdatedAt)
+		&data, &previous, &d.EventAt, &d.CreatedAt, &d.UpdatedAt, &d.Seq)
 	if err != nil {
 		return Delivery{}, err
 	}
@@ -274,7 +278,11 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("inserting notifications: %w", err)
 		}
-		// The members' inboxes, in the same transaction: one statement.
+		// Each client's seq (clientseq.go), then the members' inboxes, in the
+		// same transaction: one statement each.
+		if err := assignClientSeqs(ctx, tx, unique, newNotifs); err != nil {
+			return err
+		}
 		if created.InboxMessages, err = insertEventMessages(ctx, tx, unique, newNotifs); err != nil {
 			return err
 		}

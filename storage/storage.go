@@ -70,8 +70,11 @@ type Sensor struct {
 	Address string
 	// HeartbeatTimeout overrides the fleet-wide timeout when non-zero.
 	HeartbeatTimeout time.Duration
-	CreatedAt        time.Time
-	UpdatedAt        time.Time
+	// OpenAlertAfter, when non-zero, makes an unlock that lasts longer than it a
+	// sensor_open_too_long event.
+	OpenAlertAfter time.Duration
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
 	// State is nil until the sensor's first reading has been consumed.
 	State *SensorState
 }
@@ -88,6 +91,8 @@ type SensorState struct {
 type SensorUpdate struct {
 	Address          *string
 	HeartbeatTimeout *time.Duration
+	// OpenAlertAfter, when set, replaces the sensor's; zero turns the alert off.
+	OpenAlertAfter *time.Duration
 }
 
 // Platform is a push target's mobile platform.

@@ -92,6 +92,7 @@ func (s *Server) routes() *chi.Mux {
 		r.Delete("/v1/clients/{id}/sensors/{sensor_id}", s.handle(s.unlinkSensor))
 
 		r.Get("/v1/clients/{id}/deliveries", s.handle(s.listClientDeliveries))
+		r.Get("/v1/clients/{id}/events", s.handle(s.listClientEvents))
 		r.Get("/v1/deliveries/{id}", s.handle(s.getDelivery))
 		r.Post("/v1/deliveries/{id}/retry", s.handle(s.retryDelivery))
 

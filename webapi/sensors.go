@@ -22,6 +22,8 @@ const (
 	maxAddressLen       = 256
 	minHeartbeatTimeout = time.Minute
 	maxHeartbeatTimeout = 168 * time.Hour
+	minOpenAlertAfter   = time.Second
+	maxOpenAlertAfter   = 30 * 24 * time.Hour
 )
 
 // validSensorID reports whether id is 1 to 16 ASCII letters or digits.
@@ -48,6 +50,7 @@ type sensorBody struct {
 	LastSeen         *time.Time `json:"last_seen"`
 	Connection       string     `json:"connection"`
 	HeartbeatTimeout string     `json:"heartbeat_timeout,omitempty"`
+	OpenAlertAfter   string     `json:"open_alert_after,omitempty"`
 	CreatedAt        time.Time  `json:"created_at"`
 	UpdatedAt        time.Time  `json:"updated_at"`
 }
@@ -89,6 +92,9 @@ func renderSensor(sensor storage.Sensor, status SensorConnection) sensorBody {
 	}
 	if sensor.HeartbeatTimeout > 0 {
 		body.HeartbeatTimeout = sensor.HeartbeatTimeout.String()
+	}
+	if sensor.OpenAlertAfter > 0 {
+		body.OpenAlertAfter = sensor.OpenAlertAfter.String()
 	}
 	lastSeen, connection := status.LastSeen, status.Connection
 	if sensor.State == nil {
@@ -156,6 +162,19 @@ func parseHeartbeatTimeout(errs *fieldErrors, raw string) time.Duration {
 	return d
 }
 
+// parseOpenAlertAfter reads open_alert_after, a Go duration string within the
+// allowed range, adding a field error when it is not one.
+func parseOpenAlertAfter(errs *fieldErrors, raw string) time.Duration {
+	d, err := time.ParseDuration(raw)
+	switch {
+	case err != nil:
+		errs.add("open_alert_after", "must be a duration such as \"10m\" or \"1h\", got %q", raw)
+	case d < minOpenAlertAfter || d > maxOpenAlertAfter:
+		errs.add("open_alert_after", "must be from %s to %s, got %s", minOpenAlertAfter, maxOpenAlertAfter, d)
+	}
+	return d
+}
+
 // sensorFromPath returns the {id} of the route, or a 404 when it cannot name a sensor.
 func sensorFromPath(r *http.Request) (string, error) {
 	id := chi.URLParam(r, "id")
@@ -175,6 +194,7 @@ func (s *Server) createSensor(w http.ResponseWriter, r *http.Request) error {
 		ID               *string `json:"id"`
 		Address          *string `json:"address"`
 		HeartbeatTimeout *string `json:"heartbeat_timeout"`
+		OpenAlertAfter   *string `json:"open_alert_after"`
 	}
 	if err := s.decodeJSON(w, r, &req); err != nil {
 		return err
@@ -199,6 +219,9 @@ func (s *Server) createSensor(w http.ResponseWriter, r *http.Request) error {
 	}
 	if req.HeartbeatTimeout != nil {
 		sensor.HeartbeatTimeout = parseHeartbeatTimeout(&errs, *req.HeartbeatTimeout)
+	}
+	if req.OpenAlertAfter != nil {
+		sensor.OpenAlertAfter = parseOpenAlertAfter(&errs, *req.OpenAlertAfter)
 	}
 	if err := errs.err(); err != nil {
 		return err
@@ -285,7 +308,7 @@ func (s *Server) getSensor(w http.ResponseWriter, r *http.Request) error {
 }
 
 // updateSensor handles PATCH /v1/sensors/{id}. A null heartbeat_timeout returns the
-// sensor to the fleet-wide timeout.
+// sensor to the fleet-wide timeout; a null open_alert_after turns its alert off.
 func (s *Server) updateSensor(w http.ResponseWriter, r *http.Request) error {
 	id, err := sensorFromPath(r)
 	if err != nil {
@@ -294,6 +317,7 @@ func (s *Server) updateSensor(w http.ResponseWriter, r *http.Request) error {
 	var req struct {
 		Address          optional[string] `json:"address"`
 		HeartbeatTimeout optional[string] `json:"heartbeat_timeout"`
+		OpenAlertAfter   optional[string] `json:"open_alert_after"`
 	}
 	if err := s.decodeJSON(w, r, &req); err != nil {
 		return err
@@ -316,6 +340,14 @@ func (s *Server) updateSensor(w http.ResponseWriter, r *http.Request) error {
 	case req.HeartbeatTimeout.set:
 		d := parseHeartbeatTimeout(&errs, req.HeartbeatTimeout.value)
 		update.HeartbeatTimeout = &d
+	}
+	switch {
+	case req.OpenAlertAfter.null:
+		var off time.Duration
+		update.OpenAlertAfter = &off
+	case req.OpenAlertAfter.set:
+		d := parseOpenAlertAfter(&errs, req.OpenAlertAfter.value)
+		update.OpenAlertAfter = &d
 	}
 	if err := errs.err(); err != nil {
 		return err

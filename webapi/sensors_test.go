@@ -380,3 +380,27 @@ func TestSensorStatusSeam(t *testing.T) {
 		t.Fatalf("observer told created %v", l.created)
 	}
 }
+
+// open_alert_after is set at creation or by PATCH, shown, validated, and turned
+// off by null.
+func TestSensorOpenAlertAfter(t *testing.T) {
+	t.Parallel()
+	api := newTestAPI(t, apiOptions{})
+	fields := api.request("POST", "/v1/sensors", map[string]any{"id": "door", "address": "1 Main St", "open_alert_after": "10m"}).
+		expect(http.StatusCreated).fields()
+	if fields["open_alert_after"] != "10m0s" {
+		t.Fatalf("open_alert_after at creation = %v", fields["open_alert_after"])
+	}
+	fields = api.request("PATCH", "/v1/sensors/door", map[string]any{"open_alert_after": "45s"}).expect(http.StatusOK).fields()
+	if fields["open_alert_after"] != "45s" {
+		t.Fatalf("open_alert_after after PATCH = %v", fields["open_alert_after"])
+	}
+	api.request("PATCH", "/v1/sensors/door", map[string]any{"open_alert_after": "0s"}).expectInvalid("open_alert_after")
+	api.request("PATCH", "/v1/sensors/door", map[string]any{"open_alert_after": "later"}).expectInvalid("open_alert_after")
+	if _, ok := api.request("PATCH", "/v1/sensors/door", `{"open_alert_after": null}`).expect(http.StatusOK).fields()["open_alert_after"]; ok {
+		t.Fatal("open_alert_after still shown after null")
+	}
+	if _, ok := api.request("GET", "/v1/sensors/door", nil).expect(http.StatusOK).fields()["open_alert_after"]; ok {
+		t.Fatal("open_alert_after stored after null")
+	}
+}

@@ -300,6 +300,8 @@ type Server struct {
 	// deliveries and attempts serve the delivery routes; see WithDeliveries.
 	deliveries DeliveryStore
 	attempts   DeliveryAttempts
+	// clientEvents serves the reconcile feed; see WithClientEvents.
+	clientEvents ClientEvents
 
 	// pushes and pushAttempts serve the push routes; see WithPushes.
 	pushes       PushStore

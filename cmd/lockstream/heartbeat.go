@@ -71,6 +71,7 @@ func heartbeatDaemon(_ context.Context, n *node) (daemon, error) {
 		Store: n.redis, Registry: n.pg, History: n.ch,
 		Publisher: stream.NewEventPublisher(n.stream, client),
 		Progress:  progress,
+		States:    n.pg, OpenAlerts: n.pg,
 	}, n.reg, logger)
 	if err != nil {
 		client.Close()

@@ -69,6 +69,9 @@ swrve:
     'sensor.connection_restored':
       IOS: demo-campaign-restored-ios
       ANDROID: demo-campaign-restored-android
+    'sensor.sensor_open_too_long':
+      IOS: demo-campaign-open-too-long-ios
+      ANDROID: demo-campaign-open-too-long-android
 YAML
 fi
 

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+
+	"github.com/lockstream/lockstream/notifier/webhook"
+)
+
+// The fleet process tests run `lockstream all` as a process and check the
+// fleet judgement (DESIGN.md "Fleet judgement") at its receivers: severity,
+// open-too-long alerts and the per-client seq with its reconcile feed.
+
+// fleetBody is what the tests read of a webhook body.
+type fleetBody struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Seq      int64  `json:"seq"`
+	Severity string `json:"severity"`
+	Data     *int   `json:"data"`
+	Sensor   struct {
+		ID string `json:"id"`
+	} `json:"sensor"`
+}
+
+// bodySink is a receiver that verifies signatures and records the bodies it
+// accepted; while down it answers 503 and records only the webhook ids it
+// refused.
+type bodySink struct {
+	server *httptest.Server
+
+	mu       sync.Mutex
+	secret   string
+	down     bool
+	accepted []fleetBody
+	refused  map[string]bool
+	bad      []string
+}
+
+func startBodySink(t *testing.T) *bodySink {
+	t.Helper()
+	s := &bodySink{refused: map[string]bool{}}
+	s.server = httptest.NewServer(http.HandlerFunc(s.serve))
+	t.Cleanup(s.server.Close)
+	return s
+}
+
+func (s *bodySink) serve(w http.ResponseWriter, r *http.Request) {
+	raw, err := io.ReadAll(r.Body)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		err = webhook.Verify(s.secret, r.Header, raw, 0)
+	}
+	var b fleetBody
+	if err == nil {
+		err = json.Unmarshal(raw, &b)
+	}
+	if err != nil {
+		s.bad = append(s.bad, err.Error())
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	if s.down {
+		s.refused[b.ID] = true
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	if !slices.ContainsFunc(s.accepted, func(a fleetBody) bool { return a.ID == b.ID }) {
+		s.accepted = append(s.accepted, b)
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (s *bodySink) setSecret(secret string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.secret = secret
+}
+
+func (s *bodySink) setDown(down bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down = down
+}
+
+// snapshot returns the bodies accepted, the ids refused and the bad requests.
+func (s *bodySink) snapshot() ([]fleetBody, map[string]bool, []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	refused := make(map[string]bool, len(s.refused))
+	for id := range s.refused {
+		refused[id] = true
+	}
+	return slices.Clone(s.accepted), refused, slices.Clone(s.bad)
+}
+
+// waitAccepted waits until the sink has accepted n bodies and returns them.
+func (s *bodySink) waitAccepted(n *deliveryNode, want int) []fleetBody {
+	n.t.Helper()
+	var got []fleetBody
+	n.h.waitFor(fmt.Sprintf("%d webhooks accepted", want), func() (bool, string) {
+		var bad []string
+		got, _, bad = s.snapshot()
+		if len(bad) > 0 {
+			n.t.Fatalf("bad webhooks: %v", bad)
+		}
+		return len(got) >= want, fmt.Sprintf("%d accepted: %+v", len(got), got)
+	})
+	return got
+}
+
+// TestProcessLostWhileUnlockedIsCritical: through `lockstream all`, a sensor
+// lost while unlocked is critical and one lost while locked a warning; an
+// unlock longer than open_alert_after is one critical sensor_open_too_long;
+// every webhook carries severity and the client's seq, 1, 2, 3… with no gap.
+func TestProcessLostWhileUnlockedIsCritical(t *testing.T) {
+	t.Parallel()
+	n := startDeliveryNode(t, []string{"all"},
+		"LOCKSTREAM_HEARTBEAT_TIMEOUT=3s", "LOCKSTREAM_HEARTBEAT_SWEEP_INTERVAL=200ms",
+		"LOCKSTREAM_WEBHOOK_ALLOW_PRIVATE=true")
+	sink := startBodySink(t)
+	id, secret := n.watcher("owner", sink.server.URL, "door", "shut")
+	sink.setSecret(secret)
+	n.call("PATCH", "/v1/sensors/door", deliveryAdminToken, map[string]any{"open_alert_after": "1s"}, http.StatusOK)
+	n.flip("door", 0)
+	n.flip("shut", 1)
+
+	got := sink.waitAccepted(n, 5)
+	byKind := map[string]fleetBody{}
+	var seqs []int64
+	for _, b := range got {
+		byKind[b.Type+"/"+b.Sensor.ID] = b
+		seqs = append(seqs, b.Seq)
+	}
+	for kind, want := range map[string]string{
+		"state_changed/door": "info", "state_changed/shut": "info",
+		"sensor_open_too_long/door": "critical",
+		"connection_lost/door":      "critical", "connection_lost/shut": "warning",
+	} {
+		b, ok := byKind[kind]
+		if !ok || b.Severity != want {
+			t.Errorf("%s: %+v (received %v), want severity %s", kind, b, ok, want)
+		}
+	}
+	if lost := byKind["connection_lost/door"]; lost.Data == nil || *lost.Data != 0 {
+		t.Errorf("door's loss carries data %v, want its last state 0", lost.Data)
+	}
+	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+	if fmt.Sprint(seqs) != "[1 2 3 4 5]" {
+		t.Errorf("seqs received %v, want 1..5", seqs)
+	}
+	// Each opening is reported once: nothing more comes for door.
+	feed := n.call("GET", "/v1/clients/"+id+"/events?after=0", deliveryAdminToken, nil, http.StatusOK)
+	if items, _ := feed["items"].([]any); len(items) != 5 {
+		t.Errorf("the client's feed lists %d events, want 5: %v", len(items), feed)
+	}
+}
+
+// TestProcessReceiverPullsMissedEventsBySeq: through `lockstream all`, a
+// receiver that was down while 20 events were sent to it pulls exactly those
+// 20, in seq order after the last seq it had, from GET /v1/clients/{id}/events.
+func TestProcessReceiverPullsMissedEventsBySeq(t *testing.T) {
+	t.Parallel()
+	const before, missed = 3, 20
+	n := startDeliveryNode(t, []string{"all"}, "LOCKSTREAM_WEBHOOK_ALLOW_PRIVATE=true")
+	sink := startBodySink(t)
+	var sensors []string
+	for i := range before + missed {
+		sensors = append(sensors, fmt.Sprintf("r%02d", i))
+	}
+	id, secret := n.watcher("receiver", sink.server.URL, sensors...)
+	sink.setSecret(secret)
+	for _, s := range sensors[:before] {
+		n.flip(s, 1)
+	}
+	got := sink.waitAccepted(n, before)
+	var last int64
+	for _, b := range got {
+		last = max(last, b.Seq)
+	}
+	if last != before {
+		t.Fatalf("the receiver's last seq is %d after %d events: %+v", last, before, got)
+	}
+
+	sink.setDown(true)
+	for _, s := range sensors[before:] {
+		n.flip(s, 1)
+	}
+	var refused map[string]bool
+	n.h.waitFor(fmt.Sprintf("%d webhooks refused", missed), func() (bool, string) {
+		_, refused, _ = sink.snapshot()
+		return len(refused) == missed, fmt.Sprintf("%d refused", len(refused))
+	})
+
+	// Pull from the last seq it has, a page of 7 at a time.
+	var pulled []fleetBody
+	after := last
+	for {
+		page := n.call("GET", fmt.Sprintf("/v1/clients/%s/events?after=%d&limit=7", id, after), deliveryAdminToken, nil, http.StatusOK)
+		raw, err := json.Marshal(page["items"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var items []fleetBody
+		if err := json.Unmarshal(raw, &items); err != nil {
+			t.Fatal(err)
+		}
+		pulled = append(pulled, items...)
+		next, ok := page["next_after"].(float64)
+		if !ok {
+			break
+		}
+		after = int64(next)
+	}
+	if len(pulled) != missed {
+		t.Fatalf("pulled %d events, want the %d missed: %+v", len(pulled), missed, pulled)
+	}
+	for i, b := range pulled {
+		if b.Seq != last+int64(i)+1 {
+			t.Errorf("pulled event %d has seq %d, want %d", i, b.Seq, last+int64(i)+1)
+		}
+		if !refused[b.ID] || b.Type != "state_changed" || b.Severity != "info" {
+			t.Errorf("pulled %+v: not one of the refused webhooks", b)
+		}
+	}
+}

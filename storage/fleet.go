@@ -1,0 +1,102 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// SensorStates returns the last known state (data) of each of ids that has one,
+// in one query; the heartbeat puts it in the connection_lost events it
+// publishes, so a loss while unlocked is graded critical.
+func (p *Postgres) SensorStates(ctx context.Context, ids []string) (map[string]int, error) {
+	out := make(map[string]int, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := p.pool.Query(ctx, `SELECT sensor_id, data FROM sensor_state WHERE sensor_id = ANY ($1::text[])`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("reading %d sensor states: %w", len(ids), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id   string
+			data int16
+		)
+		if err := rows.Scan(&id, &data); err != nil {
+			return nil, fmt.Errorf("reading %d sensor states: %w", len(ids), err)
+		}
+		out[id] = int(data)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading %d sensor states: %w", len(ids), err)
+	}
+	return out, nil
+}
+
+// OpenAlert is a sensor left unlocked for longer than its open_alert_after.
+type OpenAlert struct {
+	SensorID string
+	// OpenedAt is when the sensor was unlocked (its state's changed_at): it
+	// names the opening, which is reported once.
+	OpenedAt time.Time
+	// After is the sensor's open_alert_after.
+	After time.Duration
+}
+
+// At is when the opening became too long.
+func (a OpenAlert) At() time.Time { return a.OpenedAt.Add(a.After) }
+
+// DueOpenAlerts returns up to limit sensors unlocked since at least their
+// open_alert_after before now whose opening was not reported yet
+// (MarkOpenAlerted), oldest first. It reads only the sensors that set
+// open_alert_after (a partial index) and their states.
+func (p *Postgres) DueOpenAlerts(ctx context.Context, now time.Time, limit int) ([]OpenAlert, error) {
+	rows, err := p.pool.Query(ctx, `
+		SELECT s.id, st.changed_at, s.open_alert_after
+		FROM sensors s JOIN sensor_state st ON st.sensor_id = s.id
+		WHERE s.open_alert_after IS NOT NULL AND st.data = 0
+		  AND st.changed_at + s.open_alert_after <= $1
+		  AND st.open_alerted_at IS DISTINCT FROM st.changed_at
+		ORDER BY st.changed_at + s.open_alert_after, s.id
+		LIMIT $2`, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("finding sensors open too long: %w", err)
+	}
+	defer rows.Close()
+	var out []OpenAlert
+	for rows.Next() {
+		var a OpenAlert
+		if err := rows.Scan(&a.SensorID, &a.OpenedAt, &a.After); err != nil {
+			return nil, fmt.Errorf("finding sensors open too long: %w", err)
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("finding sensors open too long: %w", err)
+	}
+	return out, nil
+}
+
+// MarkOpenAlerted records that these openings were reported, in one statement.
+// A sensor whose state changed meanwhile is left alone: its new opening (if it
+// is one) is reported on its own.
+func (p *Postgres) MarkOpenAlerted(ctx context.Context, alerts []OpenAlert) error {
+	if len(alerts) == 0 {
+		return nil
+	}
+	ids := make([]string, len(alerts))
+	opened := make([]time.Time, len(alerts))
+	for i, a := range alerts {
+		ids[i], opened[i] = a.SensorID, a.OpenedAt
+	}
+	_, err := p.pool.Exec(ctx, `
+		UPDATE sensor_state st SET open_alerted_at = a.opened_at
+		FROM unnest($1::text[], $2::timestamptz[]) AS a (sensor_id, opened_at)
+		WHERE st.sensor_id = a.sensor_id AND st.changed_at = a.opened_at`, ids, opened)
+	if err != nil {
+		return fmt.Errorf("marking %d openings reported: %w", len(alerts), err)
+	}
+	return nil
+}
