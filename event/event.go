@@ -23,11 +23,16 @@ const (
 	// SensorOpenTooLong says an unlocked sensor stayed unlocked for longer than
 	// its open_alert_after: once per opening.
 	SensorOpenTooLong Type = "sensor_open_too_long"
+	// SiteOutage says enough of a site's sensors were lost at once; it lists
+	// them and is delivered instead of their connection_lost notifications.
+	SiteOutage Type = "site_outage"
+	// SiteRestored ends a site_outage: more than half of the site is back.
+	SiteRestored Type = "site_restored"
 )
 
 // Types lists every known type.
 func Types() []Type {
-	return []Type{StateChanged, ConnectionLost, ConnectionRestored, SensorOpenTooLong}
+	return []Type{StateChanged, ConnectionLost, ConnectionRestored, SensorOpenTooLong, SiteOutage, SiteRestored}
 }
 
 // Valid reports whether t is one of the known types.
@@ -68,6 +73,8 @@ func SeverityOf(t Type, data *int) Severity {
 			return Critical
 		}
 		return Warning
+	case SiteOutage:
+		return Warning
 	}
 	return Info
 }
@@ -91,6 +98,14 @@ type Event struct {
 	// Severity grades the event (SeverityOf its type and data). Encode sets it
 	// when empty, and Decode for events written before it existed.
 	Severity Severity `json:"severity,omitempty"`
+	// Site names the site of a site event; Sensors lists the sensors it is
+	// about (a site_outage's lost ones, a site_restored's outage's). SensorID is
+	// then the first of them, which orders the event with that sensor's.
+	Site    string   `json:"site,omitempty"`
+	Sensors []string `json:"sensors,omitempty"`
+	// CoveredBy, on a connection_lost, is the id of the site_outage delivered
+	// instead of it: history keeps the loss, the fan-out notifies nobody of it.
+	CoveredBy string `json:"covered_by,omitempty"`
 }
 
 // Encode returns the event's wire form.
@@ -160,6 +175,17 @@ func ConnectionRestoredID(sensorID string, deadline time.Time) string {
 // and the time it was unlocked: one alert per opening, whoever emits it.
 func SensorOpenTooLongID(sensorID string, openedAt time.Time) string {
 	return derive(SensorOpenTooLong, sensorID, unixMillis(openedAt))
+}
+
+// SiteOutageID derives a site_outage's id from the site and the earliest
+// deadline its sensors missed, so heartbeat processes agree on it.
+func SiteOutageID(site string, startedAt time.Time) string {
+	return derive(SiteOutage, site, unixMillis(startedAt))
+}
+
+// SiteRestoredID derives a site_restored's id from the outage it ends.
+func SiteRestoredID(site string, startedAt time.Time) string {
+	return derive(SiteRestored, site, unixMillis(startedAt))
 }
 
 func unixMillis(t time.Time) []byte {

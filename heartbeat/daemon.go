@@ -79,6 +79,10 @@ type Deps struct {
 	// OpenAlerts finds sensors left unlocked too long; nil turns
 	// sensor_open_too_long off.
 	OpenAlerts OpenAlerts
+	// Sites (storage.Postgres) and SiteStore (storage.Redis) judge site
+	// outages; with either nil, losses are published one by one.
+	Sites     Sites
+	SiteStore SiteStore
 }
 
 // ErrRebuildBusy is returned by Rebuild while another daemon rebuilds; Sweep then
@@ -246,6 +250,9 @@ func (d *Daemon) Sweep(ctx context.Context) error {
 			return fmt.Errorf("sweeping: %w", err)
 		}
 	}
+	if err := d.sweepSites(ctx); err != nil {
+		return fmt.Errorf("sweeping sites: %w", err)
+	}
 	expiry := d.cfg.Now().Add(-d.cfg.RestoreMemory)
 	for {
 		n, err := d.deps.Store.ExpireHeartbeatRestores(ctx, expiry, d.cfg.ClaimBatch)
@@ -320,19 +327,14 @@ func (d *Daemon) publishLosses(ctx context.Context, claim claimFunc, cutoff func
 // cancelled (within PublishTimeout): the losses are claimed already. On failure the
 // losses are released for the next sweep.
 func (d *Daemon) publish(ctx context.Context, losses []storage.HeartbeatDeadline) error {
-	events := make([]event.Event, len(losses))
-	for i, l := range losses {
-		events[i] = lostEvent(l.SensorID, l.Deadline)
-		d.logger.DebugContext(ctx, "sensor lost", "sensor_id", l.SensorID, "deadline", l.Deadline)
-	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.PublishTimeout)
 	defer cancel()
-	err := d.withStates(pctx, events)
-	if err == nil {
-		err = d.deps.Publisher.Publish(pctx, events)
+	j, err := d.judge(pctx, losses)
+	if err == nil && len(j.events) > 0 {
+		err = d.deps.Publisher.Publish(pctx, j.events)
 	}
 	if err != nil {
-		err = fmt.Errorf("publishing %d lost events: %w", len(events), err)
+		err = fmt.Errorf("publishing %d lost events: %w", len(losses), err)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
 		defer cancel()
 		if rerr := d.deps.Store.ReleaseHeartbeatLosses(rctx, losses); rerr != nil {
@@ -341,11 +343,21 @@ func (d *Daemon) publish(ctx context.Context, losses []storage.HeartbeatDeadline
 		}
 		return err
 	}
-	d.lostTotal.Add(float64(len(losses)))
-	if err := d.deps.Store.AckHeartbeatLosses(pctx, losses); err != nil {
+	for _, e := range j.events {
+		if e.Type == event.ConnectionLost {
+			d.logger.DebugContext(ctx, "sensor lost", "sensor_id", e.SensorID, "deadline", e.At, "covered_by", e.CoveredBy)
+		}
+	}
+	d.lostTotal.Add(float64(len(j.ready)))
+	if d.sitesOn() {
+		if err := d.deps.Sites.MarkSiteEventsPublished(pctx, j.opened, false); err != nil {
+			return fmt.Errorf("recording %d site outages published: %w", len(j.opened), err)
+		}
+	}
+	if err := d.deps.Store.AckHeartbeatLosses(pctx, j.ready); err != nil {
 		// Published but not confirmed: published again after the lease, under the
 		// same ids, which downstream drops.
-		return fmt.Errorf("confirming %d published losses: %w", len(losses), err)
+		return fmt.Errorf("confirming %d published losses: %w", len(j.ready), err)
 	}
 	return nil
 }

@@ -30,6 +30,8 @@ var (
 	_ heartbeat.History      = (*storage.ClickHouse)(nil)
 	_ heartbeat.States       = (*storage.Postgres)(nil)
 	_ heartbeat.OpenAlerts   = (*storage.Postgres)(nil)
+	_ heartbeat.Sites        = (*storage.Postgres)(nil)
+	_ heartbeat.SiteStore    = (*storage.Redis)(nil)
 )
 
 // testTimeout is the heartbeat timeout of the tests: with the default coalescing
@@ -103,6 +105,8 @@ func (b *bundle) newDaemon(t *testing.T, pub heartbeat.Publisher) (*heartbeat.Da
 		Publisher:  pub,
 		States:     b.stores.Postgres,
 		OpenAlerts: b.stores.Postgres,
+		Sites:      b.stores.Postgres,
+		SiteStore:  b.stores.Redis,
 	}, reg, discard())
 	if err != nil {
 		t.Fatal(err)

@@ -9,10 +9,11 @@ import (
 	"github.com/lockstream/lockstream/storage"
 )
 
-// States reads sensors' last known states (storage.Postgres): a loss carries
-// the state the sensor was lost in, which grades it (event.SeverityOf).
+// States reads sensors' last known states and sites (storage.Postgres): a
+// loss carries the state the sensor was lost in, which grades it
+// (event.SeverityOf), and is judged with its site.
 type States interface {
-	SensorStates(ctx context.Context, ids []string) (map[string]int, error)
+	SensorFacts(ctx context.Context, ids []string) (map[string]storage.SensorFact, error)
 }
 
 // OpenAlerts finds sensors left unlocked longer than their open_alert_after and
@@ -20,29 +21,6 @@ type States interface {
 type OpenAlerts interface {
 	DueOpenAlerts(ctx context.Context, now time.Time, limit int) ([]storage.OpenAlert, error)
 	MarkOpenAlerted(ctx context.Context, alerts []storage.OpenAlert) error
-}
-
-// withStates puts each loss's last known state in its event, when the daemon
-// has States.
-func (d *Daemon) withStates(ctx context.Context, events []event.Event) error {
-	if d.deps.States == nil || len(events) == 0 {
-		return nil
-	}
-	ids := make([]string, len(events))
-	for i, e := range events {
-		ids[i] = e.SensorID
-	}
-	states, err := d.deps.States.SensorStates(ctx, ids)
-	if err != nil {
-		return fmt.Errorf("reading the states of %d lost sensors: %w", len(ids), err)
-	}
-	for i := range events {
-		if data, ok := states[events[i].SensorID]; ok {
-			events[i].Data = &data
-			events[i].Severity = event.SeverityOf(events[i].Type, events[i].Data)
-		}
-	}
-	return nil
 }
 
 // alertOpen publishes a sensor_open_too_long event for every sensor unlocked

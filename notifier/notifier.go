@@ -97,6 +97,9 @@ type Notification struct {
 	// Seq is the notification's number in its client's sequence (1, 2, 3…, no
 	// gap); 0 when it has none.
 	Seq int64
+	// Site and Sensors are a site event's site and the sensors it lists.
+	Site    string
+	Sensors []string
 	// Attempt is this attempt's number, starting at 1.
 	Attempt int
 }

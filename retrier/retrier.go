@@ -426,6 +426,8 @@ func (r *Retrier) send(ctx context.Context, d storage.Delivery, t storage.Delive
 		Attempt:       d.Attempts,
 		Severity:      string(event.SeverityOf(event.Type(d.EventType), d.Data)),
 		Seq:           d.Seq,
+		Site:          d.Site,
+		Sensors:       d.Sensors,
 	}
 	switch d.Channel {
 	case storage.ChannelWebhook:

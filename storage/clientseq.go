@@ -67,6 +67,9 @@ type ClientEvent struct {
 	Data          *int
 	Previous      *int
 	At            time.Time
+	// Site and Sensors are set for a site event.
+	Site    string
+	Sensors []string
 }
 
 // ListClientEvents returns up to limit of the client's events with a seq after
@@ -79,7 +82,8 @@ func (p *Postgres) ListClientEvents(ctx context.Context, clientID string, after 
 	}
 	var exists bool
 	rows, err := p.pool.Query(ctx, `
-		SELECT true, n.client_seq, n.event_id, n.type, n.sensor_id, coalesce(s.address, ''), n.data, n.previous, n.event_at
+		SELECT true, n.client_seq, n.event_id, n.type, n.sensor_id, coalesce(s.address, ''), n.data, n.previous, n.event_at,
+		       coalesce(n.site, ''), n.sensors
 		FROM clients c
 		LEFT JOIN LATERAL (
 			SELECT * FROM notifications n
@@ -103,7 +107,7 @@ func (p *Postgres) ListClientEvents(ctx context.Context, clientID string, after 
 			data, previous *int16
 			at             *time.Time
 		)
-		if err := rows.Scan(&exists, &seq, &eventID, &typ, &sensorID, &e.SensorAddress, &data, &previous, &at); err != nil {
+		if err := rows.Scan(&exists, &seq, &eventID, &typ, &sensorID, &e.SensorAddress, &data, &previous, &at, &e.Site, &e.Sensors); err != nil {
 			return nil, fmt.Errorf("listing events of client %s: %w", clientID, err)
 		}
 		if seq == nil {

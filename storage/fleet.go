@@ -6,31 +6,48 @@ import (
 	"time"
 )
 
-// SensorStates returns the last known state (data) of each of ids that has one,
-// in one query; the heartbeat puts it in the connection_lost events it
-// publishes, so a loss while unlocked is graded critical.
-func (p *Postgres) SensorStates(ctx context.Context, ids []string) (map[string]int, error) {
-	out := make(map[string]int, len(ids))
+// SensorFact is what the heartbeat needs to know of a lost sensor.
+type SensorFact struct {
+	// Data is the sensor's last known state; nil before its first reading.
+	Data *int
+	// Site is the sensor's site; empty when it has none (or it is not
+	// registered).
+	Site string
+}
+
+// SensorFacts returns the last known state and the site of each of ids that
+// has either, in one query; the heartbeat puts the state in the connection_lost
+// events it publishes, so a loss while unlocked is graded critical, and judges
+// sites by the site.
+func (p *Postgres) SensorFacts(ctx context.Context, ids []string) (map[string]SensorFact, error) {
+	out := make(map[string]SensorFact, len(ids))
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := p.pool.Query(ctx, `SELECT sensor_id, data FROM sensor_state WHERE sensor_id = ANY ($1::text[])`, ids)
+	rows, err := p.pool.Query(ctx, `
+		SELECT x.id, st.data, coalesce(s.site, '')
+		FROM unnest($1::text[]) AS x (id)
+		LEFT JOIN sensor_state st ON st.sensor_id = x.id
+		LEFT JOIN sensors s ON s.id = x.id
+		WHERE st.sensor_id IS NOT NULL OR s.site IS NOT NULL`, ids)
 	if err != nil {
-		return nil, fmt.Errorf("reading %d sensor states: %w", len(ids), err)
+		return nil, fmt.Errorf("reading the state and site of %d sensors: %w", len(ids), err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var (
 			id   string
-			data int16
+			data *int16
+			f    SensorFact
 		)
-		if err := rows.Scan(&id, &data); err != nil {
-			return nil, fmt.Errorf("reading %d sensor states: %w", len(ids), err)
+		if err := rows.Scan(&id, &data, &f.Site); err != nil {
+			return nil, fmt.Errorf("reading the state and site of %d sensors: %w", len(ids), err)
 		}
-		out[id] = int(data)
+		f.Data = outboxIntPtr(data)
+		out[id] = f
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reading %d sensor states: %w", len(ids), err)
+		return nil, fmt.Errorf("reading the state and site of %d sensors: %w", len(ids), err)
 	}
 	return out, nil
 }

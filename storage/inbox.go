@@ -151,7 +151,7 @@ SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM notified)`
 // another loss a warning; anything else info.
 const eventSeverity = `CASE WHEN %[1]s.type = 'sensor_open_too_long' THEN 'critical'
 	WHEN %[1]s.type = 'connection_lost' AND %[1]s.data = 0 THEN 'critical'
-	WHEN %[1]s.type = 'connection_lost' THEN 'warning' ELSE 'info' END`
+	WHEN %[1]s.type IN ('connection_lost', 'site_outage') THEN 'warning' ELSE 'info' END`
 
 // newNotification is a notification a fan-out batch created, for the inbox write
 // of its members.

@@ -72,6 +72,10 @@ type NotificationInput struct {
 	Previous *int
 	// At is when the event happened; it orders a sensor's notifications.
 	At time.Time
+	// Site and Sensors are set for a site event: it reaches the clients of
+	// any of Sensors (once each), not only SensorID's.
+	Site    string
+	Sensors []string
 }
 
 // NotificationsCreated counts what CreateNotifications did.
@@ -119,6 +123,10 @@ type Delivery struct {
 	// ListClientEvents); 0 for deliveries of no notification or from before
 	// seqs existed.
 	Seq int64
+	// Site and Sensors are a site event's site and the sensors it lists;
+	// empty for other events.
+	Site    string
+	Sensors []string
 }
 
 // deliveryColumns are selected by every delivery query (d = deliveries, n =
@@ -126,7 +134,8 @@ type Delivery struct {
 const deliveryColumns = `d.id::text, coalesce(d.notification_id::text, ''), coalesce(d.client_id::text, ''),
 	coalesce(d.sensor_id, ''), d.channel, d.target, d.state, d.attempts, d.next_attempt_at, d.leased_until,
 	d.last_error, coalesce(d.last_http_status, 0), coalesce(n.event_id, ''), coalesce(d.event_type, ''),
-	n.data, n.previous, d.event_at, d.created_at, d.updated_at, coalesce(n.client_seq, 0)`
+	n.data, n.previous, d.event_at, d.created_at, d.updated_at, coalesce(n.client_seq, 0),
+	coalesce(n.site, ''), n.sensors`
 
 func scanDelivery(row pgx.Row) (Delivery, error) {
 	var (
@@ -136,7 +145,8 @@ func scanDelivery(row pgx.Row) (Delivery, error) {
 	)
 	err := row.Scan(&d.ID, &d.NotificationID, &d.ClientID, &d.SensorID, &d.Channel, &d.Target, &d.State,
 		&d.Attempts, &d.NextAttemptAt, &leased, &d.LastError, &d.LastHTTPStatus, &d.EventID, &d.EventType,
-		&data, &previous, &d.EventAt, &d.CreatedAt, &d.UpdatedAt, &d.Seq)
+		&data, &previous, &d.EventAt, &d.CreatedAt, &d.UpdatedAt, &d.Seq,
+		&d.Site, &d.Sensors)
 	if err != nil {
 		return Delivery{}, err
 	}
@@ -192,6 +202,7 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 		data     = make([]*int16, 0, len(events))
 		previous = make([]*int16, 0, len(events))
 		times    = make([]time.Time, 0, len(events))
+		audience = make([]string, 0, len(events))
 	)
 	var (
 		unique     = make([]NotificationInput, 0, len(events))
@@ -210,17 +221,23 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 		data = append(data, outboxInt16Ptr(e.Data))
 		previous = append(previous, outboxInt16Ptr(e.Previous))
 		times = append(times, e.At)
+		audience = append(audience, eventAudience(e))
 	}
 
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
 			WITH ev AS (
-				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::int2[], $6::timestamptz[])
-					WITH ORDINALITY AS e (event_id, type, sensor_id, data, previous, at, ord)
+				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::int2[], $6::timestamptz[],
+				                     $7::text[])
+					WITH ORDINALITY AS e (event_id, type, sensor_id, data, previous, at, audience, ord)
 			), n AS (
 				INSERT INTO notifications (id, event_id, client_id, sensor_id, type, data, previous, event_at)
 				SELECT lockstream_uuid_v7(), ev.event_id, cs.client_id, ev.sensor_id, ev.type, ev.data, ev.previous, ev.at
-				FROM ev JOIN client_sensors cs ON cs.sensor_id = ev.sensor_id
+				FROM ev JOIN LATERAL (
+					-- The clients of the event's sensor; of any of a site event's sensors, once each.
+					SELECT DISTINCT l.client_id FROM client_sensors l
+					WHERE l.sensor_id = ANY (string_to_array(ev.audience, ','))
+				) cs ON true
 				ON CONFLICT (event_id, client_id, event_at) DO NOTHING
 				RETURNING id, event_id, client_id, sensor_id, type, event_at
 			), d AS (
@@ -242,7 +259,7 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 			SELECT (SELECT count(*) FROM n), d.client_id::text, d.sensor_id, d.event_type, d.channel, d.target,
 			       d.event_at, d.notification_id::text, n.event_id
 			FROM d JOIN n ON n.id = d.notification_id`,
-			ids, types, sensors, data, previous, times)
+			ids, types, sensors, data, previous, times, audience)
 		if err != nil {
 			return fmt.Errorf("inserting notifications: %w", err)
 		}
@@ -281,6 +298,9 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 		// Each client's seq (clientseq.go), then the members' inboxes, in the
 		// same transaction: one statement each.
 		if err := assignClientSeqs(ctx, tx, unique, newNotifs); err != nil {
+			return err
+		}
+		if err := annotateSiteNotifications(ctx, tx, unique); err != nil {
 			return err
 		}
 		if created.InboxMessages, err = insertEventMessages(ctx, tx, unique, newNotifs); err != nil {

@@ -73,8 +73,10 @@ type Sensor struct {
 	// OpenAlertAfter, when non-zero, makes an unlock that lasts longer than it a
 	// sensor_open_too_long event.
 	OpenAlertAfter time.Duration
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
+	// Site names the sensor's site; empty when it has none.
+	Site      string
+	CreatedAt time.Time
+	UpdatedAt time.Time
 	// State is nil until the sensor's first reading has been consumed.
 	State *SensorState
 }
@@ -93,6 +95,8 @@ type SensorUpdate struct {
 	HeartbeatTimeout *time.Duration
 	// OpenAlertAfter, when set, replaces the sensor's; zero turns the alert off.
 	OpenAlertAfter *time.Duration
+	// Site, when set, replaces the sensor's site; "" removes it.
+	Site *string
 }
 
 // Platform is a push target's mobile platform.

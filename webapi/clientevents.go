@@ -37,6 +37,8 @@ type clientEventBody struct {
 	Previous *int      `json:"previous"`
 	At       time.Time `json:"at"`
 	Severity string    `json:"severity"`
+	Site     string    `json:"site,omitempty"`
+	Sensors  []string  `json:"sensors,omitempty"`
 }
 
 // clientEventPage is the body of GET /v1/clients/{id}/events. NextAfter is the
@@ -78,7 +80,8 @@ func (s *Server) listClientEvents(w http.ResponseWriter, r *http.Request) error 
 	for i, e := range events {
 		body.Items[i] = clientEventBody{Seq: e.Seq, ID: e.EventID, Type: e.Type,
 			Sensor: sensorRef{ID: e.SensorID, Address: e.SensorAddress}, Data: e.Data, Previous: e.Previous,
-			At: e.At.UTC(), Severity: string(event.SeverityOf(event.Type(e.Type), e.Data))}
+			At: e.At.UTC(), Severity: string(event.SeverityOf(event.Type(e.Type), e.Data)),
+			Site: e.Site, Sensors: e.Sensors}
 	}
 	if len(events) == p.limit && p.limit > 0 {
 		next := events[len(events)-1].Seq

@@ -51,6 +51,7 @@ type sensorBody struct {
 	Connection       string     `json:"connection"`
 	HeartbeatTimeout string     `json:"heartbeat_timeout,omitempty"`
 	OpenAlertAfter   string     `json:"open_alert_after,omitempty"`
+	Site             string     `json:"site,omitempty"`
 	CreatedAt        time.Time  `json:"created_at"`
 	UpdatedAt        time.Time  `json:"updated_at"`
 }
@@ -96,6 +97,7 @@ func renderSensor(sensor storage.Sensor, status SensorConnection) sensorBody {
 	if sensor.OpenAlertAfter > 0 {
 		body.OpenAlertAfter = sensor.OpenAlertAfter.String()
 	}
+	body.Site = sensor.Site
 	lastSeen, connection := status.LastSeen, status.Connection
 	if sensor.State == nil {
 		// Never reported: the heartbeat tracks it from its registration, which is
@@ -175,6 +177,19 @@ func parseOpenAlertAfter(errs *fieldErrors, raw string) time.Duration {
 	return d
 }
 
+// checkSite adds a field error when site cannot name a site: 1 to 64 ASCII
+// letters, digits, '_', '-' or '.'.
+func checkSite(errs *fieldErrors, site string) {
+	ok := site != "" && len(site) <= 64
+	for i := range len(site) {
+		c := site[i]
+		ok = ok && ('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' || c == '.')
+	}
+	if !ok {
+		errs.add("site", "must be 1 to 64 ASCII letters, digits, '_', '-' or '.', got %q", site)
+	}
+}
+
 // sensorFromPath returns the {id} of the route, or a 404 when it cannot name a sensor.
 func sensorFromPath(r *http.Request) (string, error) {
 	id := chi.URLParam(r, "id")
@@ -195,6 +210,7 @@ func (s *Server) createSensor(w http.ResponseWriter, r *http.Request) error {
 		Address          *string `json:"address"`
 		HeartbeatTimeout *string `json:"heartbeat_timeout"`
 		OpenAlertAfter   *string `json:"open_alert_after"`
+		Site             *string `json:"site"`
 	}
 	if err := s.decodeJSON(w, r, &req); err != nil {
 		return err
@@ -222,6 +238,10 @@ func (s *Server) createSensor(w http.ResponseWriter, r *http.Request) error {
 	}
 	if req.OpenAlertAfter != nil {
 		sensor.OpenAlertAfter = parseOpenAlertAfter(&errs, *req.OpenAlertAfter)
+	}
+	if req.Site != nil {
+		checkSite(&errs, *req.Site)
+		sensor.Site = *req.Site
 	}
 	if err := errs.err(); err != nil {
 		return err
@@ -318,6 +338,7 @@ func (s *Server) updateSensor(w http.ResponseWriter, r *http.Request) error {
 		Address          optional[string] `json:"address"`
 		HeartbeatTimeout optional[string] `json:"heartbeat_timeout"`
 		OpenAlertAfter   optional[string] `json:"open_alert_after"`
+		Site             optional[string] `json:"site"`
 	}
 	if err := s.decodeJSON(w, r, &req); err != nil {
 		return err
@@ -348,6 +369,14 @@ func (s *Server) updateSensor(w http.ResponseWriter, r *http.Request) error {
 	case req.OpenAlertAfter.set:
 		d := parseOpenAlertAfter(&errs, req.OpenAlertAfter.value)
 		update.OpenAlertAfter = &d
+	}
+	switch {
+	case req.Site.null:
+		none := ""
+		update.Site = &none
+	case req.Site.set:
+		checkSite(&errs, req.Site.value)
+		update.Site = &req.Site.value
 	}
 	if err := errs.err(); err != nil {
 		return err

@@ -404,3 +404,23 @@ func TestSensorOpenAlertAfter(t *testing.T) {
 		t.Fatal("open_alert_after stored after null")
 	}
 }
+
+// site is set at creation or by PATCH, shown, validated, and removed by null.
+func TestSensorSite(t *testing.T) {
+	t.Parallel()
+	api := newTestAPI(t, apiOptions{})
+	fields := api.request("POST", "/v1/sensors", map[string]any{"id": "door", "address": "1 Main St", "site": "hq-1"}).
+		expect(http.StatusCreated).fields()
+	if fields["site"] != "hq-1" {
+		t.Fatalf("site at creation = %v", fields["site"])
+	}
+	if fields = api.request("PATCH", "/v1/sensors/door", map[string]any{"site": "shop.2"}).expect(http.StatusOK).fields(); fields["site"] != "shop.2" {
+		t.Fatalf("site after PATCH = %v", fields["site"])
+	}
+	api.request("PATCH", "/v1/sensors/door", map[string]any{"site": ""}).expectInvalid("site")
+	api.request("PATCH", "/v1/sensors/door", map[string]any{"site": "has space"}).expectInvalid("site")
+	api.request("PATCH", "/v1/sensors/door", `{"site": null}`).expect(http.StatusOK)
+	if _, ok := api.request("GET", "/v1/sensors/door", nil).expect(http.StatusOK).fields()["site"]; ok {
+		t.Fatal("site stored after null")
+	}
+}

@@ -48,7 +48,7 @@ func commands() []command {
 	apiSettings := []string{"http-addr", "admin-token", "ingest-token", "push-token",
 		"http-read-timeout", "http-write-timeout", "http-idle-timeout", "secret-key", "secret-overlap", "data-dir",
 		"amqp-url", "amqp-exchange", "new-member-window"}
-	heartbeatSettings := []string{"heartbeat-timeout", "heartbeat-sweep-interval"}
+	heartbeatSettings := []string{"heartbeat-timeout", "heartbeat-sweep-interval", "site-outage-min", "site-hold"}
 	return []command{
 		{
 			name:     "migrate",

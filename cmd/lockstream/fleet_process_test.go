@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,8 +9,10 @@ import (
 	"net/http/httptest"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/lockstream/lockstream/notifier/webhook"
 )
@@ -20,11 +23,13 @@ import (
 
 // fleetBody is what the tests read of a webhook body.
 type fleetBody struct {
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Seq      int64  `json:"seq"`
-	Severity string `json:"severity"`
-	Data     *int   `json:"data"`
+	ID       string   `json:"id"`
+	Type     string   `json:"type"`
+	Seq      int64    `json:"seq"`
+	Severity string   `json:"severity"`
+	Data     *int     `json:"data"`
+	Site     string   `json:"site"`
+	Sensors  []string `json:"sensors"`
 	Sensor   struct {
 		ID string `json:"id"`
 	} `json:"sensor"`
@@ -230,5 +235,98 @@ func TestProcessReceiverPullsMissedEventsBySeq(t *testing.T) {
 		if !refused[b.ID] || b.Type != "state_changed" || b.Severity != "info" {
 			t.Errorf("pulled %+v: not one of the refused webhooks", b)
 		}
+	}
+}
+
+// keepReporting posts a reading of sensor every interval until the test ends,
+// so that it stays online.
+func (n *deliveryNode) keepReporting(sensor string, interval time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	n.t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		ticker := time.NewTicker(interval)
+		defer ticker.Stop()
+		for {
+			body := strings.NewReader(fmt.Sprintf(`{"sensor_id":%q,"data":1}`, sensor))
+			if req, err := http.NewRequestWithContext(ctx, "POST", n.api+"/v1/readings", body); err == nil {
+				req.Header.Set("Authorization", "Bearer "+deliveryIngestToken)
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					resp.Body.Close()
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+			}
+		}
+	}()
+}
+
+// countTypes counts the distinct events received by type.
+func countTypes(bodies []fleetBody) map[string]int {
+	n := map[string]int{}
+	for _, b := range bodies {
+		n[b.Type]++
+	}
+	return n
+}
+
+// TestProcessSiteOutageOnceUnderTwoHeartbeats: through `lockstream all` and a
+// second `lockstream heartbeat`, a site of four with three falling silent gives
+// exactly one site_outage webhook listing them and no connection_lost webhook
+// (their losses stay in history); one heartbeat process is SIGKILLed; when two
+// of the three are back, exactly one site_restored follows.
+func TestProcessSiteOutageOnceUnderTwoHeartbeats(t *testing.T) {
+	t.Parallel()
+	n := startDeliveryNode(t, []string{"all"},
+		"LOCKSTREAM_HEARTBEAT_TIMEOUT=3s", "LOCKSTREAM_HEARTBEAT_SWEEP_INTERVAL=200ms",
+		"LOCKSTREAM_WEBHOOK_ALLOW_PRIVATE=true")
+	second := n.h.start("heartbeat", "heartbeat")
+	sink := startBodySink(t)
+	sensors := []string{"hq1", "hq2", "hq3", "hq4"}
+	_, secret := n.watcher("site owner", sink.server.URL, sensors...)
+	sink.setSecret(secret)
+	for _, s := range sensors {
+		n.call("PATCH", "/v1/sensors/"+s, deliveryAdminToken, map[string]any{"site": "hq"}, http.StatusOK)
+		n.flip(s, 1)
+	}
+	n.keepReporting("hq4", 300*time.Millisecond)
+
+	var got []fleetBody
+	n.h.waitFor("one site_outage webhook", func() (bool, string) {
+		got, _, _ = sink.snapshot()
+		return countTypes(got)["site_outage"] >= 1, fmt.Sprintf("received %v", countTypes(got))
+	})
+	second.kill()
+	for _, b := range got {
+		if b.Type == "site_outage" && (b.Site != "hq" || fmt.Sprint(b.Sensors) != "[hq1 hq2 hq3]" || b.Severity != "warning") {
+			t.Errorf("site_outage = %+v, want hq's listing hq1 hq2 hq3", b)
+		}
+	}
+	// History keeps every per-sensor loss.
+	n.h.waitFor("hq1's loss in history", func() (bool, string) {
+		page := n.call("GET", "/v1/sensors/hq1/events", deliveryAdminToken, nil, http.StatusOK)
+		raw, _ := json.Marshal(page["items"])
+		return strings.Contains(string(raw), "connection_lost"), string(raw)
+	})
+
+	n.flip("hq1", 1)
+	n.flip("hq2", 1)
+	n.h.waitFor("one site_restored webhook", func() (bool, string) {
+		got, _, _ = sink.snapshot()
+		return countTypes(got)["site_restored"] >= 1, fmt.Sprintf("received %v", countTypes(got))
+	})
+	// Both restores of the back sensors arrive too; by then every event before
+	// them has been fanned out.
+	n.h.waitFor("hq1's and hq2's restores", func() (bool, string) {
+		got, _, _ = sink.snapshot()
+		return countTypes(got)["connection_restored"] >= 2, fmt.Sprintf("received %v", countTypes(got))
+	})
+	counts := countTypes(got)
+	if counts["site_outage"] != 1 || counts["site_restored"] != 1 || counts["connection_lost"] != 0 {
+		t.Fatalf("received %v, want one site_outage, one site_restored and no connection_lost", counts)
 	}
 }

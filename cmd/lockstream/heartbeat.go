@@ -24,7 +24,15 @@ func (n *node) heartbeatConfig() (heartbeat.Config, error) {
 	if err != nil {
 		return heartbeat.Config{}, err
 	}
-	return heartbeat.Config{Timeout: timeout, SweepInterval: sweep}, nil
+	siteMin, err := n.v.int("site-outage-min")
+	if err != nil {
+		return heartbeat.Config{}, err
+	}
+	siteHold, err := n.v.duration("site-hold")
+	if err != nil {
+		return heartbeat.Config{}, err
+	}
+	return heartbeat.Config{Timeout: timeout, SweepInterval: sweep, SiteOutageMin: siteMin, SiteHold: siteHold}, nil
 }
 
 // heartbeatTracker returns the node's one tracker, creating it on first use: the
@@ -72,6 +80,7 @@ func heartbeatDaemon(_ context.Context, n *node) (daemon, error) {
 		Publisher: stream.NewEventPublisher(n.stream, client),
 		Progress:  progress,
 		States:    n.pg, OpenAlerts: n.pg,
+		Sites: n.pg, SiteStore: n.redis,
 	}, n.reg, logger)
 	if err != nil {
 		client.Close()

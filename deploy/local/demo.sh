@@ -72,6 +72,12 @@ swrve:
     'sensor.sensor_open_too_long':
       IOS: demo-campaign-open-too-long-ios
       ANDROID: demo-campaign-open-too-long-android
+    'sensor.site_outage':
+      IOS: demo-campaign-site-outage-ios
+      ANDROID: demo-campaign-site-outage-android
+    'sensor.site_restored':
+      IOS: demo-campaign-site-restored-ios
+      ANDROID: demo-campaign-site-restored-android
 YAML
 fi
 

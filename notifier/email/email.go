@@ -359,6 +359,9 @@ type view struct {
 	AtRFC3339     string
 	// Severity is critical, warning or info.
 	Severity string
+	// Site and Sensors are a site event's site and the sensors it lists.
+	Site    string
+	Sensors string
 }
 
 // stateWord names a sensor state: 1 is locked, 0 unlocked.
@@ -391,6 +394,8 @@ func (s *Sender) message(to string, n notifier.Notification) (*mail.Msg, error) 
 		At:             n.At.UTC().Format("Mon, 02 Jan 2006 15:04:05 MST"),
 		AtRFC3339:      n.At.UTC().Format(time.RFC3339),
 		Severity:       cmp.Or(n.Severity, "info"),
+		Site:           n.Site,
+		Sensors:        strings.Join(n.Sensors, ", "),
 	}
 	if n.Previous != nil {
 		v.PreviousState = stateWord(n.Previous)

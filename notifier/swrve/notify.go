@@ -71,6 +71,10 @@ func message(n notifier.Notification) string {
 		return msg
 	case string(event.SensorOpenTooLong):
 		return sensor + " has been unlocked for too long"
+	case string(event.SiteOutage):
+		return fmt.Sprintf("Site %s is out: %d sensors lost their connection", n.Site, len(n.Sensors))
+	case string(event.SiteRestored):
+		return fmt.Sprintf("Site %s is back: most of its sensors report again", n.Site)
 	}
 	return sensor + ": " + n.Type
 }

@@ -131,8 +131,13 @@ type Body struct {
 	// Seq is the event's number in the client's sequence (1, 2, 3…, no gap):
 	// GET /v1/clients/{id}/events?after=<seq> lists what came after it.
 	// Absent only for events from before seqs existed.
-	Seq     int64 `json:"seq,omitempty"`
-	Attempt int   `json:"attempt"`
+	Seq int64 `json:"seq,omitempty"`
+	// Site and Sensors are set for a site event (site_outage, site_restored):
+	// the site and the ids of the sensors it is about; sensor is then the
+	// first of them.
+	Site    string   `json:"site,omitempty"`
+	Sensors []string `json:"sensors,omitempty"`
+	Attempt int      `json:"attempt"`
 }
 
 // Sensor identifies the sensor a webhook is about.
@@ -152,6 +157,8 @@ func NewBody(n notifier.Notification) Body {
 		At:       n.At.UTC(),
 		Severity: cmp.Or(n.Severity, string(event.SeverityOf(event.Type(n.Type), n.Data))),
 		Seq:      n.Seq,
+		Site:     n.Site,
+		Sensors:  n.Sensors,
 		Attempt:  n.Attempt,
 	}
 }
