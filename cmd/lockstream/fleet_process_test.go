@@ -281,16 +281,21 @@ func countTypes(bodies []fleetBody) map[string]int {
 // of the three are back, exactly one site_restored follows.
 func TestProcessSiteOutageOnceUnderTwoHeartbeats(t *testing.T) {
 	t.Parallel()
+	// A timeout long enough that the sensors are registered and report
+	// before any of them is lost from its registration.
 	n := startDeliveryNode(t, []string{"all"},
-		"LOCKSTREAM_HEARTBEAT_TIMEOUT=3s", "LOCKSTREAM_HEARTBEAT_SWEEP_INTERVAL=200ms",
+		"LOCKSTREAM_HEARTBEAT_TIMEOUT=6s", "LOCKSTREAM_HEARTBEAT_SWEEP_INTERVAL=200ms",
 		"LOCKSTREAM_WEBHOOK_ALLOW_PRIVATE=true")
 	second := n.h.start("heartbeat", "heartbeat")
 	sink := startBodySink(t)
 	sensors := []string{"hq1", "hq2", "hq3", "hq4"}
-	_, secret := n.watcher("site owner", sink.server.URL, sensors...)
-	sink.setSecret(secret)
+	c := n.call("POST", "/v1/clients", deliveryAdminToken, map[string]any{"name": "site owner", "webhook_url": sink.server.URL}, http.StatusCreated)
+	sink.setSecret(c["secret"].(string))
 	for _, s := range sensors {
-		n.call("PATCH", "/v1/sensors/"+s, deliveryAdminToken, map[string]any{"site": "hq"}, http.StatusOK)
+		n.call("POST", "/v1/sensors", deliveryAdminToken, map[string]any{"id": s, "address": "HQ " + s, "site": "hq"}, http.StatusCreated)
+		n.call("PUT", "/v1/clients/"+c["id"].(string)+"/sensors/"+s, deliveryAdminToken, nil, http.StatusNoContent)
+	}
+	for _, s := range sensors {
 		n.flip(s, 1)
 	}
 	n.keepReporting("hq4", 300*time.Millisecond)
@@ -327,6 +332,6 @@ func TestProcessSiteOutageOnceUnderTwoHeartbeats(t *testing.T) {
 	})
 	counts := countTypes(got)
 	if counts["site_outage"] != 1 || counts["site_restored"] != 1 || counts["connection_lost"] != 0 {
-		t.Fatalf("received %v, want one site_outage, one site_restored and no connection_lost", counts)
+		t.Fatalf("received %v, want one site_outage, one site_restored and no connection_lost: %+v", counts, got)
 	}
 }
