@@ -28,11 +28,15 @@ const (
 	SiteOutage Type = "site_outage"
 	// SiteRestored ends a site_outage: more than half of the site is back.
 	SiteRestored Type = "site_restored"
+	// MaintenanceEnded ends a maintenance window of a sensor or a site; it
+	// lists the sensors that went silent inside it, whose losses it is
+	// delivered instead of.
+	MaintenanceEnded Type = "maintenance_ended"
 )
 
 // Types lists every known type.
 func Types() []Type {
-	return []Type{StateChanged, ConnectionLost, ConnectionRestored, SensorOpenTooLong, SiteOutage, SiteRestored}
+	return []Type{StateChanged, ConnectionLost, ConnectionRestored, SensorOpenTooLong, SiteOutage, SiteRestored, MaintenanceEnded}
 }
 
 // Valid reports whether t is one of the known types.
@@ -103,8 +107,9 @@ type Event struct {
 	// then the first of them, which orders the event with that sensor's.
 	Site    string   `json:"site,omitempty"`
 	Sensors []string `json:"sensors,omitempty"`
-	// CoveredBy, on a connection_lost, is the id of the site_outage delivered
-	// instead of it: history keeps the loss, the fan-out notifies nobody of it.
+	// CoveredBy, on a connection_lost, is the id of the event delivered
+	// instead of it (a site_outage, or the maintenance_ended of the window it
+	// fell in): history keeps the loss, the fan-out notifies nobody of it.
 	CoveredBy string `json:"covered_by,omitempty"`
 }
 
@@ -186,6 +191,11 @@ func SiteOutageID(site string, startedAt time.Time) string {
 // SiteRestoredID derives a site_restored's id from the outage it ends.
 func SiteRestoredID(site string, startedAt time.Time) string {
 	return derive(SiteRestored, site, unixMillis(startedAt))
+}
+
+// MaintenanceEndedID derives a maintenance_ended's id from its window's id.
+func MaintenanceEndedID(windowID string) string {
+	return derive(MaintenanceEnded, windowID, nil)
 }
 
 func unixMillis(t time.Time) []byte {

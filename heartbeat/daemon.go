@@ -83,6 +83,9 @@ type Deps struct {
 	// outages; with either nil, losses are published one by one.
 	Sites     Sites
 	SiteStore SiteStore
+	// Maintenance keeps maintenance windows (storage.Postgres); nil turns
+	// them off.
+	Maintenance Maintenance
 }
 
 // ErrRebuildBusy is returned by Rebuild while another daemon rebuilds; Sweep then
@@ -248,6 +251,11 @@ func (d *Daemon) Sweep(ctx context.Context) error {
 		}
 		if err := d.alertOpen(ctx, cutoff); err != nil {
 			return fmt.Errorf("sweeping: %w", err)
+		}
+		// Ended SiteHold late, so that held losses inside the window are
+		// judged (covered) first.
+		if err := d.sweepMaintenance(ctx, cutoff().Add(-d.cfg.SiteHold)); err != nil {
+			return fmt.Errorf("sweeping maintenance windows: %w", err)
 		}
 	}
 	if err := d.sweepSites(ctx); err != nil {

@@ -32,6 +32,7 @@ var (
 	_ heartbeat.OpenAlerts   = (*storage.Postgres)(nil)
 	_ heartbeat.Sites        = (*storage.Postgres)(nil)
 	_ heartbeat.SiteStore    = (*storage.Redis)(nil)
+	_ heartbeat.Maintenance  = (*storage.Postgres)(nil)
 )
 
 // testTimeout is the heartbeat timeout of the tests: with the default coalescing
@@ -99,14 +100,15 @@ func (b *bundle) newDaemon(t *testing.T, pub heartbeat.Publisher) (*heartbeat.Da
 	}
 	reg := prometheus.NewRegistry()
 	d, err := heartbeat.New(b.cfg, heartbeat.Deps{
-		Store:      b.stores.Redis,
-		Registry:   b.stores.Postgres,
-		History:    b.stores.ClickHouse,
-		Publisher:  pub,
-		States:     b.stores.Postgres,
-		OpenAlerts: b.stores.Postgres,
-		Sites:      b.stores.Postgres,
-		SiteStore:  b.stores.Redis,
+		Store:       b.stores.Redis,
+		Registry:    b.stores.Postgres,
+		History:     b.stores.ClickHouse,
+		Publisher:   pub,
+		States:      b.stores.Postgres,
+		OpenAlerts:  b.stores.Postgres,
+		Sites:       b.stores.Postgres,
+		SiteStore:   b.stores.Redis,
+		Maintenance: b.stores.Postgres,
 	}, reg, discard())
 	if err != nil {
 		t.Fatal(err)

@@ -55,7 +55,6 @@ func (d *Daemon) judge(ctx context.Context, losses []storage.HeartbeatDeadline) 
 		}
 	}
 	now := d.cfg.Now()
-	sites := map[string]bool{}
 	for _, l := range losses {
 		site := facts[l.SensorID].Site
 		if d.sitesOn() && site != "" && l.Deadline.Add(d.cfg.SiteHold).After(now) {
@@ -64,14 +63,29 @@ func (d *Daemon) judge(ctx context.Context, losses []storage.HeartbeatDeadline) 
 			}
 			continue
 		}
-		if site != "" && d.sitesOn() {
+		j.ready = append(j.ready, l)
+	}
+	// A loss inside a maintenance window is expected: covered by the window's
+	// maintenance_ended, and no reason to judge its site.
+	maintained, err := d.inMaintenance(ctx, j.ready, facts)
+	if err != nil {
+		return j, err
+	}
+	sites := map[string]bool{}
+	for _, l := range j.ready {
+		if site := facts[l.SensorID].Site; site != "" && d.sitesOn() && maintained[l.SensorID] == "" {
 			sites[site] = true
 		}
-		j.ready = append(j.ready, l)
 	}
 	covered, siteEvents, opened, err := d.judgeSites(ctx, slices.Sorted(mapKeys(sites)))
 	if err != nil {
 		return j, err
+	}
+	for sensor, id := range maintained {
+		if covered == nil {
+			covered = map[string]string{}
+		}
+		covered[sensor] = id
 	}
 	for _, l := range j.ready {
 		e := lostEvent(l.SensorID, l.Deadline)

@@ -122,3 +122,65 @@ func TestSmallSiteLossIsNoOutage(t *testing.T) {
 		}
 	}
 }
+
+// A loss inside a maintenance window of its sensor, or of its site, is
+// covered by the window's maintenance_ended; a loss outside any window is not;
+// when the window ends, two daemons publish one maintenance_ended listing the
+// sensors that went silent inside it.
+func TestMaintenanceCoversLossesAndEndsOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.register(t, storage.Sensor{ID: "m1"})
+	b.register(t, storage.Sensor{ID: "m2", Site: "depot"})
+	b.register(t, storage.Sensor{ID: "m3"})
+	win, err := b.stores.Postgres.SetMaintenance(ctx, storage.MaintenanceWindow{SensorID: "m1", From: b.t0, To: b.at(6)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	siteWin, err := b.stores.Postgres.SetMaintenance(ctx, storage.MaintenanceWindow{Site: "depot", From: b.t0, To: b.at(6)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1, _ := b.newDaemon(t, nil)
+	d2, _ := b.newDaemon(t, nil)
+	b.record(t, b.tracker, "m1", "m2", "m3")
+	for step := 0; step <= 40; step++ {
+		b.advance(float64(step) / 4)
+		sweep(t, d1)
+		sweep(t, d2)
+	}
+	lost := map[string]event.Event{}
+	var ended []event.Event
+	for _, e := range b.published(t) {
+		switch e.Type {
+		case event.ConnectionLost:
+			lost[e.SensorID] = e
+		case event.MaintenanceEnded:
+			ended = append(ended, e)
+		}
+	}
+	if lost["m1"].CoveredBy != event.MaintenanceEndedID(win.ID) || lost["m2"].CoveredBy != event.MaintenanceEndedID(siteWin.ID) {
+		t.Errorf("losses in maintenance %+v, %+v; want them covered by their windows", lost["m1"], lost["m2"])
+	}
+	if l, ok := lost["m3"]; !ok || l.CoveredBy != "" {
+		t.Errorf("m3's loss %+v (%v): want it uncovered", l, ok)
+	}
+	if len(ended) != 2 {
+		t.Fatalf("maintenance_ended events %+v, want one per window", ended)
+	}
+	for _, e := range ended {
+		switch e.ID {
+		case event.MaintenanceEndedID(win.ID):
+			if e.SensorID != "m1" || fmt.Sprint(e.Sensors) != "[m1]" {
+				t.Errorf("m1's window ended with %+v", e)
+			}
+		case event.MaintenanceEndedID(siteWin.ID):
+			if e.Site != "depot" || e.SensorID != "m2" || fmt.Sprint(e.Sensors) != "[m2]" {
+				t.Errorf("depot's window ended with %+v", e)
+			}
+		default:
+			t.Errorf("unexpected %+v", e)
+		}
+	}
+}

@@ -203,6 +203,7 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 		previous = make([]*int16, 0, len(events))
 		times    = make([]time.Time, 0, len(events))
 		audience = make([]string, 0, len(events))
+		sites    = make([]string, 0, len(events))
 	)
 	var (
 		unique     = make([]NotificationInput, 0, len(events))
@@ -222,21 +223,26 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 		previous = append(previous, outboxInt16Ptr(e.Previous))
 		times = append(times, e.At)
 		audience = append(audience, eventAudience(e))
+		sites = append(sites, e.Site)
 	}
 
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
 			WITH ev AS (
 				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::int2[], $6::timestamptz[],
-				                     $7::text[])
-					WITH ORDINALITY AS e (event_id, type, sensor_id, data, previous, at, audience, ord)
+				                     $7::text[], $8::text[])
+					WITH ORDINALITY AS e (event_id, type, sensor_id, data, previous, at, audience, site, ord)
 			), n AS (
 				INSERT INTO notifications (id, event_id, client_id, sensor_id, type, data, previous, event_at)
 				SELECT lockstream_uuid_v7(), ev.event_id, cs.client_id, ev.sensor_id, ev.type, ev.data, ev.previous, ev.at
 				FROM ev JOIN LATERAL (
-					-- The clients of the event's sensor; of any of a site event's sensors, once each.
-					SELECT DISTINCT l.client_id FROM client_sensors l
+					-- The clients of the event's sensor; of a site event's sensors and
+					-- of every sensor of its site, once each.
+					SELECT l.client_id FROM client_sensors l
 					WHERE l.sensor_id = ANY (string_to_array(ev.audience, ','))
+					UNION
+					SELECT l.client_id FROM sensors s JOIN client_sensors l ON l.sensor_id = s.id
+					WHERE s.site = ev.site
 				) cs ON true
 				ON CONFLICT (event_id, client_id, event_at) DO NOTHING
 				RETURNING id, event_id, client_id, sensor_id, type, event_at
@@ -259,7 +265,7 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 			SELECT (SELECT count(*) FROM n), d.client_id::text, d.sensor_id, d.event_type, d.channel, d.target,
 			       d.event_at, d.notification_id::text, n.event_id
 			FROM d JOIN n ON n.id = d.notification_id`,
-			ids, types, sensors, data, previous, times, audience)
+			ids, types, sensors, data, previous, times, audience, sites)
 		if err != nil {
 			return fmt.Errorf("inserting notifications: %w", err)
 		}

@@ -217,12 +217,13 @@ func (r *Redis) DeferHeartbeatLosses(ctx context.Context, losses []HeartbeatDead
 }
 
 // eventAudience is the comma-separated sensors whose clients an event
-// reaches: its own, or a site event's sensors (ids are letters and digits).
+// reaches: its own and the ones it lists (ids are letters and digits); a site
+// event also reaches the clients of every sensor of its site (in SQL).
 func eventAudience(e NotificationInput) string {
 	if len(e.Sensors) == 0 {
 		return e.SensorID
 	}
-	return joinIDs(e.Sensors)
+	return e.SensorID + "," + joinIDs(e.Sensors)
 }
 
 // annotateSiteNotifications stores the site and sensors of the batch's site
@@ -232,7 +233,7 @@ func annotateSiteNotifications(ctx context.Context, tx pgx.Tx, events []Notifica
 	var ids, sites, sensors []string
 	var times []time.Time
 	for _, e := range events {
-		if e.Site == "" {
+		if e.Site == "" && len(e.Sensors) == 0 {
 			continue
 		}
 		ids, sites, sensors, times = append(ids, e.EventID), append(sites, e.Site), append(sensors, joinIDs(e.Sensors)), append(times, e.At)
@@ -241,9 +242,9 @@ func annotateSiteNotifications(ctx context.Context, tx pgx.Tx, events []Notifica
 		return nil
 	}
 	_, err := tx.Exec(ctx, `
-		UPDATE notifications n SET site = x.site, sensors = string_to_array(x.sensors, ',')
+		UPDATE notifications n SET site = nullif(x.site, ''), sensors = string_to_array(x.sensors, ',')
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) AS x (event_id, site, sensors, at)
-		WHERE n.event_id = x.event_id AND n.event_at = x.at AND n.site IS NULL`, ids, sites, sensors, times)
+		WHERE n.event_id = x.event_id AND n.event_at = x.at AND n.sensors IS NULL`, ids, sites, sensors, times)
 	if err != nil {
 		return fmt.Errorf("recording the sites of %d site events: %w", len(ids), err)
 	}

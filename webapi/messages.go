@@ -106,6 +106,9 @@ func describeSensorMessage(m storage.InboxMessage) (string, json.RawMessage) {
 	case "site_restored":
 		subject = fmt.Sprintf("site of %s is back", m.SensorID)
 		text = fmt.Sprintf("Most locks of the site of %s report again.", where)
+	case "maintenance_ended":
+		subject = fmt.Sprintf("maintenance of %s ended", m.SensorID)
+		text = fmt.Sprintf("A maintenance window of the lock at %s (or its site) ended.", where)
 	case "sensor_open_too_long":
 		subject = fmt.Sprintf("%s unlocked too long", m.SensorID)
 		text = fmt.Sprintf("The lock at %s has been unlocked for longer than its alert allows.", where)

@@ -79,6 +79,8 @@ func (s *Server) routes() *chi.Mux {
 		r.Get("/v1/sensors/{id}/clients", s.handle(s.listSensorClients))
 		r.Get("/v1/sensors/{id}/events", s.handle(s.sensorEvents))
 		r.Get("/v1/sensors/{id}/readings", s.handle(s.sensorReadings))
+		r.Put("/v1/sensors/{id}/maintenance", s.handle(s.putSensorMaintenance))
+		r.Put("/v1/sites/{site}/maintenance", s.handle(s.putSiteMaintenance))
 
 		r.Post("/v1/clients", s.handle(s.createClient))
 		r.Get("/v1/clients", s.handle(s.listClients))

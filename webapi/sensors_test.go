@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/webapi"
 )
 
@@ -423,4 +424,45 @@ func TestSensorSite(t *testing.T) {
 	if _, ok := api.request("GET", "/v1/sensors/door", nil).expect(http.StatusOK).fields()["site"]; ok {
 		t.Fatal("site stored after null")
 	}
+}
+
+// PUT /v1/sensors/{id}/maintenance and /v1/sites/{site}/maintenance set the
+// window not ended yet, validated.
+func TestMaintenanceRoutes(t *testing.T) {
+	t.Parallel()
+	api := newDeliveryAPI(t, func(s *storagetest.Stores) []webapi.Option {
+		return []webapi.Option{webapi.WithMaintenance(s.Postgres)}
+	})
+	api.createSensor("door", "1 Main St")
+	from := time.Now().UTC().Truncate(time.Second)
+	window := func(from, to time.Time) map[string]any {
+		return map[string]any{"from": from.Format(time.RFC3339), "to": to.Format(time.RFC3339)}
+	}
+	var got struct {
+		ID       string    `json:"id"`
+		SensorID string    `json:"sensor_id"`
+		Site     string    `json:"site"`
+		To       time.Time `json:"to"`
+		Silent   []string  `json:"silent"`
+	}
+	api.request("PUT", "/v1/sensors/door/maintenance", window(from, from.Add(time.Hour))).expect(http.StatusOK).decode(&got)
+	first := got.ID
+	if got.SensorID != "door" || !got.To.Equal(from.Add(time.Hour)) || got.Silent == nil {
+		t.Fatalf("window = %+v", got)
+	}
+	// PUT again moves the same window.
+	api.request("PUT", "/v1/sensors/door/maintenance", window(from, from.Add(2*time.Hour))).expect(http.StatusOK).decode(&got)
+	if got.ID != first || !got.To.Equal(from.Add(2*time.Hour)) {
+		t.Fatalf("moved window = %+v, want %s until +2h", got, first)
+	}
+	got.SensorID = ""
+	api.request("PUT", "/v1/sites/hq-1/maintenance", window(from, from.Add(time.Hour))).expect(http.StatusOK).decode(&got)
+	if got.Site != "hq-1" || got.SensorID != "" {
+		t.Fatalf("site window = %+v", got)
+	}
+	api.request("PUT", "/v1/sensors/door/maintenance", window(from, from.Add(-time.Hour))).expectInvalid("to")
+	api.request("PUT", "/v1/sensors/door/maintenance", window(from, from.Add(32*24*time.Hour))).expectInvalid("to")
+	api.request("PUT", "/v1/sensors/door/maintenance", map[string]any{}).expectInvalid("from", "to")
+	api.request("PUT", "/v1/sensors/ghost/maintenance", window(from, from.Add(time.Hour))).expectProblem(http.StatusNotFound, "not-found")
+	api.request("PUT", "/v1/sites/has%20space/maintenance", window(from, from.Add(time.Hour))).expectProblem(http.StatusNotFound, "not-found")
 }

@@ -302,6 +302,8 @@ type Server struct {
 	attempts   DeliveryAttempts
 	// clientEvents serves the reconcile feed; see WithClientEvents.
 	clientEvents ClientEvents
+	// maintenance serves the maintenance routes; see WithMaintenance.
+	maintenance MaintenanceStore
 
 	// pushes and pushAttempts serve the push routes; see WithPushes.
 	pushes       PushStore

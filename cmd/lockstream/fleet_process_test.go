@@ -335,3 +335,46 @@ func TestProcessSiteOutageOnceUnderTwoHeartbeats(t *testing.T) {
 		t.Fatalf("received %v, want one site_outage, one site_restored and no connection_lost: %+v", counts, got)
 	}
 }
+
+// TestProcessMaintenanceSuppressesLossAndEndsWithOneSummary: through
+// `lockstream all`, a sensor that falls silent inside its maintenance window
+// gets no connection_lost webhook; the window's end brings one
+// maintenance_ended listing it. A sensor outside any window is lost as usual.
+func TestProcessMaintenanceSuppressesLossAndEndsWithOneSummary(t *testing.T) {
+	t.Parallel()
+	n := startDeliveryNode(t, []string{"all"},
+		"LOCKSTREAM_HEARTBEAT_TIMEOUT=3s", "LOCKSTREAM_HEARTBEAT_SWEEP_INTERVAL=200ms",
+		"LOCKSTREAM_WEBHOOK_ALLOW_PRIVATE=true")
+	sink := startBodySink(t)
+	_, secret := n.watcher("maintainer", sink.server.URL, "mx", "ctl")
+	sink.setSecret(secret)
+	now := time.Now().UTC()
+	n.call("PUT", "/v1/sensors/mx/maintenance", deliveryAdminToken, map[string]any{
+		"from": now.Add(-time.Minute).Format(time.RFC3339), "to": now.Add(10 * time.Second).Format(time.RFC3339)}, http.StatusOK)
+	n.flip("mx", 1)
+	n.flip("ctl", 1)
+
+	var got []fleetBody
+	n.h.waitFor("the maintenance_ended webhook and ctl's loss", func() (bool, string) {
+		got, _, _ = sink.snapshot()
+		c := countTypes(got)
+		return c["maintenance_ended"] >= 1 && c["connection_lost"] >= 1, fmt.Sprintf("received %v", c)
+	})
+	for _, b := range got {
+		switch {
+		case b.Type == "connection_lost" && b.Sensor.ID != "ctl":
+			t.Errorf("a loss inside the maintenance window was delivered: %+v", b)
+		case b.Type == "maintenance_ended" && (b.Sensor.ID != "mx" || fmt.Sprint(b.Sensors) != "[mx]" || b.Severity != "info"):
+			t.Errorf("maintenance_ended = %+v, want mx's listing mx", b)
+		}
+	}
+	if c := countTypes(got); c["maintenance_ended"] != 1 || c["connection_lost"] != 1 {
+		t.Errorf("received %v, want one maintenance_ended and ctl's loss only", c)
+	}
+	// History keeps mx's loss.
+	n.h.waitFor("mx's loss in history", func() (bool, string) {
+		page := n.call("GET", "/v1/sensors/mx/events", deliveryAdminToken, nil, http.StatusOK)
+		raw, _ := json.Marshal(page["items"])
+		return strings.Contains(string(raw), "connection_lost"), string(raw)
+	})
+}

@@ -80,7 +80,7 @@ func heartbeatDaemon(_ context.Context, n *node) (daemon, error) {
 		Publisher: stream.NewEventPublisher(n.stream, client),
 		Progress:  progress,
 		States:    n.pg, OpenAlerts: n.pg,
-		Sites: n.pg, SiteStore: n.redis,
+		Sites: n.pg, SiteStore: n.redis, Maintenance: n.pg,
 	}, n.reg, logger)
 	if err != nil {
 		client.Close()

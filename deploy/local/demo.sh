@@ -78,6 +78,9 @@ swrve:
     'sensor.site_restored':
       IOS: demo-campaign-site-restored-ios
       ANDROID: demo-campaign-site-restored-android
+    'sensor.maintenance_ended':
+      IOS: demo-campaign-maintenance-ended-ios
+      ANDROID: demo-campaign-maintenance-ended-android
 YAML
 fi
 

@@ -73,6 +73,12 @@ func message(n notifier.Notification) string {
 		return sensor + " has been unlocked for too long"
 	case string(event.SiteOutage):
 		return fmt.Sprintf("Site %s is out: %d sensors lost their connection", n.Site, len(n.Sensors))
+	case string(event.MaintenanceEnded):
+		what := sensor
+		if n.Site != "" {
+			what = "Site " + n.Site
+		}
+		return fmt.Sprintf("%s: maintenance ended; %d sensors went silent during it", what, len(n.Sensors))
 	case string(event.SiteRestored):
 		return fmt.Sprintf("Site %s is back: most of its sensors report again", n.Site)
 	}
