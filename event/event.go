@@ -32,11 +32,18 @@ const (
 	// lists the sensors that went silent inside it, whose losses it is
 	// delivered instead of.
 	MaintenanceEnded Type = "maintenance_ended"
+	// SensorUnstable says a sensor changes too often (flapping): its
+	// state_changed notifications are held until it is stable again.
+	SensorUnstable Type = "sensor_unstable"
+	// SensorStable ends a SensorUnstable: the sensor was quiet for a window;
+	// data is its final state.
+	SensorStable Type = "sensor_stable"
 )
 
 // Types lists every known type.
 func Types() []Type {
-	return []Type{StateChanged, ConnectionLost, ConnectionRestored, SensorOpenTooLong, SiteOutage, SiteRestored, MaintenanceEnded}
+	return []Type{StateChanged, ConnectionLost, ConnectionRestored, SensorOpenTooLong, SiteOutage, SiteRestored, MaintenanceEnded,
+		SensorUnstable, SensorStable}
 }
 
 // Valid reports whether t is one of the known types.
@@ -111,6 +118,10 @@ type Event struct {
 	// instead of it (a site_outage, or the maintenance_ended of the window it
 	// fell in): history keeps the loss, the fan-out notifies nobody of it.
 	CoveredBy string `json:"covered_by,omitempty"`
+	// Held, on a state_changed, says its sensor is unstable: history keeps the
+	// change, the fan-out notifies nobody of it, and the sensor_stable that
+	// ends the streak carries the final state.
+	Held bool `json:"held,omitempty"`
 }
 
 // Encode returns the event's wire form.
@@ -196,6 +207,19 @@ func SiteRestoredID(site string, startedAt time.Time) string {
 // MaintenanceEndedID derives a maintenance_ended's id from its window's id.
 func MaintenanceEndedID(windowID string) string {
 	return derive(MaintenanceEnded, windowID, nil)
+}
+
+// SensorUnstableID derives a sensor_unstable's id from the sensor and the
+// time its streak began; SensorStableID the id of the sensor_stable that ends
+// that streak, so whoever notices the end (the consumer at the next change,
+// the heartbeat after a quiet window) publishes the same one.
+func SensorUnstableID(sensorID string, since time.Time) string {
+	return derive(SensorUnstable, sensorID, unixMillis(since))
+}
+
+// SensorStableID: see SensorUnstableID.
+func SensorStableID(sensorID string, since time.Time) string {
+	return derive(SensorStable, sensorID, unixMillis(since))
 }
 
 func unixMillis(t time.Time) []byte {

@@ -164,7 +164,7 @@ func New(cfg Config, store NotificationStore, reg prometheus.Registerer, logger 
 	}
 	if f.covered, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Name: "fanout_covered_total",
-		Help: "connection_lost events notified to nobody: a site_outage is delivered instead.",
+		Help: "Events notified to nobody: losses a site_outage or maintenance_ended is delivered instead of, changes of unstable sensors.",
 	})); err != nil {
 		return nil, err
 	}
@@ -236,8 +236,10 @@ func (f *Fanout) Handle(ctx context.Context, b stream.Batch) (stream.Pending, er
 				"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
 			continue
 		}
-		if e.CoveredBy != "" {
-			// A loss a site_outage is delivered instead of: history keeps it.
+		if e.CoveredBy != "" || e.Held {
+			// A loss a site_outage or maintenance_ended is delivered instead
+			// of, or a change of an unstable sensor (its sensor_stable brings
+			// the final state): history keeps it.
 			f.covered.Inc()
 			continue
 		}

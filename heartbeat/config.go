@@ -90,6 +90,10 @@ type Config struct {
 	// Defaults to Timeout × CoalesceFraction + 2 × SweepInterval + 1s.
 	SiteHold time.Duration
 
+	// FlapWindow is how long an unstable sensor must be quiet to be stable
+	// again (the state consumer's FlapWindow). Defaults to 1m.
+	FlapWindow time.Duration
+
 	// Now returns the current time; tests inject a clock. Defaults to time.Now.
 	Now func() time.Time
 }
@@ -110,6 +114,7 @@ func (c Config) WithDefaults() Config {
 	c.RestoreMemory = cmp.Or(c.RestoreMemory, DefaultRestoreMemory)
 	c.EmittedCapacity = cmp.Or(c.EmittedCapacity, DefaultEmittedCapacity)
 	c.SiteOutageMin = cmp.Or(c.SiteOutageMin, DefaultSiteOutageMin)
+	c.FlapWindow = cmp.Or(c.FlapWindow, time.Minute)
 	if c.SiteHold == 0 {
 		c.SiteHold = time.Duration(float64(c.Timeout)*c.CoalesceFraction) + 2*c.SweepInterval + time.Second
 	}

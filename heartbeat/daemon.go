@@ -86,6 +86,10 @@ type Deps struct {
 	// Maintenance keeps maintenance windows (storage.Postgres); nil turns
 	// them off.
 	Maintenance Maintenance
+	// Flapping finds unstable sensors quiet for a flap window
+	// (storage.Postgres); nil leaves ending streaks to the consumer's next
+	// change.
+	Flapping Flapping
 }
 
 // ErrRebuildBusy is returned by Rebuild while another daemon rebuilds; Sweep then
@@ -256,6 +260,9 @@ func (d *Daemon) Sweep(ctx context.Context) error {
 		// judged (covered) first.
 		if err := d.sweepMaintenance(ctx, cutoff().Add(-d.cfg.SiteHold)); err != nil {
 			return fmt.Errorf("sweeping maintenance windows: %w", err)
+		}
+		if err := d.sweepStable(ctx, cutoff()); err != nil {
+			return fmt.Errorf("sweeping unstable sensors: %w", err)
 		}
 	}
 	if err := d.sweepSites(ctx); err != nil {

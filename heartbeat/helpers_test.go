@@ -33,6 +33,7 @@ var (
 	_ heartbeat.Sites        = (*storage.Postgres)(nil)
 	_ heartbeat.SiteStore    = (*storage.Redis)(nil)
 	_ heartbeat.Maintenance  = (*storage.Postgres)(nil)
+	_ heartbeat.Flapping     = (*storage.Postgres)(nil)
 )
 
 // testTimeout is the heartbeat timeout of the tests: with the default coalescing
@@ -109,6 +110,7 @@ func (b *bundle) newDaemon(t *testing.T, pub heartbeat.Publisher) (*heartbeat.Da
 		Sites:       b.stores.Postgres,
 		SiteStore:   b.stores.Redis,
 		Maintenance: b.stores.Postgres,
+		Flapping:    b.stores.Postgres,
 	}, reg, discard())
 	if err != nil {
 		t.Fatal(err)

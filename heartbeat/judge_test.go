@@ -103,3 +103,33 @@ func TestOpenTooLongOncePerOpening(t *testing.T) {
 		t.Fatalf("after a second opening: %+v, want a second alert", events)
 	}
 }
+
+// An unstable sensor quiet for the flap window gets one sensor_stable with its
+// final state, even from two daemons; one still changing gets none.
+func TestStableAfterQuietWindow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.cfg.Timeout = time.Hour
+	b.cfg.FlapWindow = 5 * time.Second
+	d1, _ := b.newDaemon(t, nil)
+	d2, _ := b.newDaemon(t, nil)
+	for i, id := range []string{"quiet", "busy"} {
+		if err := b.stores.Postgres.ApplyStateChanges(context.Background(), []storage.StateChange{{SensorID: id, Data: 0,
+			ChangedAt: b.t0, Offset: int64(i), UnstableSince: b.t0.Add(-time.Second)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.advance(3)
+	if err := b.stores.Postgres.ApplyStateChanges(context.Background(), []storage.StateChange{{SensorID: "busy", Data: 1,
+		ChangedAt: b.at(3), Offset: 5, UnstableSince: b.t0.Add(-time.Second)}}); err != nil {
+		t.Fatal(err)
+	}
+	b.advance(6)
+	sweep(t, d1)
+	sweep(t, d2)
+	events := b.published(t)
+	if len(events) != 1 || events[0].Type != event.SensorStable || events[0].SensorID != "quiet" ||
+		*events[0].Data != 0 || events[0].ID != event.SensorStableID("quiet", b.t0.Add(-time.Second)) || !events[0].At.Equal(b.at(5)) {
+		t.Fatalf("published %+v, want quiet's sensor_stable at t0+5s", events)
+	}
+}

@@ -108,3 +108,37 @@ func (d *Daemon) publishMaintenanceEnds(ctx context.Context, windows []storage.M
 	}
 	return d.deps.Maintenance.MarkMaintenanceEndsPublished(pctx, ids)
 }
+
+// Flapping finds unstable sensors quiet for a flap window and ends their
+// streaks (storage.Postgres).
+type Flapping interface {
+	DueStable(ctx context.Context, now time.Time, window time.Duration, limit int) ([]storage.Stabilized, error)
+	ClearUnstable(ctx context.Context, stable []storage.Stabilized) error
+}
+
+// sweepStable publishes a sensor_stable, with the final state, for every
+// unstable sensor whose last change is a FlapWindow before the cutoff (judged
+// by the watermark, so a change the consumer has not reached yet cannot be
+// missed), then ends the streaks. The id names the streak: the consumer,
+// seeing the next change first, publishes the same one.
+func (d *Daemon) sweepStable(ctx context.Context, cutoff time.Time) error {
+	if d.deps.Flapping == nil {
+		return nil
+	}
+	due, err := d.deps.Flapping.DueStable(ctx, cutoff, d.cfg.FlapWindow, d.cfg.ClaimBatch)
+	if err != nil || len(due) == 0 {
+		return err
+	}
+	events := make([]event.Event, len(due))
+	for i, s := range due {
+		data := s.Data
+		events[i] = event.Event{ID: event.SensorStableID(s.SensorID, s.UnstableSince), Type: event.SensorStable,
+			SensorID: s.SensorID, Data: &data, At: s.ChangedAt.Add(d.cfg.FlapWindow).UTC()}
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.PublishTimeout)
+	defer cancel()
+	if err := d.deps.Publisher.Publish(pctx, events); err != nil {
+		return fmt.Errorf("publishing %d sensor_stable: %w", len(events), err)
+	}
+	return d.deps.Flapping.ClearUnstable(pctx, due)
+}

@@ -117,3 +117,66 @@ func (p *Postgres) MarkOpenAlerted(ctx context.Context, alerts []OpenAlert) erro
 	}
 	return nil
 }
+
+// Stabilized is an unstable sensor quiet for a flap window: its streak is
+// over.
+type Stabilized struct {
+	SensorID string
+	// Data is its final state; ChangedAt when it took it.
+	Data      int
+	ChangedAt time.Time
+	// UnstableSince names the streak.
+	UnstableSince time.Time
+}
+
+// DueStable returns up to limit unstable sensors whose last change is at
+// least window before now, over the partial index of unstable sensors.
+func (p *Postgres) DueStable(ctx context.Context, now time.Time, window time.Duration, limit int) ([]Stabilized, error) {
+	rows, err := p.pool.Query(ctx, `
+		SELECT sensor_id, data, changed_at, unstable_since FROM sensor_state
+		WHERE unstable_since IS NOT NULL AND changed_at + $2::interval <= $1
+		ORDER BY changed_at LIMIT $3`, now, window, limit)
+	if err != nil {
+		return nil, fmt.Errorf("finding sensors stable again: %w", err)
+	}
+	defer rows.Close()
+	var out []Stabilized
+	for rows.Next() {
+		var (
+			s    Stabilized
+			data int16
+		)
+		if err := rows.Scan(&s.SensorID, &data, &s.ChangedAt, &s.UnstableSince); err != nil {
+			return nil, fmt.Errorf("finding sensors stable again: %w", err)
+		}
+		s.Data = int(data)
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("finding sensors stable again: %w", err)
+	}
+	return out, nil
+}
+
+// ClearUnstable ends these streaks, in one statement; a sensor whose state or
+// streak changed meanwhile is left alone.
+func (p *Postgres) ClearUnstable(ctx context.Context, stable []Stabilized) error {
+	if len(stable) == 0 {
+		return nil
+	}
+	ids := make([]string, len(stable))
+	since := make([]time.Time, len(stable))
+	changed := make([]time.Time, len(stable))
+	for i, s := range stable {
+		ids[i], since[i], changed[i] = s.SensorID, s.UnstableSince, s.ChangedAt
+	}
+	_, err := p.pool.Exec(ctx, `
+		UPDATE sensor_state st SET unstable_since = NULL
+		FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[]) AS x (sensor_id, since, changed_at)
+		WHERE st.sensor_id = x.sensor_id AND st.unstable_since = x.since AND st.changed_at = x.changed_at`,
+		ids, since, changed)
+	if err != nil {
+		return fmt.Errorf("ending %d unstable streaks: %w", len(stable), err)
+	}
+	return nil
+}

@@ -106,6 +106,12 @@ func describeSensorMessage(m storage.InboxMessage) (string, json.RawMessage) {
 	case "site_restored":
 		subject = fmt.Sprintf("site of %s is back", m.SensorID)
 		text = fmt.Sprintf("Most locks of the site of %s report again.", where)
+	case "sensor_unstable":
+		subject = fmt.Sprintf("%s is unstable", m.SensorID)
+		text = fmt.Sprintf("The lock at %s changes too often; its changes are held until it settles.", where)
+	case "sensor_stable":
+		subject = fmt.Sprintf("%s settled: %s", m.SensorID, state(m.Data))
+		text = fmt.Sprintf("The lock at %s settled; it is %s.", where, state(m.Data))
 	case "maintenance_ended":
 		subject = fmt.Sprintf("maintenance of %s ended", m.SensorID)
 		text = fmt.Sprintf("A maintenance window of the lock at %s (or its site) ended.", where)

@@ -48,7 +48,8 @@ func commands() []command {
 	apiSettings := []string{"http-addr", "admin-token", "ingest-token", "push-token",
 		"http-read-timeout", "http-write-timeout", "http-idle-timeout", "secret-key", "secret-overlap", "data-dir",
 		"amqp-url", "amqp-exchange", "new-member-window"}
-	heartbeatSettings := []string{"heartbeat-timeout", "heartbeat-sweep-interval", "site-outage-min", "site-hold"}
+	heartbeatSettings := []string{"heartbeat-timeout", "heartbeat-sweep-interval", "site-outage-min", "site-hold",
+		"flap-changes", "flap-window"}
 	return []command{
 		{
 			name:     "migrate",
@@ -434,7 +435,15 @@ func consumerDaemon(_ context.Context, n *node) (daemon, error) {
 	if err != nil {
 		return daemon{}, err
 	}
-	c, err := consumer.New(consumer.Config{Stream: n.stream},
+	flapChanges, err := n.v.int("flap-changes")
+	if err != nil {
+		return daemon{}, err
+	}
+	flapWindow, err := n.v.duration("flap-window")
+	if err != nil {
+		return daemon{}, err
+	}
+	c, err := consumer.New(consumer.Config{Stream: n.stream, FlapChanges: flapChanges, FlapWindow: flapWindow},
 		consumer.Deps{States: n.pg, Sightings: tracker, Unregistered: n.pg}, n.reg, n.logger.With("daemon", "consumer"))
 	if err != nil {
 		return daemon{}, err

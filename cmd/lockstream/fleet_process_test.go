@@ -378,3 +378,45 @@ func TestProcessMaintenanceSuppressesLossAndEndsWithOneSummary(t *testing.T) {
 		return strings.Contains(string(raw), "connection_lost"), string(raw)
 	})
 }
+
+// TestProcessFlappingSensorHeldThenStable: through `lockstream all`, a sensor
+// flipping 10 times within seconds gives one sensor_unstable, no webhook for
+// its changes after the 6th, and, once quiet for the flap window, one
+// sensor_stable with its last state; ClickHouse holds all 10 changes.
+func TestProcessFlappingSensorHeldThenStable(t *testing.T) {
+	t.Parallel()
+	n := startDeliveryNode(t, []string{"all"},
+		"LOCKSTREAM_FLAP_WINDOW=3s", "LOCKSTREAM_HEARTBEAT_SWEEP_INTERVAL=200ms",
+		"LOCKSTREAM_WEBHOOK_ALLOW_PRIVATE=true")
+	sink := startBodySink(t)
+	_, secret := n.watcher("flapper", sink.server.URL, "fx")
+	sink.setSecret(secret)
+	for i := range 10 {
+		n.flip("fx", (i+1)%2) // 1, 0, 1, … ending with 0
+	}
+	var got []fleetBody
+	n.h.waitFor("one sensor_stable webhook", func() (bool, string) {
+		got, _, _ = sink.snapshot()
+		return countTypes(got)["sensor_stable"] >= 1, fmt.Sprintf("received %v", countTypes(got))
+	})
+	c := countTypes(got)
+	if c["sensor_unstable"] != 1 || c["sensor_stable"] != 1 || c["state_changed"] > 6 {
+		t.Errorf("received %v, want one sensor_unstable, one sensor_stable and at most the first 6 changes", c)
+	}
+	for _, b := range got {
+		if b.Type == "sensor_stable" && (b.Data == nil || *b.Data != 0 || b.Sensor.ID != "fx") {
+			t.Errorf("sensor_stable = %+v, want fx's last state 0", b)
+		}
+	}
+	n.h.waitFor("all 10 changes in ClickHouse", func() (bool, string) {
+		page := n.call("GET", "/v1/sensors/fx/events?limit=100", deliveryAdminToken, nil, http.StatusOK)
+		items, _ := page["items"].([]any)
+		changes := 0
+		for _, it := range items {
+			if it.(map[string]any)["type"] == "state_changed" {
+				changes++
+			}
+		}
+		return changes == 10, fmt.Sprintf("%d changes in history", changes)
+	})
+}

@@ -32,7 +32,12 @@ func (n *node) heartbeatConfig() (heartbeat.Config, error) {
 	if err != nil {
 		return heartbeat.Config{}, err
 	}
-	return heartbeat.Config{Timeout: timeout, SweepInterval: sweep, SiteOutageMin: siteMin, SiteHold: siteHold}, nil
+	flapWindow, err := n.v.duration("flap-window")
+	if err != nil {
+		return heartbeat.Config{}, err
+	}
+	return heartbeat.Config{Timeout: timeout, SweepInterval: sweep, SiteOutageMin: siteMin, SiteHold: siteHold,
+		FlapWindow: flapWindow}, nil
 }
 
 // heartbeatTracker returns the node's one tracker, creating it on first use: the
@@ -80,7 +85,7 @@ func heartbeatDaemon(_ context.Context, n *node) (daemon, error) {
 		Publisher: stream.NewEventPublisher(n.stream, client),
 		Progress:  progress,
 		States:    n.pg, OpenAlerts: n.pg,
-		Sites: n.pg, SiteStore: n.redis, Maintenance: n.pg,
+		Sites: n.pg, SiteStore: n.redis, Maintenance: n.pg, Flapping: n.pg,
 	}, n.reg, logger)
 	if err != nil {
 		client.Close()

@@ -78,6 +78,12 @@ swrve:
     'sensor.site_restored':
       IOS: demo-campaign-site-restored-ios
       ANDROID: demo-campaign-site-restored-android
+    'sensor.sensor_unstable':
+      IOS: demo-campaign-unstable-ios
+      ANDROID: demo-campaign-unstable-android
+    'sensor.sensor_stable':
+      IOS: demo-campaign-stable-ios
+      ANDROID: demo-campaign-stable-android
     'sensor.maintenance_ended':
       IOS: demo-campaign-maintenance-ended-ios
       ANDROID: demo-campaign-maintenance-ended-android

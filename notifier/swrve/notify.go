@@ -73,6 +73,10 @@ func message(n notifier.Notification) string {
 		return sensor + " has been unlocked for too long"
 	case string(event.SiteOutage):
 		return fmt.Sprintf("Site %s is out: %d sensors lost their connection", n.Site, len(n.Sensors))
+	case string(event.SensorUnstable):
+		return sensor + " changes too often; its changes are held until it settles"
+	case string(event.SensorStable):
+		return fmt.Sprintf("%s settled: it is %s", sensor, stateWord(n.Data))
 	case string(event.MaintenanceEnded):
 		what := sensor
 		if n.Site != "" {
