@@ -108,6 +108,13 @@ const rebuildChunk = 50_000
 // claimed sensor. A claimed loss stays pending until its publication is confirmed,
 // so a failed publication is retried by the next sweep. Before sweeping a Redis that
 // lost its data, it rebuilds the sets from Postgres and ClickHouse.
+//
+// It also judges the fleet (DESIGN.md "Fleet judgement"): a loss carries the
+// sensor's last state; losses of a site are held and judged together
+// (site_outage, site_restored); losses inside a maintenance window are covered
+// by its maintenance_ended; unlocks longer than open_alert_after become
+// sensor_open_too_long; unstable sensors quiet for the flap window get their
+// sensor_stable.
 type Daemon struct {
 	cfg    Config
 	tm     timing

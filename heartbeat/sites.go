@@ -3,6 +3,7 @@ package heartbeat
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -23,7 +24,7 @@ type Sites interface {
 
 // SiteStore is the Redis side of site judgement (storage.Redis).
 type SiteStore interface {
-	DeferHeartbeatLosses(ctx context.Context, losses []storage.HeartbeatDeadline, until time.Time) error
+	DeferHeartbeatLosses(ctx context.Context, losses []storage.HeartbeatDeadline, hold time.Duration) error
 	HeartbeatStatuses(ctx context.Context, sensorIDs []string) (map[string]storage.HeartbeatStatus, error)
 }
 
@@ -55,15 +56,18 @@ func (d *Daemon) judge(ctx context.Context, losses []storage.HeartbeatDeadline) 
 		}
 	}
 	now := d.cfg.Now()
+	var held []storage.HeartbeatDeadline
 	for _, l := range losses {
-		site := facts[l.SensorID].Site
-		if d.sitesOn() && site != "" && l.Deadline.Add(d.cfg.SiteHold).After(now) {
-			if err := d.deps.SiteStore.DeferHeartbeatLosses(ctx, []storage.HeartbeatDeadline{l}, l.Deadline.Add(d.cfg.SiteHold)); err != nil {
-				return j, err
-			}
+		if d.sitesOn() && facts[l.SensorID].Site != "" && l.Deadline.Add(d.cfg.SiteHold).After(now) {
+			held = append(held, l)
 			continue
 		}
 		j.ready = append(j.ready, l)
+	}
+	if len(held) > 0 {
+		if err := d.deps.SiteStore.DeferHeartbeatLosses(ctx, held, d.cfg.SiteHold); err != nil {
+			return j, err
+		}
 	}
 	// A loss inside a maintenance window is expected: covered by the window's
 	// maintenance_ended, and no reason to judge its site.
@@ -77,7 +81,7 @@ func (d *Daemon) judge(ctx context.Context, losses []storage.HeartbeatDeadline) 
 			sites[site] = true
 		}
 	}
-	covered, siteEvents, opened, err := d.judgeSites(ctx, slices.Sorted(mapKeys(sites)))
+	covered, siteEvents, opened, err := d.judgeSites(ctx, slices.Sorted(maps.Keys(sites)))
 	if err != nil {
 		return j, err
 	}
@@ -102,16 +106,6 @@ func (d *Daemon) judge(ctx context.Context, losses []storage.HeartbeatDeadline) 
 }
 
 func (d *Daemon) sitesOn() bool { return d.deps.Sites != nil && d.deps.SiteStore != nil }
-
-func mapKeys(m map[string]bool) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
-}
 
 // judgeSites opens the outages of sites that qualify and returns, for every
 // sensor an open outage of those sites lists, the outage's id; the

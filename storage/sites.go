@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -99,16 +100,9 @@ func (p *Postgres) OpenSiteOutages(ctx context.Context, outages []SiteOutage) (o
 	return opened, open, nil
 }
 
-func joinIDs(ids []string) string {
-	out := ""
-	for i, id := range ids {
-		if i > 0 {
-			out += ","
-		}
-		out += id
-	}
-	return out
-}
+// joinIDs joins sensor ids with commas (ids are letters and digits), for a
+// string_to_array parameter.
+func joinIDs(ids []string) string { return strings.Join(ids, ",") }
 
 func collectOutages(rows pgx.Rows) ([]SiteOutage, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (SiteOutage, error) {
@@ -198,17 +192,18 @@ func (p *Postgres) CloseSiteOutages(ctx context.Context, ids []string, at time.T
 	return out, nil
 }
 
-// DeferHeartbeatLosses puts off the publication of claimed losses until until:
-// they stay pending, and ReclaimHeartbeatPending hands them to a sweep (of any
-// daemon) once until has passed. The heartbeat holds the losses of sensors
-// with a site this way, so an outage of the site can cover them.
-func (r *Redis) DeferHeartbeatLosses(ctx context.Context, losses []HeartbeatDeadline, until time.Time) error {
+// DeferHeartbeatLosses puts off the publication of claimed losses until hold
+// after each one's deadline, in one command: they stay pending, and
+// ReclaimHeartbeatPending hands each to a sweep (of any daemon) once that time
+// has passed. The heartbeat holds the losses of sensors with a site this way,
+// so an outage of the site can cover them.
+func (r *Redis) DeferHeartbeatLosses(ctx context.Context, losses []HeartbeatDeadline, hold time.Duration) error {
 	if len(losses) == 0 {
 		return nil
 	}
 	members := make([]redis.Z, len(losses))
 	for i, l := range losses {
-		members[i] = redis.Z{Member: l.SensorID, Score: float64(until.UnixMilli())}
+		members[i] = redis.Z{Member: l.SensorID, Score: float64(l.Deadline.Add(hold).UnixMilli())}
 	}
 	if err := r.client.ZAddArgs(ctx, r.key(hbPending), redis.ZAddArgs{XX: true, Members: members}).Err(); err != nil {
 		return fmt.Errorf("deferring %d heartbeat losses: %w", len(losses), err)
