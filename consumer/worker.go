@@ -167,7 +167,13 @@ func (w *worker) process(ctx context.Context, recs []*kgo.Record, carried *[]eve
 	for reason, n := range rej.byReason {
 		m.rejected.WithLabelValues(reason).Add(float64(n))
 	}
-	m.changed.Add(float64(len(events)))
+	changes := 0
+	for _, e := range events {
+		if e.Type == event.StateChanged {
+			changes++
+		}
+	}
+	m.changed.Add(float64(changes))
 	m.unknown.Add(float64(unknowns))
 	m.batchSize.Observe(float64(len(recs)))
 	m.batchDuration.Observe(time.Since(start).Seconds())
