@@ -301,11 +301,10 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("inserting notifications: %w", err)
 		}
-		// Each client's seq (clientseq.go), then the members' inboxes, in the
-		// same transaction: one statement each.
-		if err := assignClientSeqs(ctx, tx, unique, newNotifs); err != nil {
-			return err
-		}
+		// The sites of site events (sites.go), the members' inboxes, and last,
+		// each client's seq (clientseq.go: its lock on the client's counter,
+		// held to commit, serializes the fan-outs of one client, so it is taken
+		// as late as possible), in the same transaction: one statement each.
 		if err := annotateSiteNotifications(ctx, tx, unique); err != nil {
 			return err
 		}
@@ -313,7 +312,7 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 			return err
 		}
 		if len(newest) == 0 {
-			return nil
+			return assignClientSeqs(ctx, tx, unique, newNotifs)
 		}
 
 		var clients, sensorIDs, channels, targets []string
@@ -346,7 +345,7 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 		for _, ch := range superseded {
 			created.Superseded[Channel(ch)]++
 		}
-		return nil
+		return assignClientSeqs(ctx, tx, unique, newNotifs)
 	})
 	if err != nil {
 		return NotificationsCreated{}, fmt.Errorf("creating notifications for %d events: %w", len(ids), err)
