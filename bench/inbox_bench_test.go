@@ -78,7 +78,15 @@ func BenchmarkInboxList(b *testing.B) {
 	} else if err := migrations.Migrate(ctx, pgURL, storagetest.NewClickHouseDatabase(b), slog.New(slog.DiscardHandler)); err != nil {
 		b.Fatal(err)
 	}
-	pg, err := storage.OpenPostgres(ctx, pgURL)
+	key, err := storage.ParseSecretKey(storage.NewSecretKey())
+	if err != nil {
+		b.Fatal(err)
+	}
+	box, err := storage.NewSecretBox(key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pg, err := storage.OpenPostgres(ctx, pgURL, storage.WithSecretBox(box))
 	if err != nil {
 		b.Fatal(err)
 	}

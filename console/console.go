@@ -4,8 +4,8 @@
 // little JavaScript drives the live event view; the changes chart is SVG rendered on
 // the server.
 //
-// Sign-in takes a token (the admin token; member tokens come with members) and
-// starts a session kept in Redis under the hash of an HttpOnly, SameSite=Strict
+// Sign-in takes a token (the admin token, or a member's token) and starts a
+// session kept in Redis under the hash of an HttpOnly, SameSite=Strict
 // cookie. Every response carries a Content-Security-Policy that allows only the
 // console's own scripts and styles, no inline script; every form carries the
 // session's CSRF token and is refused from another site.
@@ -120,6 +120,22 @@ type Deliveries interface {
 	RetryDelivery(ctx context.Context, id string) (storage.Delivery, error)
 }
 
+// Members is the part of storage.Postgres that signs members in and lists a
+// client's members.
+type Members interface {
+	MemberByTokenHash(ctx context.Context, hash []byte) (storage.Member, error)
+	// MemberTokenHash is the hash of the member's current token; ErrNotFound
+	// once the member is deleted.
+	MemberTokenHash(ctx context.Context, id string) ([]byte, error)
+	ListClientMembers(ctx context.Context, clientID string, page storage.Page) ([]storage.Member, error)
+}
+
+// Inbox is the part of storage.Postgres a member's inbox page reads and marks.
+type Inbox interface {
+	ListInbox(ctx context.Context, q storage.InboxQuery) (int, []storage.InboxMessage, error)
+	MarkInbox(ctx context.Context, memberID string, action storage.InboxAction, ids []string, all bool) (int, error)
+}
+
 // Sessions stores console sessions (storage.Redis).
 type Sessions interface {
 	CreateConsoleSession(ctx context.Context, id string, s storage.ConsoleSession, ttl time.Duration) error
@@ -170,9 +186,12 @@ type EventTail interface {
 }
 
 // Deps are what the console reads through. Events may be nil: the live view then
-// says it needs Kafka.
+// says it needs Kafka. Members and Inbox may be nil together: then only the
+// admin signs in, and client pages list no members.
 type Deps struct {
 	Registry    Registry
+	Members     Members
+	Inbox       Inbox
 	Deliveries  Deliveries
 	Sessions    Sessions
 	Heartbeat   HeartbeatCounts
@@ -188,6 +207,9 @@ func (d Deps) validate() error {
 		if dep == nil {
 			errs = append(errs, fmt.Errorf("console: Deps.%s is nil", name))
 		}
+	}
+	if (d.Members == nil) != (d.Inbox == nil) {
+		errs = append(errs, errors.New("console: Deps.Members and Deps.Inbox go together"))
 	}
 	return errors.Join(errs...)
 }

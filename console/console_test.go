@@ -78,7 +78,8 @@ func newFixture(t *testing.T, token string, stores *storagetest.Stores, live boo
 		stores = storagetest.New(t)
 	}
 	f := &fixture{stores: stores}
-	deps := console.Deps{Registry: stores.Postgres, Deliveries: stores.Postgres, Sessions: stores.Redis,
+	deps := console.Deps{Registry: stores.Postgres, Members: stores.Postgres, Inbox: stores.Postgres,
+		Deliveries: stores.Postgres, Sessions: stores.Redis,
 		Heartbeat: stores.Redis, Connections: connections{stores.Redis}, History: stores.ClickHouse}
 	if live {
 		f.stream = streamtest.Config(t, 2)

@@ -17,7 +17,7 @@ import (
 const maxFormBytes = 16 << 10
 
 // routes declares every console route. Pages are registered with the roles they
-// admit; members (issue 11) will get their inbox here.
+// admit: a member sees only its own inbox.
 func (c *Console) routes() http.Handler {
 	admin := []string{roleAdmin}
 	anyone := []string{roleAdmin, roleMember}
@@ -29,7 +29,9 @@ func (c *Console) routes() http.Handler {
 	mux.HandleFunc("GET /console/login", c.loginPage)
 	mux.HandleFunc("POST /console/login", c.login)
 	mux.HandleFunc("POST /console/logout", c.page(anyone, c.logout))
-	mux.HandleFunc("GET /console/{$}", c.page(admin, c.fleet))
+	mux.HandleFunc("GET /console/{$}", c.page(anyone, c.home))
+	mux.HandleFunc("GET /console/inbox", c.page([]string{roleMember}, c.inbox))
+	mux.HandleFunc("POST /console/inbox/{id}/seen", c.page([]string{roleMember}, c.markSeen))
 	mux.HandleFunc("GET /console/sensors/{id}", c.page(admin, c.sensor))
 	mux.HandleFunc("GET /console/clients", c.page(admin, c.clients))
 	mux.HandleFunc("GET /console/clients/{id}", c.page(admin, c.client))
@@ -217,10 +219,14 @@ func (c *Console) clients(w http.ResponseWriter, r *http.Request, s *session) er
 
 // clientData is the client page.
 type clientData struct {
-	Client     storage.Client
-	Summary    storage.DeliverySummary
-	Failed     []storage.Delivery
-	NextFailed string
+	Client storage.Client
+	// Members is the first page of the client's members; MoreMembers says there
+	// are more (the API lists them all).
+	Members     []storage.Member
+	MoreMembers bool
+	Summary     storage.DeliverySummary
+	Failed      []storage.Delivery
+	NextFailed  string
 }
 
 // client shows a client's deliveries by state, its failing endpoints and its
@@ -238,6 +244,13 @@ func (c *Console) client(w http.ResponseWriter, r *http.Request, s *session) err
 	)
 	if d.Client, err = c.deps.Registry.GetClient(ctx, id); err != nil {
 		return err
+	}
+	if c.deps.Members != nil {
+		members, err := c.deps.Members.ListClientMembers(ctx, id, storage.Page{Limit: c.cfg.PageSize + 1})
+		if err != nil {
+			return err
+		}
+		d.Members, d.MoreMembers = members[:min(len(members), c.cfg.PageSize)], len(members) > c.cfg.PageSize
 	}
 	since := time.Now().Add(-c.cfg.SummarySince)
 	if d.Summary, err = c.deps.Deliveries.ClientDeliverySummary(ctx, id, since, c.cfg.SummaryWindow); err != nil {

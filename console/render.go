@@ -76,7 +76,7 @@ func loadPages() (*pages, error) {
 		"failing":   func(e storage.EndpointHealth) int { return e.Failing() },
 		"stateOf":   func(m map[storage.DeliveryState]int, s string) int { return m[storage.DeliveryState(s)] },
 		"deliveryStates": func() []string {
-			return []string{"SCHEDULED", "PENDING", "IN_FLIGHT", "RETRY", "SENT", "FAILED", "GIVEN_UP", "SUPERSEDED"}
+			return []string{"SCHEDULED", "PENDING", "IN_FLIGHT", "RETRY", "PAUSED", "SENT", "FAILED", "GIVEN_UP", "SUPERSEDED"}
 		},
 	}
 	names, err := fs.Glob(templateFS, "templates/*.html")

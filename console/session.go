@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -20,9 +21,9 @@ import (
 // session under their SHA-256, so reading Redis gives no usable cookie.
 const cookieName = "lockstream_console"
 
-// Roles a session may have. A member session (issue 11) will carry the member id as
-// its subject and see only its own client and inbox: page handlers are registered
-// with the roles they admit.
+// Roles a session may have. A member session carries the member id as its
+// subject and sees only its own inbox: page handlers are registered with the
+// roles they admit.
 const (
 	roleAdmin  = "admin"
 	roleMember = "member"
@@ -65,13 +66,43 @@ func (c *Console) currentSession(r *http.Request) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if stored.Role != roleAdmin || subtle.ConstantTimeCompare([]byte(stored.Credential), []byte(c.adminCredential)) != 1 {
-		// Only admins exist yet; a member session is checked against its member's
-		// current token fingerprint once members do.
-		_ = c.deps.Sessions.DeleteConsoleSession(r.Context(), key)
+	want, err := c.sessionCredential(r.Context(), stored)
+	if err != nil {
+		return nil, err
+	}
+	if want == "" || subtle.ConstantTimeCompare([]byte(stored.Credential), []byte(want)) != 1 {
+		// The admin token was rotated, the member's token rotated or the member
+		// deleted: the session ends.
+		if err := c.deps.Sessions.DeleteConsoleSession(r.Context(), key); err != nil {
+			return nil, err
+		}
 		return nil, nil
 	}
 	return &session{ConsoleSession: stored, key: key}, nil
+}
+
+// sessionCredential is the credential a live session of stored's role and
+// subject must carry now; empty when no session of that kind can be live.
+func (c *Console) sessionCredential(ctx context.Context, stored storage.ConsoleSession) (string, error) {
+	switch {
+	case stored.Role == roleAdmin:
+		return c.adminCredential, nil
+	case stored.Role == roleMember && c.deps.Members != nil:
+		hash, err := c.deps.Members.MemberTokenHash(ctx, stored.Subject)
+		if errors.Is(err, storage.ErrNotFound) {
+			return "", nil
+		}
+		if err != nil {
+			return "", err
+		}
+		return memberCredential(hash), nil
+	}
+	return "", nil
+}
+
+// memberCredential fingerprints a member's token hash for its sessions.
+func memberCredential(tokenHash []byte) string {
+	return credential("member", hex.EncodeToString(tokenHash))
 }
 
 // secureRequest reports whether the browser reached us over TLS (directly or
@@ -132,23 +163,49 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	next := safeNext(r.PostFormValue("next"))
 	token := strings.TrimSpace(r.PostFormValue("token"))
-	got, want := sha256.Sum256([]byte(token)), sha256.Sum256([]byte(c.cfg.AdminToken))
-	// Member tokens (issue 11) are looked up here when the admin's does not match.
-	if token == "" || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+	s, err := c.signIn(r.Context(), token)
+	if err != nil {
+		c.fail(w, r, nil, err)
+		return
+	}
+	if s.Role == "" {
 		c.logger.InfoContext(r.Context(), "console: sign-in refused", "remote", r.RemoteAddr)
 		c.render(w, r, http.StatusUnauthorized, "login", view{Title: "Sign in",
 			Data: loginData{Next: next, Error: "That token is not valid."}})
 		return
 	}
 	cookie := randomToken(32)
-	s := storage.ConsoleSession{Role: roleAdmin, Credential: c.adminCredential, CSRF: randomToken(24),
-		CreatedAt: time.Now().UTC()}
+	s.CSRF, s.CreatedAt = randomToken(24), time.Now().UTC()
 	if err := c.deps.Sessions.CreateConsoleSession(r.Context(), sessionKey(cookie), s, c.cfg.SessionTTL); err != nil {
 		c.fail(w, r, nil, err)
 		return
 	}
 	c.setCookie(w, r, cookie, int(c.cfg.SessionTTL/time.Second))
 	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// signIn returns the session a token opens: the admin's, a member's, or one
+// with no role when the token opens none.
+func (c *Console) signIn(ctx context.Context, token string) (storage.ConsoleSession, error) {
+	if token == "" {
+		return storage.ConsoleSession{}, nil
+	}
+	got, want := sha256.Sum256([]byte(token)), sha256.Sum256([]byte(c.cfg.AdminToken))
+	if subtle.ConstantTimeCompare(got[:], want[:]) == 1 {
+		return storage.ConsoleSession{Role: roleAdmin, Credential: c.adminCredential}, nil
+	}
+	if c.deps.Members == nil || !strings.HasPrefix(token, "lsm_") {
+		return storage.ConsoleSession{}, nil
+	}
+	// A member token is stored as its SHA-256, as the API looks it up.
+	m, err := c.deps.Members.MemberByTokenHash(ctx, got[:])
+	if errors.Is(err, storage.ErrNotFound) {
+		return storage.ConsoleSession{}, nil
+	}
+	if err != nil {
+		return storage.ConsoleSession{}, err
+	}
+	return storage.ConsoleSession{Role: roleMember, Subject: m.ID, Credential: memberCredential(got[:])}, nil
 }
 
 // logout ends the session, in Redis and in the browser.

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -40,7 +41,9 @@ const (
 	SensorStable Type = "sensor_stable"
 )
 
-// Types lists every known type.
+// Types returns every known event type: the one list that clients' subscriptions
+// (PATCH /v1/clients/{id} event_types) are checked against. A new type is added
+// here and as a constant above.
 func Types() []Type {
 	return []Type{StateChanged, ConnectionLost, ConnectionRestored, SensorOpenTooLong, SiteOutage, SiteRestored, MaintenanceEnded,
 		SensorUnstable, SensorStable}
@@ -48,12 +51,7 @@ func Types() []Type {
 
 // Valid reports whether t is one of the known types.
 func (t Type) Valid() bool {
-	for _, known := range Types() {
-		if t == known {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(Types(), t)
 }
 
 // Severity grades an event for the people it reaches (DESIGN.md "Fleet

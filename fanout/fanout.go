@@ -120,6 +120,7 @@ type Fanout struct {
 	created       *prometheus.CounterVec
 	deliveries    *prometheus.CounterVec
 	writeErrors   prometheus.Counter
+	filtered      prometheus.Counter
 	batchDuration prometheus.Histogram
 	group         *stream.Group
 }
@@ -192,6 +193,12 @@ func New(cfg Config, store NotificationStore, reg prometheus.Registerer, logger 
 	if f.writeErrors, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Name: "fanout_write_errors_total",
 		Help: "Failed outbox transactions of the fan-out; each batch is retried until written.",
+	})); err != nil {
+		return nil, err
+	}
+	if f.filtered, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Name: "fanout_filtered_total",
+		Help: "Notifications not created because the client is not subscribed to the event's type (event_types); replays count again.",
 	})); err != nil {
 		return nil, err
 	}
@@ -269,6 +276,7 @@ func (f *Fanout) write(ctx context.Context, inputs []storage.NotificationInput) 
 		if err == nil {
 			f.notifications.Add(float64(created.Notifications))
 			f.inbox.Add(float64(created.InboxMessages))
+			f.filtered.Add(float64(created.Filtered))
 			for ch, n := range created.Deliveries {
 				f.created.WithLabelValues(string(ch)).Add(float64(n))
 			}

@@ -30,7 +30,7 @@ const (
 // DefaultTables are the Postgres tables partitioned by month. deliveries holds
 // the open deliveries that keep a month; inbox_messages is skipped where it does
 // not exist.
-var DefaultTables = []string{"notifications", "deliveries", "pushes", "delivery_attempts", "inbox_messages"}
+var DefaultTables = []string{"notifications", "deliveries", "pushes", "delivery_attempts", "inbox_messages", "member_emails"}
 
 // DefaultHistoryTables are the ClickHouse tables partitioned by toYYYYMM.
 var DefaultHistoryTables = []string{"readings", "events", "delivery_attempts"}

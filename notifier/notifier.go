@@ -104,6 +104,36 @@ type Notification struct {
 	Attempt int
 }
 
+// Unseen is an escalation email to a member: the messages it has not seen, of
+// one episode (a sensor, or a free-form type) or of a digest.
+type Unseen struct {
+	// ID is the delivery's id; email derives its Message-ID from it.
+	ID string
+	// Digest tells a digest from an episode's email.
+	Digest     bool
+	MemberName string
+	// Timezone is the member's IANA zone: times are shown in it.
+	Timezone string
+	// Messages are newest first.
+	Messages []UnseenMessage
+}
+
+// UnseenMessage is one message an Unseen email lists.
+type UnseenMessage struct {
+	// Type is the event type, or the free-form notification's type.
+	Type string
+	// SensorID and SensorAddress are empty for a free-form notification, whose
+	// Subject says what it is about.
+	SensorID      string
+	SensorAddress string
+	Subject       string
+	// Severity is info, warning or critical.
+	Severity string
+	Data     *int
+	Previous *int
+	At       time.Time
+}
+
 // ParseRetryAfter reads a Retry-After value, delay-seconds or an HTTP date; 0 if
 // absent, invalid or in the past. Every channel that
 // speaks HTTP honours it the same way.

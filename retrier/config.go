@@ -25,7 +25,13 @@ const (
 	DefaultWriteTimeout         = 10 * time.Second
 	DefaultAttemptFlushInterval = time.Second
 	DefaultAttemptBatchSize     = 5000
+	DefaultDisableAfter         = 5 * 24 * time.Hour
+	DefaultDisableMinFailures   = 10
+	DefaultRateLimitWindow      = 1200 * time.Millisecond
 )
+
+// maxEndpointSweepInterval bounds the default EndpointSweepInterval.
+const maxEndpointSweepInterval = time.Minute
 
 // Config configures a Retrier.
 type Config struct {
@@ -101,6 +107,28 @@ type Config struct {
 	// Defaults to DefaultAttemptBatchSize (5000).
 	AttemptBatchSize int
 
+	// DisableAfter is how long every attempt at a webhook endpoint must have
+	// failed before it is disabled (LOCKSTREAM_ENDPOINT_DISABLE_AFTER). Defaults
+	// to DefaultDisableAfter (5 days).
+	DisableAfter time.Duration
+
+	// DisableMinFailures is the fewest failed attempts in that time that
+	// disable an endpoint (LOCKSTREAM_ENDPOINT_DISABLE_MIN_FAILURES). Defaults to
+	// DefaultDisableMinFailures (10).
+	DisableMinFailures int
+
+	// EndpointSweepInterval is how often endpoints are checked for disabling
+	// and their owners' emails sent. Defaults to a tenth of DisableAfter, at
+	// most a minute.
+	EndpointSweepInterval time.Duration
+
+	// RateLimitWindow is the window a rate limit counts in: an endpoint limited
+	// to n a second starts deliveries at least RateLimitWindow/n apart. A
+	// window over a second leaves room for deliveries whose travel time varies:
+	// a receiver sees at most n in any second while that variation stays under
+	// RateLimitWindow − 1s. Defaults to DefaultRateLimitWindow (1.2s).
+	RateLimitWindow time.Duration
+
 	// Now returns the current time, which decides what is due; tests inject a
 	// clock. Defaults to time.Now.
 	Now func() time.Time
@@ -127,6 +155,10 @@ func (c Config) WithDefaults() Config {
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
 	c.AttemptFlushInterval = cmp.Or(c.AttemptFlushInterval, DefaultAttemptFlushInterval)
 	c.AttemptBatchSize = cmp.Or(c.AttemptBatchSize, DefaultAttemptBatchSize)
+	c.DisableAfter = cmp.Or(c.DisableAfter, DefaultDisableAfter)
+	c.DisableMinFailures = cmp.Or(c.DisableMinFailures, DefaultDisableMinFailures)
+	c.EndpointSweepInterval = cmp.Or(c.EndpointSweepInterval, min(maxEndpointSweepInterval, c.DisableAfter/10))
+	c.RateLimitWindow = cmp.Or(c.RateLimitWindow, DefaultRateLimitWindow)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -164,6 +196,10 @@ func (c Config) Validate() error {
 	positive("DrainTimeout", c.DrainTimeout)
 	positive("WriteTimeout", c.WriteTimeout)
 	positive("AttemptFlushInterval", c.AttemptFlushInterval)
+	positive("DisableAfter", c.DisableAfter)
+	positive("EndpointSweepInterval", c.EndpointSweepInterval)
+	positive("RateLimitWindow", c.RateLimitWindow)
+	atLeastOne("DisableMinFailures", c.DisableMinFailures)
 	if c.BackoffMax < c.BackoffBase {
 		errs = append(errs, fmt.Errorf("retrier: BackoffMax %s is shorter than BackoffBase %s", c.BackoffMax, c.BackoffBase))
 	}

@@ -18,6 +18,11 @@ type retrierMetrics struct {
 	errors         *prometheus.CounterVec
 	attemptsCopied prometheus.Counter
 	notSent        prometheus.Counter
+
+	rateLimited       prometheus.Counter
+	endpointBlocks    prometheus.Counter
+	endpointsDisabled prometheus.Counter
+	endpointNotices   prometheus.Counter
 }
 
 func newRetrierMetrics(reg prometheus.Registerer) (*retrierMetrics, error) {
@@ -82,5 +87,38 @@ func newRetrierMetrics(reg prometheus.Registerer) (*retrierMetrics, error) {
 	})); err != nil {
 		return nil, err
 	}
+	if err := m.registerControls(reg); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+// registerControls registers the delivery controls' instruments.
+func (m *retrierMetrics) registerControls(reg prometheus.Registerer) error {
+	var err error
+	if m.rateLimited, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Name: "deliveries_rate_limited_total",
+		Help: "Webhook deliveries held back, their attempt given back, by their endpoint's rate limit, a 429's Retry-After or the endpoint being disabled.",
+	})); err != nil {
+		return err
+	}
+	if m.endpointBlocks, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Name: "endpoint_429_holds_total",
+		Help: "Webhook endpoints held back for every retrier after answering 429 with Retry-After.",
+	})); err != nil {
+		return err
+	}
+	if m.endpointsDisabled, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Name: "endpoints_disabled_total",
+		Help: "Webhook endpoints disabled because every attempt failed for LOCKSTREAM_ENDPOINT_DISABLE_AFTER.",
+	})); err != nil {
+		return err
+	}
+	if m.endpointNotices, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Name: "endpoint_notices_mailed_total",
+		Help: "Emails sent to clients' owners about their disabled webhook endpoint.",
+	})); err != nil {
+		return err
+	}
+	return nil
 }

@@ -42,6 +42,9 @@ type Store interface {
 	// PushRequests reads what the standalone pushes among the deliveries ask
 	// for, by delivery id.
 	PushRequests(ctx context.Context, deliveryIDs []string) (map[string]storage.PushRequest, error)
+	// MemberEmails reads what the escalation emails among the deliveries list,
+	// by delivery id, with each member's address now.
+	MemberEmails(ctx context.Context, deliveryIDs []string) (map[string]storage.MemberEmail, error)
 	// CopyDeliveryAttempts hands a batch of attempts not copied yet to copy
 	// and marks them copied when it succeeds.
 	CopyDeliveryAttempts(ctx context.Context, limit int, copy func(context.Context, []storage.DeliveryAttempt) error) (int, error)
@@ -60,6 +63,13 @@ type WebhookSender interface {
 // EmailSender makes one email attempt (*email.Sender).
 type EmailSender interface {
 	Send(ctx context.Context, to string, n notifier.Notification) notifier.Result
+}
+
+// UnseenEmailSender mails escalations (*email.Sender): an Email sender that
+// is one also sends the escalation emails of members; with one that is not,
+// they fail as UNSUPPORTED.
+type UnseenEmailSender interface {
+	SendUnseen(ctx context.Context, to string, u notifier.Unseen) notifier.Result
 }
 
 // PushSender makes one push attempt about a sensor event to one device of a
@@ -88,6 +98,14 @@ type Deps struct {
 	Email          EmailSender
 	Push           PushSender
 	StandalonePush StandalonePushSender
+	// Endpoints keeps webhook endpoints' health and disables dead ones; nil:
+	// no auto-disable.
+	Endpoints EndpointStore
+	// Limiter paces webhooks per endpoint (rate limits, 429 back-off) across
+	// retriers; nil: no rate limits.
+	Limiter Limiter
+	// Notices mails owners of disabled endpoints; nil: no email.
+	Notices NoticeSender
 }
 
 // The ErrorType values of outcomes the Retrier decides without a channel.
@@ -102,6 +120,9 @@ const (
 	ErrorTypeUnsupported = "UNSUPPORTED"
 	// ErrorTypeNoOutcome: the channel returned a result without an outcome; retried.
 	ErrorTypeNoOutcome = "NO_OUTCOME"
+	// ErrorTypeNothingUnseen: an escalation email found nothing left to list
+	// (the member saw it all, or lost access, after the round).
+	ErrorTypeNothingUnseen = "NOTHING_UNSEEN"
 )
 
 // maxErrorLength bounds the error text stored with a delivery and an attempt.
@@ -167,6 +188,8 @@ type outcome struct {
 	// notSent: no send was made (the store could not say what to send), so the
 	// attempt is given back rather than used up.
 	notSent bool
+	// held: not sent for the endpoint's sake (rate limit, 429, disabled).
+	held bool
 }
 
 // New returns a Retrier; Run starts it.
@@ -258,6 +281,9 @@ func (r *Retrier) Run(ctx context.Context) error {
 	background.Go(func() { r.every(ctx, r.cfg.LeaseSweepInterval, r.requeueExpired) })
 	background.Go(func() { r.every(ctx, r.cfg.AttemptFlushInterval, r.copyAttempts) })
 	background.Go(func() { r.every(ctx, r.cfg.StatsInterval, r.refreshStats) })
+	if r.deps.Endpoints != nil {
+		background.Go(func() { r.every(ctx, r.cfg.EndpointSweepInterval, r.sweepEndpoints) })
+	}
 
 	var claimers sync.WaitGroup
 	for _, l := range r.lanes {
@@ -324,36 +350,17 @@ func (r *Retrier) claim(ctx, work context.Context, l *lane, limit int, outcomes 
 	if len(claimed) == 0 {
 		return 0, nil
 	}
-	ids := make([]string, len(claimed))
-	var pushIDs []string
-	for i, d := range claimed {
-		ids[i] = d.ID
-		if isStandalonePush(d) {
-			pushIDs = append(pushIDs, d.ID)
-		}
-	}
 	// The deliveries are ours now: read their targets even if shutdown begins.
-	tctx, cancel := context.WithTimeout(work, r.cfg.WriteTimeout)
-	targets, targetErr := r.deps.Store.DeliveryTargets(tctx, ids)
-	var (
-		pushes  map[string]storage.PushRequest
-		pushErr error
-	)
-	if targetErr == nil && len(pushIDs) > 0 {
-		pushes, pushErr = r.deps.Store.PushRequests(tctx, pushIDs)
-	}
-	cancel()
-	if targetErr != nil {
-		r.m.errors.WithLabelValues("target").Inc()
-		r.logger.ErrorContext(ctx, "reading delivery targets failed; the claimed deliveries are retried",
-			"deliveries", len(claimed), "err", targetErr)
-	}
-	if pushErr != nil {
-		r.m.errors.WithLabelValues("target").Inc()
-		r.logger.ErrorContext(ctx, "reading standalone pushes failed; the claimed pushes are retried",
-			"pushes", len(pushIDs), "err", pushErr)
+	targets, pushes, emails, targetErr, pushErr := r.readClaimed(ctx, work, claimed)
+	var held map[string]time.Duration
+	if targetErr == nil {
+		held = r.admitWebhooks(ctx, claimed, targets)
 	}
 	for _, d := range claimed {
+		if wait, ok := held[d.ID]; ok {
+			outcomes <- r.heldBack(d, wait)
+			continue
+		}
 		target, found := targets[d.ID]
 		push, isPush := pushes[d.ID]
 		l.busy.Add(1)
@@ -366,18 +373,25 @@ func (r *Retrier) claim(ctx, work context.Context, l *lane, limit int, outcomes 
 				res = notifier.Result{Outcome: notifier.Retry, ErrorType: ErrorTypeStore,
 					Err: fmt.Errorf("reading the client's current address: %w", targetErr)}
 				notSent = true
-			case pushErr != nil && isStandalonePush(d):
+			case pushErr != nil && (isStandalonePush(d) || isMemberEmail(d)):
 				res = notifier.Result{Outcome: notifier.Retry, ErrorType: ErrorTypeStore,
-					Err: fmt.Errorf("reading the push: %w", pushErr)}
+					Err: fmt.Errorf("reading the push or email: %w", pushErr)}
 				notSent = true
+			case isPush && d.SensorID != "" && found && !target.Owned:
+				// An escalation push: access is checked when sending.
+				res = failed(ErrorTypeNotOwned, fmt.Errorf("client %s no longer owns sensor %s", d.ClientID, d.SensorID))
 			default:
 				actx, cancel := context.WithTimeout(work, r.cfg.AttemptTimeout)
-				if isPush {
+				switch me, isEmail := emails[d.ID]; {
+				case isMemberEmail(d):
+					res = r.sendMemberEmail(actx, d, me, isEmail)
+				case isPush:
 					res = r.sendPush(actx, push)
-				} else {
+				default:
 					res = r.send(actx, d, target, found)
 				}
 				cancel()
+				r.webhookAnswered(work, d, res)
 			}
 			if res.Duration == 0 {
 				res.Duration = time.Since(start)
@@ -392,6 +406,47 @@ func (r *Retrier) claim(ctx, work context.Context, l *lane, limit int, outcomes 
 		})
 	}
 	return len(claimed), nil
+}
+
+// readClaimed reads, in a query each, the current targets of the claimed
+// deliveries, the standalone pushes among them and the escalation emails
+// among them. targetErr fails every delivery's attempt; pushErr those of the
+// pushes and emails (each is logged and counted here).
+func (r *Retrier) readClaimed(ctx, work context.Context, claimed []storage.Delivery) (
+	targets map[string]storage.DeliveryTarget, pushes map[string]storage.PushRequest,
+	emails map[string]storage.MemberEmail, targetErr, pushErr error,
+) {
+	ids := make([]string, len(claimed))
+	var pushIDs, emailIDs []string
+	for i, d := range claimed {
+		ids[i] = d.ID
+		if isStandalonePush(d) {
+			pushIDs = append(pushIDs, d.ID)
+		}
+		if isMemberEmail(d) {
+			emailIDs = append(emailIDs, d.ID)
+		}
+	}
+	tctx, cancel := context.WithTimeout(work, r.cfg.WriteTimeout)
+	defer cancel()
+	targets, targetErr = r.deps.Store.DeliveryTargets(tctx, ids)
+	if targetErr == nil && len(pushIDs) > 0 {
+		pushes, pushErr = r.deps.Store.PushRequests(tctx, pushIDs)
+	}
+	if targetErr == nil && pushErr == nil && len(emailIDs) > 0 {
+		emails, pushErr = r.deps.Store.MemberEmails(tctx, emailIDs)
+	}
+	if targetErr != nil {
+		r.m.errors.WithLabelValues("target").Inc()
+		r.logger.ErrorContext(ctx, "reading delivery targets failed; the claimed deliveries are retried",
+			"deliveries", len(claimed), "err", targetErr)
+	}
+	if pushErr != nil {
+		r.m.errors.WithLabelValues("target").Inc()
+		r.logger.ErrorContext(ctx, "reading standalone pushes or member emails failed; they are retried",
+			"pushes", len(pushIDs), "emails", len(emailIDs), "err", pushErr)
+	}
+	return targets, pushes, emails, targetErr, pushErr
 }
 
 // signalWake wakes the claim loop of every lane.
@@ -462,6 +517,38 @@ func (r *Retrier) send(ctx context.Context, d storage.Delivery, t storage.Delive
 // of no sensor event.
 func isStandalonePush(d storage.Delivery) bool {
 	return d.Channel == storage.ChannelSwrve && d.NotificationID == ""
+}
+
+// isMemberEmail reports whether d is an escalation email to a member: an
+// email delivery of no sensor event.
+func isMemberEmail(d storage.Delivery) bool {
+	return d.Channel == storage.ChannelEmail && d.NotificationID == ""
+}
+
+// sendMemberEmail makes one attempt of an escalation email, listing what the
+// member has still not seen of sensors its client still watches.
+func (r *Retrier) sendMemberEmail(ctx context.Context, d storage.Delivery, me storage.MemberEmail, found bool) notifier.Result {
+	u, ok := r.deps.Email.(UnseenEmailSender)
+	switch {
+	case !ok:
+		return failed(ErrorTypeUnsupported, errors.New("the email sender cannot send escalations"))
+	case !found:
+		return failed(ErrorTypeUnsupported, fmt.Errorf("email delivery %s has neither a notification nor an escalation", d.ID))
+	case !me.MemberExists:
+		return failed(ErrorTypeNotOwned, errors.New("the member was deleted"))
+	case me.Email == "":
+		return failed(ErrorTypeNoAddress, errors.New("the member has no email address any more"))
+	case len(me.Messages) == 0:
+		return failed(ErrorTypeNothingUnseen, errors.New("nothing left unseen to list (seen meanwhile, or access lost)"))
+	}
+	e := notifier.Unseen{ID: d.ID, Digest: me.Kind == storage.MemberEmailDigest, MemberName: me.MemberName,
+		Timezone: me.Timezone}
+	for _, m := range me.Messages {
+		e.Messages = append(e.Messages, notifier.UnseenMessage{Type: m.Type, SensorID: m.SensorID,
+			SensorAddress: m.SensorAddress, Subject: m.Subject, Severity: m.Severity, Data: m.Data,
+			Previous: m.Previous, At: m.At})
+	}
+	return u.SendUnseen(ctx, me.Email, e)
 }
 
 // sendPush makes one attempt of a standalone push.
@@ -564,6 +651,7 @@ func (r *Retrier) record(ctx context.Context, batch []outcome) {
 	for _, f := range done {
 		states[f.ID] = f.State
 	}
+	r.recordHealth(ctx, batch, states)
 	for _, o := range batch {
 		status, recorded := states[o.d.ID]
 		switch {
@@ -580,9 +668,11 @@ func (r *Retrier) record(ctx context.Context, batch []outcome) {
 		default:
 			status = o.state
 		}
-		if o.notSent {
+		switch {
+		case o.held: // counted as rate-limited when held back
+		case o.notSent:
 			r.m.notSent.Inc()
-		} else {
+		default:
 			r.m.attempts.WithLabelValues(string(o.d.Channel), cmp.Or(o.res.ErrorType, "none")).Inc()
 		}
 		r.logger.DebugContext(ctx, "delivery attempt", "delivery_id", o.d.ID, "channel", o.d.Channel,

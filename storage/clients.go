@@ -16,15 +16,24 @@ import (
 const clientColumns = `c.id::text, c.name, c.webhook_url, coalesce(c.email, ''), c.created_at, c.updated_at,
 	(SELECT coalesce(json_agg(json_build_object('platform', t.platform, 'push_key', t.push_key)
 	                          ORDER BY t.platform, t.push_key), '[]')
-	   FROM push_targets t WHERE t.client_id = c.id)`
+	   FROM push_targets t WHERE t.client_id = c.id),
+	c.event_types, coalesce(c.rate_limit, 0), c.endpoint_disabled_at, c.webhook_failing_since, c.webhook_failures`
 
 func scanClient(row pgx.Row) (Client, error) {
 	var (
 		c       Client
 		targets []byte
 	)
-	if err := row.Scan(&c.ID, &c.Name, &c.WebhookURL, &c.Email, &c.CreatedAt, &c.UpdatedAt, &targets); err != nil {
+	var disabledAt, failingSince *time.Time
+	if err := row.Scan(&c.ID, &c.Name, &c.WebhookURL, &c.Email, &c.CreatedAt, &c.UpdatedAt, &targets,
+		&c.EventTypes, &c.RateLimit, &disabledAt, &failingSince, &c.WebhookFailures); err != nil {
 		return Client{}, err
+	}
+	if disabledAt != nil {
+		c.EndpointDisabledAt = *disabledAt
+	}
+	if failingSince != nil {
+		c.WebhookFailingSince = *failingSince
 	}
 	var decoded []struct {
 		Platform Platform `json:"platform"`
@@ -52,11 +61,12 @@ func (p *Postgres) CreateClient(ctx context.Context, c Client) (Client, error) {
 	}
 	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx,
-			`INSERT INTO clients (id, name, webhook_url, email, secret) VALUES ($1, $2, $3, nullif($4, ''), $5)`,
-			id, c.Name, c.WebhookURL, c.Email, p.secrets.seal(id.String(), c.Secret)); err != nil {
+			`INSERT INTO clients (id, name, webhook_url, email, secret, event_types, rate_limit)
+			 VALUES ($1, $2, $3, nullif($4, ''), $5, $6, nullif($7, 0))`,
+			id, c.Name, c.WebhookURL, c.Email, p.secrets.seal(id.String(), c.Secret), c.EventTypes, c.RateLimit); err != nil {
 			return mapError(err)
 		}
-		return replacePushTargets(ctx, tx, id.String(), c.PushTargets)
+		return replacePushTargets(ctx, tx, "client_id", id.String(), c.PushTargets)
 	})
 	if err != nil {
 		return Client{}, fmt.Errorf("creating client: %w", err)
@@ -69,8 +79,19 @@ func (p *Postgres) CreateClient(ctx context.Context, c Client) (Client, error) {
 	return created, nil
 }
 
-func replacePushTargets(ctx context.Context, tx pgx.Tx, clientID string, targets []PushTarget) error {
-	if _, err := tx.Exec(ctx, `DELETE FROM push_targets WHERE client_id = $1`, clientID); err != nil {
+// pushTargetOwners are the tables of push targets by owner: a client's or a
+// member's. The names are constants, never input.
+var pushTargetOwners = map[string]string{"client_id": "push_targets", "member_id": "member_push_targets"}
+
+// replacePushTargets replaces the push targets of the client or member whose
+// id is ownerID (ownerColumn "client_id" or "member_id") with targets: two
+// statements whatever their number.
+func replacePushTargets(ctx context.Context, tx pgx.Tx, ownerColumn, ownerID string, targets []PushTarget) error {
+	table, ok := pushTargetOwners[ownerColumn]
+	if !ok {
+		return fmt.Errorf("replacing push targets: unknown owner %q", ownerColumn)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE `+ownerColumn+` = $1`, ownerID); err != nil {
 		return fmt.Errorf("replacing push targets: %w", err)
 	}
 	if len(targets) == 0 {
@@ -82,9 +103,9 @@ func replacePushTargets(ctx context.Context, tx pgx.Tx, clientID string, targets
 		platforms[i], keys[i] = string(t.Platform), t.PushKey
 	}
 	_, err := tx.Exec(ctx, `
-		INSERT INTO push_targets (client_id, platform, push_key)
+		INSERT INTO `+table+` (`+ownerColumn+`, platform, push_key)
 		SELECT $1, platform, push_key FROM unnest($2::text[], $3::text[]) AS t (platform, push_key)
-		ON CONFLICT DO NOTHING`, clientID, platforms, keys)
+		ON CONFLICT DO NOTHING`, ownerID, platforms, keys)
 	if err != nil {
 		return fmt.Errorf("storing push targets: %w", mapError(err))
 	}
@@ -135,8 +156,10 @@ func (p *Postgres) UpdateClient(ctx context.Context, id string, u ClientUpdate) 
 				name = coalesce($2, name),
 				webhook_url = coalesce($3, webhook_url),
 				email = CASE WHEN $4::text IS NULL THEN email ELSE nullif($4, '') END,
+				event_types = CASE WHEN $5 THEN $6::text[] ELSE event_types END,
+				rate_limit = CASE WHEN $7::int IS NULL THEN rate_limit ELSE nullif($7, 0) END,
 				updated_at = now()
-			WHERE id = $1`, id, u.Name, u.WebhookURL, u.Email)
+			WHERE id = $1`, id, u.Name, u.WebhookURL, u.Email, u.EventTypes != nil, eventTypesArg(u.EventTypes), u.RateLimit)
 		if err != nil {
 			return mapError(err)
 		}
@@ -144,7 +167,7 @@ func (p *Postgres) UpdateClient(ctx context.Context, id string, u ClientUpdate) 
 			return ErrNotFound
 		}
 		if u.PushTargets != nil {
-			return replacePushTargets(ctx, tx, id, *u.PushTargets)
+			return replacePushTargets(ctx, tx, "client_id", id, *u.PushTargets)
 		}
 		return nil
 	})
@@ -152,6 +175,15 @@ func (p *Postgres) UpdateClient(ctx context.Context, id string, u ClientUpdate) 
 		return Client{}, fmt.Errorf("updating client %s: %w", id, err)
 	}
 	return p.GetClient(ctx, id)
+}
+
+// eventTypesArg is the event_types value of an update: NULL (every type) for
+// no change or a nil list.
+func eventTypesArg(types *[]string) []string {
+	if types == nil {
+		return nil
+	}
+	return *types
 }
 
 // RotateClientSecret replaces the client's webhook signing secret. The secret it

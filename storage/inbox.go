@@ -95,7 +95,9 @@ func scanInboxMessage(row pgx.Row, extra ...any) (InboxMessage, error) {
 //     member's count: seqs are taken under the lock and committed with the
 //     messages, so they have no gap and no duplicate whatever the number of
 //     writers;
-//   - inserts the messages with seqs base+1, base+2… in ord order.
+//   - inserts the messages with seqs base+1, base+2… in ord order;
+//   - opens or joins each member's escalation episode of the messages' sensor
+//     (or free-form type): episodeWrite.
 //
 // A member deleted meanwhile has no member_inbox row and gets nothing. What
 // follows it announces the messages on InboxChannel: inboxWriteRows (the writer
@@ -121,7 +123,7 @@ const inboxWrite = `
 	       t.subject, t.message
 	FROM t JOIN bumped b ON b.member_id = t.member_id
 	RETURNING *
-)
+)` + episodeWrite + `
 `
 
 // inboxWriteRows ends an inbox write by returning the messages added, with their
@@ -505,8 +507,10 @@ const (
 
 // inboxActions maps each action to its SET clause.
 var inboxActions = map[InboxAction]string{
-	ActionSeen:   `seen_at = coalesce(m.seen_at, now())`,
-	ActionUnseen: `seen_at = NULL`,
+	ActionSeen: `seen_at = coalesce(m.seen_at, now())`,
+	// A message the member had seen leaves its episode: marking it unseen
+	// oneself escalates nothing.
+	ActionUnseen: `seen_at = NULL, self_unseen = m.self_unseen OR m.seen_at IS NOT NULL`,
 	ActionDelete: `deleted_at = now()`,
 }
 
@@ -522,12 +526,7 @@ func (p *Postgres) MarkInbox(ctx context.Context, memberID string, action InboxA
 	if uuid.Validate(memberID) != nil {
 		return 0, fmt.Errorf("marking messages of %s: %w", memberID, ErrNotFound)
 	}
-	valid := make([]string, 0, len(ids))
-	for _, id := range ids {
-		if uuid.Validate(id) == nil {
-			valid = append(valid, id)
-		}
-	}
+	valid := validUUIDs(ids)
 	if !all && len(valid) == 0 {
 		return 0, nil
 	}

@@ -124,8 +124,10 @@ func inboxPayloads(added []addedMessage) []string {
 			}
 			continue
 		}
-		// Per member: two quoted UUIDs, a seq and separators, at most 80 bytes.
-		per := max(1, (payloadLimit-len(sharedJSON)-40)/80)
+		// Per member: two quoted UUIDs with their commas (78 bytes) and a seq
+		// with its comma (up to 20): at most 98 bytes. (80 overflowed Postgres's
+		// 8000-byte limit once seqs reached two digits with ~100 members.)
+		per := max(1, (payloadLimit-len(sharedJSON)-40)/98)
 		for len(group) > 0 {
 			n := min(per, len(group))
 			p := inboxPayload{Shared: shared}

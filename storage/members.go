@@ -146,7 +146,7 @@ func (p *Postgres) CreateMember(ctx context.Context, m Member, tokenHash []byte,
 		if _, err := tx.Exec(ctx, `INSERT INTO member_inbox (member_id, epoch) VALUES ($1, $2)`, id, newEpoch()); err != nil {
 			return err
 		}
-		if err := replaceMemberPushTargets(ctx, tx, id.String(), m.PushTargets); err != nil {
+		if err := replacePushTargets(ctx, tx, "member_id", id.String(), m.PushTargets); err != nil {
 			return err
 		}
 		copied, err = backfillInbox(ctx, tx, id.String(), m.ClientID, backfill)
@@ -157,28 +157,6 @@ func (p *Postgres) CreateMember(ctx context.Context, m Member, tokenHash []byte,
 	}
 	created, err := p.GetMember(ctx, id.String())
 	return created, copied, err
-}
-
-func replaceMemberPushTargets(ctx context.Context, tx pgx.Tx, memberID string, targets []PushTarget) error {
-	if _, err := tx.Exec(ctx, `DELETE FROM member_push_targets WHERE member_id = $1`, memberID); err != nil {
-		return fmt.Errorf("replacing push targets: %w", err)
-	}
-	if len(targets) == 0 {
-		return nil
-	}
-	platforms := make([]string, len(targets))
-	keys := make([]string, len(targets))
-	for i, t := range targets {
-		platforms[i], keys[i] = string(t.Platform), t.PushKey
-	}
-	_, err := tx.Exec(ctx, `
-		INSERT INTO member_push_targets (member_id, platform, push_key)
-		SELECT $1, platform, push_key FROM unnest($2::text[], $3::text[]) AS t (platform, push_key)
-		ON CONFLICT DO NOTHING`, memberID, platforms, keys)
-	if err != nil {
-		return fmt.Errorf("storing push targets: %w", mapError(err))
-	}
-	return nil
 }
 
 // GetMember returns the member, or ErrNotFound.
@@ -201,6 +179,20 @@ func (p *Postgres) MemberByTokenHash(ctx context.Context, hash []byte) (Member, 
 		return Member{}, fmt.Errorf("finding member by token: %w", mapError(err))
 	}
 	return m, nil
+}
+
+// MemberTokenHash returns the hash of the member's current token, or
+// ErrNotFound: the console checks a member's session against it, so a rotated
+// token or a deleted member ends the session.
+func (p *Postgres) MemberTokenHash(ctx context.Context, id string) ([]byte, error) {
+	if uuid.Validate(id) != nil {
+		return nil, fmt.Errorf("reading member %s's token: %w", id, ErrNotFound)
+	}
+	var hash []byte
+	if err := p.pool.QueryRow(ctx, `SELECT token_hash FROM members WHERE id = $1`, id).Scan(&hash); err != nil {
+		return nil, fmt.Errorf("reading member %s's token: %w", id, mapError(err))
+	}
+	return hash, nil
 }
 
 // ListClientMembers returns up to page.Limit members of the client ordered by id
@@ -256,7 +248,7 @@ func (p *Postgres) UpdateMember(ctx context.Context, id string, u MemberUpdate) 
 			return ErrNotFound
 		}
 		if u.PushTargets != nil {
-			return replaceMemberPushTargets(ctx, tx, id, *u.PushTargets)
+			return replacePushTargets(ctx, tx, "member_id", id, *u.PushTargets)
 		}
 		return nil
 	})

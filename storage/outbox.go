@@ -35,6 +35,9 @@ const (
 	DeliveryInFlight DeliveryState = "IN_FLIGHT"
 	// DeliveryRetry failed retryably and is due again at NextAttemptAt.
 	DeliveryRetry DeliveryState = "RETRY"
+	// DeliveryPaused is a webhook delivery kept while its endpoint is disabled;
+	// enabling the endpoint makes it PENDING again.
+	DeliveryPaused DeliveryState = "PAUSED"
 	// DeliverySent was accepted by the receiver.
 	DeliverySent DeliveryState = "SENT"
 	// DeliveryFailed failed in a way another attempt would not fix.
@@ -48,7 +51,7 @@ const (
 // Valid reports whether s is one of the known states.
 func (s DeliveryState) Valid() bool {
 	switch s {
-	case DeliveryScheduled, DeliveryPending, DeliveryInFlight, DeliveryRetry,
+	case DeliveryScheduled, DeliveryPending, DeliveryInFlight, DeliveryRetry, DeliveryPaused,
 		DeliverySent, DeliveryFailed, DeliveryGivenUp, DeliverySuperseded:
 		return true
 	}
@@ -90,6 +93,9 @@ type NotificationsCreated struct {
 	// InboxMessages is the number of messages put in members' inboxes: one per
 	// new notification and member of its client.
 	InboxMessages int
+	// Filtered counts the (event, linked client) pairs left out because the
+	// client is not subscribed to the event's type (replays count again).
+	Filtered int
 }
 
 // Delivery is one channel's job of delivering one notification, with the event it
@@ -232,25 +238,32 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::int2[], $6::timestamptz[],
 				                     $7::text[], $8::text[])
 					WITH ORDINALITY AS e (event_id, type, sensor_id, data, previous, at, audience, site, ord)
-			), n AS (
-				INSERT INTO notifications (id, event_id, client_id, sensor_id, type, data, previous, event_at)
-				SELECT lockstream_uuid_v7(), ev.event_id, cs.client_id, ev.sensor_id, ev.type, ev.data, ev.previous, ev.at
+			), linked AS (
+				-- Subscriptions: a client is told only of the types it chose (NULL: all).
+				-- The clients of the event's sensor; of a site event's sensors and of
+				-- every sensor of its site, once each.
+				SELECT ev.*, cs.client_id, c.event_types IS NULL OR ev.type = ANY (c.event_types) AS subscribed
 				FROM ev JOIN LATERAL (
-					-- The clients of the event's sensor; of a site event's sensors and
-					-- of every sensor of its site, once each.
 					SELECT l.client_id FROM client_sensors l
 					WHERE l.sensor_id = ANY (string_to_array(ev.audience, ','))
 					UNION
 					SELECT l.client_id FROM sensors s JOIN client_sensors l ON l.sensor_id = s.id
 					WHERE s.site = ev.site
 				) cs ON true
+				JOIN clients c ON c.id = cs.client_id
+			), n AS (
+				INSERT INTO notifications (id, event_id, client_id, sensor_id, type, data, previous, event_at)
+				SELECT lockstream_uuid_v7(), l.event_id, l.client_id, l.sensor_id, l.type, l.data, l.previous, l.at
+				FROM linked l WHERE l.subscribed
 				ON CONFLICT (event_id, client_id, event_at) DO NOTHING
 				RETURNING id, event_id, client_id, sensor_id, type, event_at
 			), d AS (
 				INSERT INTO deliveries (id, notification_id, client_id, sensor_id, event_type, channel, target,
 				                        state, next_attempt_at, event_at)
 				SELECT lockstream_uuid_v7(), n.id, n.client_id, n.sensor_id, n.type, ch.channel, ch.target,
-				       'PENDING', now(), n.event_at
+				       -- A disabled endpoint's deliveries are kept, not attempted.
+				       CASE WHEN ch.channel = 'webhook' AND c.endpoint_disabled_at IS NOT NULL
+				            THEN 'PAUSED' ELSE 'PENDING' END, now(), n.event_at
 				FROM n JOIN ev ON ev.event_id = n.event_id JOIN clients c ON c.id = n.client_id
 				CROSS JOIN LATERAL (
 					SELECT 'webhook'::text, ''::text
@@ -262,9 +275,15 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 				ON CONFLICT (notification_id, channel, target, event_at) DO NOTHING
 				RETURNING notification_id, client_id, sensor_id, event_type, channel, target, event_at
 			)
-			SELECT (SELECT count(*) FROM n), d.client_id::text, d.sensor_id, d.event_type, d.channel, d.target,
-			       d.event_at, d.notification_id::text, n.event_id
-			FROM d JOIN n ON n.id = d.notification_id`,
+			SELECT (SELECT count(*) FROM n), (SELECT count(*) FROM linked WHERE NOT subscribed),
+			       r.client_id, coalesce(r.sensor_id, ''), coalesce(r.event_type, ''), coalesce(r.channel, ''),
+			       coalesce(r.target, ''), coalesce(r.event_at, 'epoch'), coalesce(r.notification_id, ''),
+			       coalesce(r.event_id, '')
+			-- One row at least, so the filtered count arrives when nothing was created.
+			FROM (SELECT 1) AS one LEFT JOIN (
+				SELECT d.client_id::text, d.sensor_id, d.event_type, d.channel, d.target,
+				       d.event_at, d.notification_id::text, n.event_id
+				FROM d JOIN n ON n.id = d.notification_id) AS r ON true`,
 			ids, types, sensors, data, previous, times, audience, sites)
 		if err != nil {
 			return fmt.Errorf("inserting notifications: %w", err)
@@ -279,15 +298,20 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 				k                       key
 				eventType               string
 				at                      time.Time
-				count                   int
+				count, filtered         int
 				notificationID, eventID string
+				client                  *string
 			)
-			if err := rows.Scan(&count, &k.client, &k.sensor, &eventType, &k.channel, &k.target, &at,
+			if err := rows.Scan(&count, &filtered, &client, &k.sensor, &eventType, &k.channel, &k.target, &at,
 				&notificationID, &eventID); err != nil {
 				rows.Close()
 				return fmt.Errorf("inserting notifications: %w", err)
 			}
-			created.Notifications = count
+			created.Notifications, created.Filtered = count, filtered
+			if client == nil {
+				continue // the row of counts alone: nothing was created
+			}
+			k.client = *client
 			created.Deliveries[Channel(k.channel)]++
 			if eventType == eventTypeStateChanged && at.After(newest[k]) {
 				newest[k] = at
@@ -738,7 +762,8 @@ func (p *Postgres) ListClientDeliveries(ctx context.Context, clientID string, f 
 type DeliveryTarget struct {
 	DeliveryID string
 	// Owned reports whether the client still exists and is linked to the sensor.
-	// Deliveries that belong to no sensor event are always owned.
+	// Deliveries about no sensor are always owned (escalations carry their
+	// sensor without a notification, and are checked too).
 	Owned bool
 	// ClientExists is false when the client was deleted.
 	ClientExists bool
@@ -758,24 +783,25 @@ type DeliveryTarget struct {
 	PushTargetExists bool
 	// SensorAddress is the sensor's address now; empty if it was deleted.
 	SensorAddress string
+	// RateLimit is the client's webhook deliveries per second at most; 0 for
+	// none.
+	RateLimit int
+	// EndpointDisabled reports whether the client's webhook endpoint is
+	// disabled: a webhook delivery must not be attempted.
+	EndpointDisabled bool
 }
 
 // DeliveryTargets reads the current receiver of each delivery in one query. Ids
 // that do not exist are missing from the map.
 func (p *Postgres) DeliveryTargets(ctx context.Context, deliveryIDs []string) (map[string]DeliveryTarget, error) {
 	out := make(map[string]DeliveryTarget, len(deliveryIDs))
-	ids := make([]string, 0, len(deliveryIDs))
-	for _, id := range deliveryIDs {
-		if uuid.Validate(id) == nil {
-			ids = append(ids, id)
-		}
-	}
+	ids := validUUIDs(deliveryIDs)
 	if len(ids) == 0 {
 		return out, nil
 	}
 	rows, err := p.pool.Query(ctx, `
 		SELECT d.id::text, coalesce(c.id::text, ''),
-		       d.notification_id IS NULL OR (c.id IS NOT NULL AND l.client_id IS NOT NULL),
+		       (d.notification_id IS NULL AND d.sensor_id IS NULL) OR (c.id IS NOT NULL AND l.client_id IS NOT NULL),
 		       c.id IS NOT NULL, coalesce(c.webhook_url, ''),
 		       CASE WHEN d.channel = 'webhook' THEN coalesce(c.secret, '') ELSE '' END,
 		       CASE WHEN d.channel = 'webhook' AND c.previous_secret_until IS NOT NULL
@@ -783,7 +809,7 @@ func (p *Postgres) DeliveryTargets(ctx context.Context, deliveryIDs []string) (m
 		       c.previous_secret_until, coalesce(c.email, ''),
 		       EXISTS (SELECT 1 FROM push_targets t
 		               WHERE t.client_id = d.client_id AND t.platform || ':' || t.push_key = d.target),
-		       coalesce(s.address, '')
+		       coalesce(s.address, ''), coalesce(c.rate_limit, 0), c.endpoint_disabled_at IS NOT NULL
 		FROM deliveries d
 		LEFT JOIN clients c ON c.id = d.client_id
 		LEFT JOIN client_sensors l ON l.client_id = d.client_id AND l.sensor_id = d.sensor_id
@@ -800,7 +826,7 @@ func (p *Postgres) DeliveryTargets(ctx context.Context, deliveryIDs []string) (m
 			until    *time.Time
 		)
 		if err := rows.Scan(&t.DeliveryID, &clientID, &t.Owned, &t.ClientExists, &t.WebhookURL, &t.Secret, &t.PreviousSecret,
-			&until, &t.Email, &t.PushTargetExists, &t.SensorAddress); err != nil {
+			&until, &t.Email, &t.PushTargetExists, &t.SensorAddress, &t.RateLimit, &t.EndpointDisabled); err != nil {
 			return nil, fmt.Errorf("reading delivery targets: %w", err)
 		}
 		if err := p.openSecrets(clientID, &t); err != nil {

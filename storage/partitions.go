@@ -67,12 +67,15 @@ func (p *Postgres) CreateMonthPartition(ctx context.Context, table string, month
 }
 
 // OpenDeliveries counts the deliveries in a partition of deliveries that may
-// still be sent (SCHEDULED, PENDING, RETRY, IN_FLIGHT); it reads the partition's
-// small index of open deliveries.
+// still be sent (SCHEDULED, PENDING, RETRY, IN_FLIGHT, and PAUSED: kept for a
+// disabled endpoint); it reads the partition's small indexes of open and of
+// paused deliveries.
 func (p *Postgres) OpenDeliveries(ctx context.Context, partition MonthPartition) (int64, error) {
 	var n int64
-	err := p.pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{partition.Name}.Sanitize()+`
-		WHERE state IN ('SCHEDULED', 'PENDING', 'RETRY', 'IN_FLIGHT')`).Scan(&n)
+	table := pgx.Identifier{partition.Name}.Sanitize()
+	err := p.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+table+`
+		WHERE state IN ('SCHEDULED', 'PENDING', 'RETRY', 'IN_FLIGHT'))
+		+ (SELECT count(*) FROM `+table+` WHERE state = 'PAUSED')`).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("counting open deliveries in %s: %w", partition.Name, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -16,6 +17,32 @@ type Postgres struct {
 	pool *pgxpool.Pool
 	// secrets encrypts client signing secrets; see WithSecretBox.
 	secrets *SecretBox
+	// counter counts the statements sent; see WithStatementCounter.
+	counter *StatementCounter
+}
+
+// StatementCounter counts the statements a Postgres store sends to the server
+// (queries, executions and transaction control alike), for tests and
+// benchmarks that check a cost in statements. It is safe for concurrent use.
+type StatementCounter struct {
+	n atomic.Int64
+}
+
+// Count returns the number of statements sent so far.
+func (c *StatementCounter) Count() int64 { return c.n.Load() }
+
+// TraceQueryStart implements pgx's QueryTracer.
+func (c *StatementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+// TraceQueryEnd implements pgx's QueryTracer.
+func (c *StatementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// WithStatementCounter makes the store count every statement it sends in c.
+func WithStatementCounter(c *StatementCounter) PostgresOption {
+	return func(p *Postgres) { p.counter = c }
 }
 
 // OpenPostgres connects a pool to url and checks that the server answers.
@@ -23,6 +50,13 @@ func OpenPostgres(ctx context.Context, url string, opts ...PostgresOption) (*Pos
 	config, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parsing postgres URL: %w", err)
+	}
+	p := &Postgres{}
+	for _, opt := range opts {
+		opt(p)
+	}
+	if p.counter != nil {
+		config.ConnConfig.Tracer = p.counter
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, config)
 	if err != nil {
@@ -32,10 +66,7 @@ func OpenPostgres(ctx context.Context, url string, opts ...PostgresOption) (*Pos
 		pool.Close()
 		return nil, fmt.Errorf("connecting to postgres at %s:%d: %w", config.ConnConfig.Host, config.ConnConfig.Port, err)
 	}
-	p := &Postgres{pool: pool}
-	for _, opt := range opts {
-		opt(p)
-	}
+	p.pool = pool
 	return p, nil
 }
 

@@ -154,12 +154,7 @@ func (p *Postgres) GetPush(ctx context.Context, id string) (Push, error) {
 // deliveries it claimed. Ids of other deliveries are missing from the map.
 func (p *Postgres) PushRequests(ctx context.Context, deliveryIDs []string) (map[string]PushRequest, error) {
 	out := make(map[string]PushRequest, len(deliveryIDs))
-	ids := make([]string, 0, len(deliveryIDs))
-	for _, id := range deliveryIDs {
-		if uuid.Validate(id) == nil {
-			ids = append(ids, id)
-		}
-	}
+	ids := validUUIDs(deliveryIDs)
 	if len(ids) == 0 {
 		return out, nil
 	}

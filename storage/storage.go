@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/google/uuid"
 )
 
 // ErrNotFound is returned when the row asked for does not exist.
@@ -124,9 +125,22 @@ type Client struct {
 	PushTargets []PushTarget
 	// Secret signs the client's webhooks. It is only filled in where the secret may be
 	// shown: on creation and rotation, and for the notifier.
-	Secret    string
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	Secret string
+	// EventTypes are the event types the client is notified of, on every
+	// channel; nil means every type, those added later included.
+	EventTypes []string
+	// RateLimit caps the client's webhook deliveries per second, across every
+	// retrier; 0 means no cap.
+	RateLimit int
+	// EndpointDisabledAt is when the webhook endpoint was disabled for failing
+	// (its deliveries are PAUSED); zero while enabled.
+	EndpointDisabledAt time.Time
+	// WebhookFailingSince is the first failed webhook attempt since the last
+	// successful one, and WebhookFailures the failures since; zero while healthy.
+	WebhookFailingSince time.Time
+	WebhookFailures     int
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
 }
 
 // ClientUpdate holds the fields of a client that PATCH may change; nil leaves a field
@@ -136,10 +150,27 @@ type ClientUpdate struct {
 	WebhookURL  *string
 	Email       *string
 	PushTargets *[]PushTarget
+	// EventTypes, when not nil, replaces the subscriptions; pointing to a nil
+	// slice subscribes to every type.
+	EventTypes *[]string
+	// RateLimit, when not nil, replaces the webhook rate limit; 0 removes it.
+	RateLimit *int
 }
 
 // Page asks for at most Limit rows whose key sorts after After ("" for the first page).
 type Page struct {
 	After string
 	Limit int
+}
+
+// validUUIDs returns the ids that are UUIDs, in order: an id that is not cannot
+// name a row, and would make Postgres refuse the whole uuid[] parameter.
+func validUUIDs(ids []string) []string {
+	valid := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if uuid.Validate(id) == nil {
+			valid = append(valid, id)
+		}
+	}
+	return valid
 }

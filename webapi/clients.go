@@ -13,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
+	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/notifier/webhook"
 	"github.com/lockstream/lockstream/storage"
 )
@@ -43,8 +44,37 @@ type clientBody struct {
 	Email       *string          `json:"email"`
 	PushTargets []pushTargetBody `json:"push_targets"`
 	Secret      string           `json:"secret,omitempty"`
-	CreatedAt   time.Time        `json:"created_at"`
-	UpdatedAt   time.Time        `json:"updated_at"`
+	// EventTypes are the subscribed types; null: every type.
+	EventTypes []string `json:"event_types"`
+	// RateLimit is the webhook endpoint's deliveries per second; null: none.
+	RateLimit *int         `json:"rate_limit"`
+	Endpoint  endpointBody `json:"endpoint"`
+	CreatedAt time.Time    `json:"created_at"`
+	UpdatedAt time.Time    `json:"updated_at"`
+}
+
+// endpointBody is the state of a client's webhook endpoint.
+type endpointBody struct {
+	// State is enabled or disabled.
+	State        string     `json:"state"`
+	DisabledAt   *time.Time `json:"disabled_at"`
+	FailingSince *time.Time `json:"failing_since"`
+	// Failures counts the failed attempts since the last successful one.
+	Failures int `json:"failures"`
+}
+
+func renderEndpoint(c storage.Client) endpointBody {
+	e := endpointBody{State: "enabled", Failures: c.WebhookFailures}
+	if !c.EndpointDisabledAt.IsZero() {
+		e.State = "disabled"
+		at := c.EndpointDisabledAt.UTC()
+		e.DisabledAt = &at
+	}
+	if !c.WebhookFailingSince.IsZero() {
+		at := c.WebhookFailingSince.UTC()
+		e.FailingSince = &at
+	}
+	return e
 }
 
 func renderClient(c storage.Client, withSecret bool) clientBody {
@@ -53,6 +83,9 @@ func renderClient(c storage.Client, withSecret bool) clientBody {
 		Name:        c.Name,
 		WebhookURL:  c.WebhookURL,
 		PushTargets: make([]pushTargetBody, 0, len(c.PushTargets)),
+		EventTypes:  c.EventTypes,
+		RateLimit:   nullable(c.RateLimit),
+		Endpoint:    renderEndpoint(c),
 		CreatedAt:   c.CreatedAt.UTC(),
 		UpdatedAt:   c.UpdatedAt.UTC(),
 	}
@@ -109,6 +142,35 @@ func checkEmail(errs *fieldErrors, email string) {
 		errs.add("email", "must be an email address such as name@example.com: %v", err)
 	case addr.Address != email:
 		errs.add("email", "must be a bare address such as name@example.com, got %q", email)
+	}
+}
+
+// maxRateLimit bounds a webhook endpoint's rate limit (deliveries per second).
+const maxRateLimit = 100000
+
+// checkEventTypes accepts a non-empty list of known event types (event.Types),
+// each once.
+func checkEventTypes(errs *fieldErrors, types []string) {
+	if len(types) == 0 {
+		errs.add("event_types", "must name at least one event type (null subscribes to every type)")
+		return
+	}
+	seen := make(map[string]bool, len(types))
+	for i, t := range types {
+		switch {
+		case !event.Type(t).Valid():
+			errs.add(fmt.Sprintf("event_types[%d]", i), "must be one of %v, got %q", event.Types(), t)
+		case seen[t]:
+			errs.add(fmt.Sprintf("event_types[%d]", i), "repeats %q", t)
+		}
+		seen[t] = true
+	}
+}
+
+// checkRateLimit accepts 1 to maxRateLimit deliveries per second.
+func checkRateLimit(errs *fieldErrors, limit int) {
+	if limit < 1 || limit > maxRateLimit {
+		errs.add("rate_limit", "must be from 1 to %d deliveries per second (null for none), got %d", maxRateLimit, limit)
 	}
 }
 
@@ -169,6 +231,8 @@ func (s *Server) createClient(w http.ResponseWriter, r *http.Request) error {
 		WebhookURL  *string             `json:"webhook_url"`
 		Email       *string             `json:"email"`
 		PushTargets []pushTargetRequest `json:"push_targets"`
+		EventTypes  optional[[]string]  `json:"event_types"`
+		RateLimit   optional[int]       `json:"rate_limit"`
 	}
 	if err := s.decodeJSON(w, r, &req); err != nil {
 		return err
@@ -177,6 +241,14 @@ func (s *Server) createClient(w http.ResponseWriter, r *http.Request) error {
 		errs   fieldErrors
 		client storage.Client
 	)
+	if req.EventTypes.set && !req.EventTypes.null {
+		checkEventTypes(&errs, req.EventTypes.value)
+		client.EventTypes = req.EventTypes.value
+	}
+	if req.RateLimit.set && !req.RateLimit.null {
+		checkRateLimit(&errs, req.RateLimit.value)
+		client.RateLimit = req.RateLimit.value
+	}
 	if req.Name == nil {
 		errs.add("name", "is required")
 	} else {
@@ -249,6 +321,8 @@ func (s *Server) updateClient(w http.ResponseWriter, r *http.Request) error {
 		WebhookURL  optional[string]              `json:"webhook_url"`
 		Email       optional[string]              `json:"email"`
 		PushTargets optional[[]pushTargetRequest] `json:"push_targets"`
+		EventTypes  optional[[]string]            `json:"event_types"`
+		RateLimit   optional[int]                 `json:"rate_limit"`
 	}
 	if err := s.decodeJSON(w, r, &req); err != nil {
 		return err
@@ -281,6 +355,20 @@ func (s *Server) updateClient(w http.ResponseWriter, r *http.Request) error {
 	if req.PushTargets.set {
 		targets := checkPushTargets(&errs, req.PushTargets.value)
 		update.PushTargets = &targets
+	}
+	if req.EventTypes.set {
+		types := req.EventTypes.value // nil when null: every type
+		if !req.EventTypes.null {
+			checkEventTypes(&errs, types)
+		}
+		update.EventTypes = &types
+	}
+	if req.RateLimit.set {
+		limit := req.RateLimit.value // 0 when null: no limit
+		if !req.RateLimit.null {
+			checkRateLimit(&errs, limit)
+		}
+		update.RateLimit = &limit
 	}
 	if err := errs.err(); err != nil {
 		return err

@@ -128,7 +128,7 @@ type deliveryDetailBody struct {
 }
 
 // deliveryStates lists the states a status filter may name, for its 400.
-const deliveryStates = "SCHEDULED, PENDING, IN_FLIGHT, RETRY, SENT, FAILED, GIVEN_UP, SUPERSEDED"
+const deliveryStates = "SCHEDULED, PENDING, IN_FLIGHT, RETRY, PAUSED, SENT, FAILED, GIVEN_UP, SUPERSEDED"
 
 // deliveriesDisabled is the 503 of every delivery route on a server built without
 // WithDeliveries.

@@ -381,8 +381,13 @@ func (s *Server) createNotification(w http.ResponseWriter, r *http.Request) erro
 	if err := s.decodeJSON(w, r, &req); err != nil {
 		return err
 	}
-	n := storage.FreeFormNotification{ClientID: req.ClientID, MemberID: req.MemberID, Type: req.Type,
-		Subject: req.Subject, Message: req.Message, Email: req.Email}
+	return s.recordNotification(w, r, storage.FreeFormNotification{ClientID: req.ClientID, MemberID: req.MemberID,
+		Type: req.Type, Subject: req.Subject, Message: req.Message, Email: req.Email})
+}
+
+// recordNotification checks n and records it into the inboxes it addresses,
+// answering 202 with what it made.
+func (s *Server) recordNotification(w http.ResponseWriter, r *http.Request, n storage.FreeFormNotification) error {
 	var errs fieldErrors
 	for _, fe := range n.Check() {
 		errs.add(fe.Field, "%s", fe.Detail)
@@ -392,10 +397,10 @@ func (s *Server) createNotification(w http.ResponseWriter, r *http.Request) erro
 	}
 	recorded, err := s.inbox.RecordNotification(r.Context(), n)
 	if errors.Is(err, storage.ErrNotFound) {
-		if req.MemberID != "" {
-			return memberNotFound(req.MemberID)
+		if n.MemberID != "" {
+			return memberNotFound(n.MemberID)
 		}
-		return clientNotFound(req.ClientID)
+		return clientNotFound(n.ClientID)
 	}
 	if err != nil {
 		return fmt.Errorf("recording a notification: %w", err)

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+
+	"github.com/lockstream/lockstream/storage"
 )
 
 // NotificationPublisher publishes a free-form notification to the AMQP exchange as
@@ -67,9 +69,10 @@ type notificationAccepted struct {
 // postNotification handles POST /notification (the CyVerse notification agent's
 // route): it validates a free-form notification and publishes it to the AMQP
 // exchange as events.notification.update.<type>, answering 202 once the broker
-// confirmed it; the AMQP bridge records it from there.
+// confirmed it; the AMQP bridge records it from there. Without AMQP it records
+// the notification directly, as POST /v1/notifications does.
 func (s *Server) postNotification(w http.ResponseWriter, r *http.Request) error {
-	if s.notifications == nil {
+	if s.notifications == nil && s.inbox == nil {
 		return unavailable("free-form notifications are not available: POST /notification publishes to AMQP " +
 			"(set LOCKSTREAM_AMQP_URL), and recording them directly needs the members' inbox, which this server does not have")
 	}
@@ -79,6 +82,10 @@ func (s *Server) postNotification(w http.ResponseWriter, r *http.Request) error 
 	}
 	if err := n.validate(); err != nil {
 		return err
+	}
+	if s.notifications == nil {
+		return s.recordNotification(w, r, storage.FreeFormNotification{ClientID: n.ClientID, MemberID: n.MemberID,
+			Type: n.Type, Subject: n.Subject, Message: n.Message, Email: n.Email})
 	}
 	body, err := json.Marshal(n)
 	if err != nil {

@@ -84,3 +84,20 @@ func TestPostNotificationWithoutAMQP(t *testing.T) {
 		t.Errorf("without a publisher: %d %s, want 503 naming LOCKSTREAM_AMQP_URL", resp.status, resp.body)
 	}
 }
+
+// Without AMQP but with the members' inbox, POST /notification records the
+// notification directly, as POST /v1/notifications does.
+func TestPostNotificationRecordsDirectlyWithoutAMQP(t *testing.T) {
+	t.Parallel()
+	a := newInboxAPI(t, webapi.InboxConfig{})
+	c := a.createClient("acme")
+	alice := a.createMember(c.ID, map[string]any{"name": "Alice"})
+	a.request(http.MethodPost, "/notification", map[string]any{"member_id": alice.ID, "type": "upload",
+		"subject": "Upload done"}).expect(http.StatusAccepted)
+	got := a.messages(alice.Token, "")
+	if got.Total != 1 || (*got.Messages)[0].Type != "upload" || (*got.Messages)[0].Subject != "Upload done" {
+		t.Fatalf("alice's inbox after POST /notification: %+v", got)
+	}
+	a.request(http.MethodPost, "/notification", map[string]any{"member_id": "01a20a61-8608-7732-b6ee-92df4cb0788b",
+		"type": "upload", "subject": "s"}).expect(http.StatusNotFound)
+}

@@ -97,6 +97,9 @@ func (s *Server) routes() *chi.Mux {
 		r.Get("/v1/clients/{id}/events", s.handle(s.listClientEvents))
 		r.Get("/v1/deliveries/{id}", s.handle(s.getDelivery))
 		r.Post("/v1/deliveries/{id}/retry", s.handle(s.retryDelivery))
+		r.Post("/v1/clients/{id}/deliveries/recover", s.handle(s.recoverDeliveries))
+		r.Get("/v1/clients/{id}/endpoint", s.handle(s.getEndpoint))
+		r.Post("/v1/clients/{id}/endpoint/enable", s.handle(s.enableEndpoint))
 
 		r.Post("/notification", s.handle(s.postNotification))
 	})

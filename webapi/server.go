@@ -305,6 +305,12 @@ type Server struct {
 	// maintenance serves the maintenance routes; see WithMaintenance.
 	maintenance MaintenanceStore
 
+	// controls and retention serve the delivery controls; see
+	// WithDeliveryControls.
+	controls       DeliveryControls
+	retention      time.Duration
+	controlMetrics *controlMetrics
+
 	// pushes and pushAttempts serve the push routes; see WithPushes.
 	pushes       PushStore
 	pushAttempts DeliveryAttempts
@@ -358,13 +364,18 @@ func New(cfg Config, registry Registry, checks map[string]Pinger, reg prometheus
 	if err != nil {
 		return nil, err
 	}
+	cm, err := newControlMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
-		cfg:      cfg,
-		registry: registry,
-		checks:   checks,
-		gatherer: gatherer,
-		logger:   logger,
-		metrics:  m,
+		controlMetrics: cm,
+		cfg:            cfg,
+		registry:       registry,
+		checks:         checks,
+		gatherer:       gatherer,
+		logger:         logger,
+		metrics:        m,
 
 		pushMetrics: pm,
 	}

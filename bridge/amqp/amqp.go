@@ -57,7 +57,7 @@ func New(cfg Config, recorder NotificationRecorder, mailer bridge.Mailer, reg pr
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	reasons := append(bridge.ReadingReasons(), ReasonNotificationUnavailable)
+	reasons := append(bridge.ReadingReasons(), ReasonNotificationUnavailable, ReasonInvalidNotification, ReasonUnknownAddressee)
 	m, err := bridge.NewMetrics(reg, "amqp", reasons)
 	if err != nil {
 		return nil, err

@@ -271,9 +271,9 @@ func TestUnknownCategoryIsAckedAndCounted(t *testing.T) {
 	}
 }
 
-// TestNotificationsWithoutInboxAreKept: with no notification recorder wired (the
-// inbox does not exist yet), a free-form notification is acknowledged and kept
-// in the DLQ with reason notification_unavailable.
+// TestNotificationsWithoutInboxAreKept: with no notification recorder wired (a
+// bridge built without a store), a free-form notification is acknowledged and
+// kept in the DLQ with reason notification_unavailable.
 func TestNotificationsWithoutInboxAreKept(t *testing.T) {
 	t.Parallel()
 	kafka := streamtest.Config(t, 3)

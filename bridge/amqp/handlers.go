@@ -111,8 +111,8 @@ type NotificationRecorder interface {
 	RecordNotification(ctx context.Context, typ string, body []byte) error
 }
 
-// ReasonNotificationUnavailable rejects notifications when no recorder is wired:
-// this lockstream has no free-form notification path (members' inboxes) yet.
+// ReasonNotificationUnavailable rejects notifications when no recorder is wired
+// (a bridge built without a store; lockstream bridge wires InboxRecorder).
 const ReasonNotificationUnavailable = "notification_unavailable"
 
 // notificationsHandler records events.notification.update.<type>, each on a

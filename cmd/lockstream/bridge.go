@@ -61,10 +61,8 @@ func bridgeDaemon(_ context.Context, n *node) (daemon, error) {
 			}
 			mailer = sender
 		}
-		// No notification recorder yet: free-form notifications need the members'
-		// inbox; until it exists the bridge keeps them in the DLQ with reason
-		// notification_unavailable.
-		b, err := amqp.New(cfg, nil, mailer, n.reg, n.logger.With("daemon", "bridge", "bridge", "amqp"))
+		// Free-form notifications go into the members' inboxes in Postgres.
+		b, err := amqp.New(cfg, amqp.InboxRecorder{Store: n.pg}, mailer, n.reg, n.logger.With("daemon", "bridge", "bridge", "amqp"))
 		if err != nil {
 			return daemon{}, err
 		}

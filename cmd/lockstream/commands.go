@@ -21,6 +21,7 @@ import (
 	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/history"
+	"github.com/lockstream/lockstream/maintain"
 	"github.com/lockstream/lockstream/migrations"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
@@ -47,7 +48,7 @@ func commands() []command {
 	kafkaSettings := []string{"kafka-brokers", "kafka-partitions", "kafka-topic-prefix"}
 	apiSettings := []string{"http-addr", "admin-token", "ingest-token", "push-token",
 		"http-read-timeout", "http-write-timeout", "http-idle-timeout", "secret-key", "secret-overlap", "data-dir",
-		"amqp-url", "amqp-exchange", "new-member-window"}
+		"amqp-url", "amqp-exchange", "new-member-window", "retention"}
 	heartbeatSettings := []string{"heartbeat-timeout", "heartbeat-sweep-interval", "site-outage-min", "site-hold",
 		"flap-changes", "flap-window"}
 	return []command{
@@ -93,9 +94,10 @@ func commands() []command {
 			name:    "retrier",
 			summary: "the retrier: due deliveries → webhooks, email and Swrve pushes, with logarithmic back-off",
 			settings: concat([]string{"retry-max-attempts", "retry-backoff-base", "retry-lease", "webhook-allow-private", "smtp-url",
+				"endpoint-disable-after", "endpoint-disable-min-failures",
 				"swrve-url", "swrve-rate", "swrve-push-keys", "secret-key", "data-dir"},
 				storeSettings, kafkaSettings),
-			run: runDaemonsCommand(usesPostgres|usesClickHouse|usesSecretKey, retrierDaemon, metricsDaemon),
+			run: runDaemonsCommand(usesPostgres|usesRedis|usesClickHouse|usesSecretKey, retrierDaemon, metricsDaemon),
 		},
 		{
 			name:     "maintain",
@@ -104,10 +106,17 @@ func commands() []command {
 			run:      runDaemonsCommand(usesPostgres|usesClickHouse, maintainDaemon, metricsDaemon),
 		},
 		{
+			name:     "escalation",
+			summary:  "escalate unseen messages: an email and a push per episode left unseen, digests (into the outbox)",
+			settings: concat([]string{"escalation-interval", "escalate-email-after", "escalate-push-after", "escalation-limit"}, storeSettings, kafkaSettings),
+			run:      runDaemonsCommand(usesPostgres, escalationDaemon, metricsDaemon),
+		},
+		{
 			name:     "bridge",
 			summary:  "the intake bridges: AMQP (RabbitMQ) and MQTT (Mosquitto) messages → readings on Kafka, acknowledged once Kafka has them",
-			settings: concat(bridgeSettings, []string{"metrics-addr"}, kafkaSettings),
-			run:      runDaemonsCommand(0, bridgeDaemon, metricsDaemon),
+			settings: concat(bridgeSettings, []string{"pg-url", "metrics-addr"}, kafkaSettings),
+			// Postgres: free-form notifications over AMQP go into members' inboxes.
+			run: runDaemonsCommand(usesPostgres, bridgeDaemon, metricsDaemon),
 		},
 		simulateCommand(kafkaSettings),
 		benchCommand(kafkaSettings),
@@ -363,6 +372,11 @@ func apiDaemon(ctx context.Context, n *node) (daemon, error) {
 		webapi.WithSensorStatus(hooks),
 		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks), webapi.WithConsole(con.Handler()),
 		webapi.WithInbox(n.pg, n.pg, n.redis, inboxCfg), webapi.WithUnregistered(n.pg)}
+	retention, err := maintain.ParseRetention(n.v.str("retention"))
+	if err != nil {
+		return daemon{}, fmt.Errorf("--retention: %w", err)
+	}
+	opts = append(opts, webapi.WithDeliveryControls(n.pg, retention))
 	d := daemon{name: "api"}
 	publisher, err := n.notificationPublisher()
 	if err != nil {
@@ -507,7 +521,7 @@ func runAll(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logge
 		logger.Info("embedded Kafka broker started", "addr", embeddedBrokerAddr, "dir", dir)
 	}
 	daemons := []daemonFactory{apiDaemon, consumerDaemon, historyDaemon, heartbeatDaemon, fanoutDaemon, inboxPartitionsDaemon,
-		retrierDaemon, maintainDaemon, statsDaemon(stdout)}
+		retrierDaemon, maintainDaemon, escalationDaemon, statsDaemon(stdout)}
 	if bridgesConfigured(v) {
 		daemons = append(daemons, bridgeDaemon)
 	}

@@ -31,7 +31,8 @@ var consoleScreenshot = filepath.Join("..", "..", "docs", "console.png")
 // headless Chromium: a wrong token is refused; sign-in shows the fleet counts; the
 // lost sensor opens with its state and its chart of changes per hour; a failed
 // delivery is redelivered; a new event appears in the live view; sign-out ends the
-// session (the old cookie no longer works).
+// session (the old cookie no longer works); a member signs in with its own token,
+// marks a message of its inbox seen and signs out.
 func TestConsoleInBrowser(t *testing.T) {
 	browser := startBrowser(t)
 	env := startConsoleNode(t)
@@ -90,6 +91,52 @@ func TestConsoleInBrowser(t *testing.T) {
 	env.liveEventInBrowser(t, browser)
 
 	env.signOutInBrowser(t, browser)
+	env.memberInboxInBrowser(t, browser, clientID)
+}
+
+// memberInboxInBrowser gives the client a member with a message in its inbox,
+// signs the member in, marks the message seen on the inbox page (which the API
+// then shows seen) and signs out.
+func (env *consoleNode) memberInboxInBrowser(t *testing.T, browser context.Context, clientID string) {
+	t.Helper()
+	member := env.call("POST", "/v1/clients/"+clientID+"/members", map[string]any{"name": "Dana"}, http.StatusCreated)
+	memberID, _ := member["id"].(string)
+	token, _ := member["token"].(string)
+	env.call("POST", "/v1/notifications", map[string]any{"member_id": memberID, "type": "announcement",
+		"subject": "The front door sensor gets a new battery"}, http.StatusAccepted)
+	var messageID string
+	waitUntil(t, "the notification is in the member's inbox", func() bool {
+		list := env.call("GET", "/v1/messages?user="+memberID+"&message-type=announcement", nil, http.StatusOK)
+		msgs, _ := list["messages"].([]any)
+		if len(msgs) != 1 {
+			return false
+		}
+		messageID, _ = msgs[0].(map[string]any)["id"].(string)
+		return messageID != ""
+	})
+
+	do(t, browser, chromedp.Navigate(env.base+"/console/login"))
+	do(t, browser, chromedp.SendKeys(chromedp.ID("token"), token))
+	if resp := submit(t, browser, chromedp.ID("sign-in")); resp.Status != http.StatusOK || !strings.HasSuffix(resp.URL, "/console/inbox") {
+		t.Fatalf("the member's sign-in ended at %s with %d, want its inbox", resp.URL, resp.Status)
+	}
+	row := `#inbox tr[data-message="` + messageID + `"]`
+	if got := value(t, browser, chromedp.Text(chromedp.CSS(row))); !strings.Contains(got, "new battery") {
+		t.Fatalf("the inbox row = %q", got)
+	}
+	if resp := submit(t, browser, chromedp.CSS(row+" button.mark-seen")); resp.Status != http.StatusOK {
+		t.Fatalf("mark seen answered %d", resp.Status)
+	}
+	if got := value(t, browser, chromedp.AttributeValue(chromedp.CSS(row), "class")); !strings.Contains(got.Value, "seen") ||
+		strings.Contains(got.Value, "unseen") {
+		t.Fatalf("after mark seen the row's class is %q", got.Value)
+	}
+	if m := env.call("GET", "/v1/messages/"+messageID+"?user="+memberID, nil, http.StatusOK); m["seen"] != true {
+		t.Fatalf("the API shows the message %v after mark seen", m)
+	}
+	if resp := submit(t, browser, chromedp.ID("sign-out")); !strings.Contains(resp.URL, "/console/login?signed_out=1") {
+		t.Fatalf("the member's sign-out ended at %s", resp.URL)
+	}
 }
 
 // redeliverInBrowser opens the client from the client list and redelivers its

@@ -42,6 +42,14 @@ func retrierDaemon(_ context.Context, n *node) (daemon, error) {
 	if err != nil {
 		return daemon{}, err
 	}
+	disableAfter, err := n.v.duration("endpoint-disable-after")
+	if err != nil {
+		return daemon{}, err
+	}
+	disableMinFailures, err := n.v.int("endpoint-disable-min-failures")
+	if err != nil {
+		return daemon{}, err
+	}
 	logger := n.logger.With("daemon", "retrier")
 	webhooks, err := webhook.New(webhook.Config{AllowPrivate: allowPrivate}, logger)
 	if err != nil {
@@ -69,9 +77,11 @@ func retrierDaemon(_ context.Context, n *node) (daemon, error) {
 	}
 	// As many push workers as the Swrve pool has slots: the sender's rate and
 	// pool pace the requests, and no claimed push waits for a worker.
-	cfg := retrier.Config{MaxAttempts: maxAttempts, BackoffBase: backoffBase, PushWorkers: push.PoolSize()}
+	cfg := retrier.Config{MaxAttempts: maxAttempts, BackoffBase: backoffBase, PushWorkers: push.PoolSize(),
+		DisableAfter: disableAfter, DisableMinFailures: disableMinFailures}
 	r, err := retrier.New(leaseConfig(cfg, lease),
-		retrier.Deps{Store: n.pg, Attempts: n.ch, Webhook: webhooks, Email: mail, Push: push.Notifications(), StandalonePush: push},
+		retrier.Deps{Store: n.pg, Attempts: n.ch, Webhook: webhooks, Email: mail, Push: push.Notifications(), StandalonePush: push,
+			Endpoints: n.pg, Limiter: n.redis, Notices: mail},
 		n.reg, logger)
 	if err != nil {
 		closeSenders()

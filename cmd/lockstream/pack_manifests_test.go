@@ -149,7 +149,7 @@ func TestOpsPackManifests(t *testing.T) {
 			t.Errorf("the daemon %q has no Deployment in deploy/k8s", c.name)
 		}
 	}
-	for _, want := range []string{"api", "consume", "history", "heartbeat", "fanout", "retrier", "bridge", "maintain", "migrate"} {
+	for _, want := range []string{"api", "consume", "history", "heartbeat", "fanout", "retrier", "bridge", "maintain", "escalation", "migrate"} {
 		if !deployed[want] {
 			t.Errorf("deploy/k8s runs no %q", want)
 		}

@@ -27,7 +27,8 @@ import (
 // daemon of `lockstream all`. A daemon missing here makes the pack test fail on its
 // metrics (never pass wrongly), so a new daemon is added here when a panel or a rule
 // uses it.
-var packDaemons = []daemonFactory{apiDaemon, consumerDaemon, historyDaemon, heartbeatDaemon, fanoutDaemon, retrierDaemon}
+var packDaemons = []daemonFactory{apiDaemon, consumerDaemon, historyDaemon, heartbeatDaemon, fanoutDaemon, retrierDaemon,
+	escalationDaemon}
 
 // exportedMetric is one metric family a process may export.
 type exportedMetric struct {

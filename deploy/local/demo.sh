@@ -60,6 +60,9 @@ swrve:
     'Hello':
       IOS: demo-campaign-hello-ios
       ANDROID: demo-campaign-hello-android
+    'sensor.unseen':
+      IOS: demo-campaign-unseen-ios
+      ANDROID: demo-campaign-unseen-android
     'sensor.state_changed':
       IOS: demo-campaign-state-ios
       ANDROID: demo-campaign-state-android

@@ -167,10 +167,10 @@ func New(cfg Config, logger *slog.Logger) (*Sender, error) {
 	}
 
 	var err error
-	if s.text, err = texttemplate.ParseFS(templateFS, "templates/text.tmpl"); err != nil {
+	if s.text, err = texttemplate.ParseFS(templateFS, "templates/text.tmpl", "templates/unseen_text.tmpl"); err != nil {
 		return nil, fmt.Errorf("parsing email text templates: %w", err)
 	}
-	if s.html, err = htmltemplate.ParseFS(templateFS, "templates/html.tmpl"); err != nil {
+	if s.html, err = htmltemplate.ParseFS(templateFS, "templates/html.tmpl", "templates/unseen_html.tmpl"); err != nil {
 		return nil, fmt.Errorf("parsing email HTML templates: %w", err)
 	}
 

@@ -1,0 +1,128 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/storage/storagetest"
+)
+
+// escalationSensors is the number of sensors of BenchmarkEscalationRound: each
+// member has one due episode per sensor.
+const escalationSensors = 10
+
+// BenchmarkEscalationRound times one escalation round over 100,000 due
+// episodes across 10,000 members, and over 10,000 across 1,000 (10 sensors of one client flipped once: the
+// fan-out's real inbox write opens the episodes), every member with an address
+// and a device and the default preferences: the round inserts 100,000 email
+// and 100,000 push deliveries with their rows in member_emails and pushes and
+// marks the 100,000 episodes, in one transaction. It reports the round's
+// duration and the statements it sent (counted by a pgx tracer). Seeding
+// (members in one statement, the flips through CreateNotifications, then
+// VACUUM ANALYZE) is not timed.
+//
+//	go test -run '^$' -bench EscalationRound -benchtime 1x -timeout 30m ./bench/
+func BenchmarkEscalationRound(b *testing.B) {
+	for _, members := range []int{1_000, 10_000} {
+		b.Run(fmt.Sprintf("episodes=%d", members*escalationSensors), func(b *testing.B) {
+			benchEscalationRound(b, members)
+		})
+	}
+}
+
+func benchEscalationRound(b *testing.B, members int) {
+	ctx := context.Background()
+	for b.Loop() {
+		b.StopTimer()
+		stores := storagetest.New(b)
+		count := &storage.StatementCounter{}
+		pg, err := storage.OpenPostgres(ctx, stores.PostgresURL, storage.WithSecretBox(stores.SecretBox),
+			storage.WithStatementCounter(count))
+		if err != nil {
+			b.Fatal(err)
+		}
+		seedEscalation(ctx, b, stores.PostgresURL, pg, members)
+		before := count.Count()
+		b.StartTimer()
+		start := time.Now()
+		res, err := pg.RunEscalationRound(ctx, storage.EscalationRound{Now: time.Now().Add(time.Hour),
+			EmailAfter: 15 * time.Minute, PushAfter: 2 * time.Minute, Limit: members * escalationSensors})
+		took := time.Since(start)
+		b.StopTimer()
+		if err != nil {
+			b.Fatal(err)
+		}
+		want := members * escalationSensors
+		if res.Episodes != want || res.Emails != want || res.Pushes != want {
+			b.Fatalf("round: %+v, want %d episodes, emails and pushes", res, want)
+		}
+		statements := count.Count() - before
+		b.ReportMetric(took.Seconds(), "s/round")
+		b.ReportMetric(float64(statements), "statements/round")
+		b.Logf("one round: %d due episodes of %d members → %d emails, %d pushes in %v, %d statements",
+			res.Episodes, members, res.Emails, res.Pushes, took.Round(time.Millisecond), statements)
+		pg.Close()
+		b.StartTimer()
+	}
+}
+
+// seedEscalation makes the due episodes of BenchmarkEscalationRound.
+func seedEscalation(ctx context.Context, b *testing.B, pgURL string, pg *storage.Postgres, members int) {
+	b.Helper()
+	start := time.Now()
+	sensors := make([]string, escalationSensors)
+	for i := range sensors {
+		sensors[i] = fmt.Sprintf("escBench%d", i)
+	}
+	if err := pg.CreateSensors(ctx, sensors, "bench street"); err != nil {
+		b.Fatal(err)
+	}
+	client, err := pg.CreateClient(ctx, storage.Client{Name: "bench", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, s := range sensors {
+		if err := pg.LinkSensor(ctx, client.ID, s); err != nil {
+			b.Fatal(err)
+		}
+	}
+	conn, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `
+		WITH m AS (
+			INSERT INTO members (id, client_id, name, email, timezone, preferences, token_hash)
+			SELECT md5(i::text)::uuid, $1, 'member ' || i, 'm' || i || '@example.com', 'UTC',
+			       '{"email":"once_per_unread","push":true,"digest_times":["09:00","17:00"]}',
+			       sha256(convert_to('lsm_esc' || i, 'UTF8'))
+			FROM generate_series(0, $2 - 1) AS i
+			RETURNING id
+		), t AS (
+			INSERT INTO member_push_targets (member_id, platform, push_key) SELECT id, 'IOS', 'dev-' || id FROM m
+		)
+		INSERT INTO member_inbox (member_id, epoch) SELECT id, 'bench' FROM m`, client.ID, members); err != nil {
+		b.Fatalf("seeding members: %v", err)
+	}
+	var events []storage.NotificationInput
+	for i, s := range sensors {
+		events = append(events, storage.NotificationInput{EventID: fmt.Sprintf("esc-bench-%d", i), Type: "state_changed",
+			SensorID: s, Data: new(1), At: time.Now()})
+	}
+	if _, err := pg.CreateNotifications(ctx, events); err != nil {
+		b.Fatal(err)
+	}
+	for _, table := range []string{"inbox_messages", "escalation_episodes", "members", "member_push_targets", "deliveries"} {
+		if _, err := conn.Exec(ctx, `VACUUM ANALYZE `+table); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Logf("seeded %d members and %d due episodes in %v", members, members*escalationSensors,
+		time.Since(start).Round(time.Second))
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/storage/storagetest"
+	"github.com/lockstream/lockstream/stream"
+)
+
+// escalationCounts counts the client's escalation deliveries by episode
+// ("<channel> <target> <sensor>").
+func escalationCounts(t *testing.T, ctx context.Context, pg *storage.Postgres, clientID string) map[string]int {
+	t.Helper()
+	ds, err := pg.ListClientDeliveries(ctx, clientID, storage.DeliveryFilter{}, storage.Page{Limit: 1000000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, d := range ds {
+		if d.EventType == "unseen" {
+			out[fmt.Sprintf("%s %s %s", d.Channel, d.Target, d.SensorID)]++
+		}
+	}
+	return out
+}
+
+// TestEscalationSurvivesSIGKILL kills two `lockstream escalation` processes
+// with SIGKILL at random moments of their rounds (700 episodes each) over
+// 10,000 due episodes, three times, then lets one finish: every episode is escalated exactly once
+// (one email and one push each), none twice, none lost.
+func TestEscalationSurvivesSIGKILL(t *testing.T) {
+	t.Parallel()
+	const members, sensors = 100, 100
+	ctx := context.Background()
+	stores := storagetest.New(t)
+	pg := stores.Postgres
+	ids := make([]string, sensors)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("killEsc%03d", i)
+	}
+	if err := pg.CreateSensors(ctx, ids, "somewhere"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := pg.CreateClient(ctx, storage.Client{Name: "kill", WebhookURL: "https://example.com/hook", Secret: "whsec_c2VjcmV0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range ids {
+		if err := pg.LinkSensor(ctx, c.ID, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range members {
+		hash := sha256.Sum256([]byte(uuid.NewString()))
+		name := fmt.Sprintf("m%03d", i)
+		if _, _, err := pg.CreateMember(ctx, storage.Member{ClientID: c.ID, Name: name, Email: name + "@example.com",
+			Timezone: "UTC", Preferences: storage.DefaultMemberPreferences(),
+			PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "dev-" + name}}},
+			hash[:], storage.Backfill{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var events []storage.NotificationInput
+	for i, s := range ids {
+		events = append(events, storage.NotificationInput{EventID: fmt.Sprintf("kill-%d", i), Type: "state_changed",
+			SensorID: s, Data: new(1), At: time.Now()})
+	}
+	if _, err := pg.CreateNotifications(ctx, events); err != nil {
+		t.Fatal(err)
+	}
+
+	h := newHarness(t, append(storeSettings(stream.Config{}, stores.PostgresURL, stores.ClickHouseURL, stores.RedisURL,
+		stores.RedisPrefix), "LOCKSTREAM_ESCALATION_INTERVAL=50ms", "LOCKSTREAM_ESCALATE_EMAIL_AFTER=1s",
+		"LOCKSTREAM_ESCALATE_PUSH_AFTER=1s",
+		"LOCKSTREAM_ESCALATION_LIMIT=700")...) // rounds of 700 episodes: kills land between and inside them
+	rng := rand.New(rand.NewPCG(12, 12))
+	for k := range 3 {
+		a, b := h.start(fmt.Sprintf("escalation-%da", k), "escalation"), h.start(fmt.Sprintf("escalation-%db", k), "escalation")
+		h.waitFor("both escalation processes running rounds", func() (bool, string) {
+			return strings.Contains(a.out.String(), "escalation started") && strings.Contains(b.out.String(), "escalation started"), ""
+		})
+		time.Sleep(time.Duration(rng.IntN(1200)) * time.Millisecond) // a random moment of the rounds
+		a.kill()
+		b.kill()
+		n := 0
+		for _, v := range escalationCounts(t, ctx, pg, c.ID) {
+			n += v
+		}
+		t.Logf("kill %d: %d escalation deliveries committed", k+1, n)
+	}
+	h.start("escalation-last", "escalation")
+	var got map[string]int
+	h.waitFor("every episode escalated", func() (bool, string) {
+		got = escalationCounts(t, ctx, pg, c.ID)
+		return len(got) == 2*members*sensors, fmt.Sprintf("%d of %d (email, push) × episode", len(got), 2*members*sensors)
+	})
+	for k, n := range got {
+		if n != 1 {
+			t.Errorf("%s: escalated %d times", k, n)
+		}
+	}
+}

@@ -1,0 +1,267 @@
+package escalation_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockstream/lockstream/storage"
+)
+
+// The contract's episodes, through the storage the fan-out and the API write
+// and the round the daemon runs, with the clock moved instead of waiting.
+func TestRoundEscalatesEachEpisodeOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "door1", "door2")
+	c := f.client(t, "door1", "door2")
+	alice := f.member(t, c.ID, "alice", nil)                                            // leaves it unseen
+	bob := f.member(t, c.ID, "bob", nil)                                                // sees it in time
+	f.member(t, c.ID, "carol", func(m *storage.Member) { m.Preferences.Email = "off" }) // email off
+	dave := f.member(t, c.ID, "dave", func(m *storage.Member) { m.Preferences.Push = false; m.PushTargets = nil })
+	now := time.Now()
+	e := f.escalator(t, &now)
+
+	f.flip(t, "state_changed", 1, "door1")
+	if res := f.round(t, e); res.Episodes != 0 {
+		t.Fatalf("nothing is due yet, the round handled %+v", res)
+	}
+	f.markAll(t, bob.ID, storage.ActionSeen)
+
+	// After the push wait: one push per member with a device and push on.
+	now = time.Now().Add(3 * time.Minute)
+	if res := f.round(t, e); res.Pushes != 2 || res.Emails != 0 {
+		t.Fatalf("after the push wait: %+v, want 2 pushes (alice, carol) and no email", res)
+	}
+	f.flip(t, "state_changed", 0, "door1") // joins the episodes (bob's ended: a new one he sees in time too)
+	f.markAll(t, bob.ID, storage.ActionSeen)
+
+	// After the email wait: one email each for alice and dave; carol has it off.
+	now = time.Now().Add(16 * time.Minute)
+	if res := f.round(t, e); res.Emails != 2 || res.Pushes != 0 {
+		t.Fatalf("after the email wait: %+v, want 2 emails (alice, dave)", res)
+	}
+	if res := f.round(t, e); res.Emails+res.Pushes != 0 {
+		t.Fatalf("a second round escalated again: %+v", res)
+	}
+	got := byTarget(f.escalations(t, c.ID))
+	want := map[string]int{"unseen member:" + alice.ID: 1, "unseen member:" + dave.ID: 1,
+		"unseen IOS:dev-alice": 1, "unseen IOS:dev-carol": 1}
+	if len(got) != len(want) {
+		t.Fatalf("escalations %v, want %v", got, want)
+	}
+	for k, n := range want {
+		if got[k] != n {
+			t.Fatalf("escalations %v, want %v", got, want)
+		}
+	}
+
+	// Alice's email lists both flips, newest first.
+	var aliceEmail string
+	for _, d := range f.escalations(t, c.ID) {
+		if d.Target == "member:"+alice.ID {
+			aliceEmail = d.ID
+		}
+	}
+	emails, err := f.pg.MemberEmails(f.ctx, []string{aliceEmail})
+	if err != nil {
+		t.Fatal(err)
+	}
+	me := emails[aliceEmail]
+	if me.Email != "alice@example.com" || len(me.Messages) != 2 || *me.Messages[0].Data != 0 || *me.Messages[1].Data != 1 {
+		t.Fatalf("alice's email: %+v", me)
+	}
+
+	// Alice sees everything: the next flip opens a new episode and a new email.
+	f.markAll(t, alice.ID, storage.ActionSeen)
+	f.flip(t, "state_changed", 1, "door1")
+	f.markAll(t, bob.ID, storage.ActionSeen)
+	now = time.Now().Add(16 * time.Minute)
+	// Alice's new episode; dave's is still the old one (handled), bob saw it.
+	if res := f.round(t, e); res.Emails != 1 {
+		t.Fatalf("after alice saw everything and a new flip: %+v, want alice's new email", res)
+	}
+	if n := byTarget(f.escalations(t, c.ID))["unseen member:"+alice.ID]; n != 2 {
+		t.Fatalf("alice has %d emails, want 2 (one per episode)", n)
+	}
+	if n := byTarget(f.escalations(t, c.ID))["unseen member:"+dave.ID]; n != 1 {
+		t.Fatalf("dave has %d emails, want 1 (his episode never ended)", n)
+	}
+	if n := byTarget(f.escalations(t, c.ID))["unseen member:"+bob.ID]; n != 0 {
+		t.Fatalf("bob saw the first flip in time but has %d emails", n)
+	}
+}
+
+// A member who marks a message unseen itself starts no episode; one whose
+// client was unlinked from the sensor gets nothing for it.
+func TestRoundSkipsSelfUnseenAndLostAccess(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "door1", "door2")
+	c1 := f.client(t, "door1")
+	c2 := f.client(t, "door2")
+	erin := f.member(t, c1.ID, "erin", nil)
+	frank := f.member(t, c2.ID, "frank", nil)
+	now := time.Now()
+	e := f.escalator(t, &now)
+
+	f.flip(t, "state_changed", 1, "door1", "door2")
+	f.markAll(t, erin.ID, storage.ActionSeen)
+	f.markAll(t, erin.ID, storage.ActionUnseen)
+	if err := f.pg.UnlinkSensor(f.ctx, c2.ID, "door2"); err != nil {
+		t.Fatal(err)
+	}
+	now = time.Now().Add(time.Hour)
+	res := f.round(t, e)
+	if res.Emails+res.Pushes+res.Digests != 0 || res.Episodes != 2 {
+		t.Fatalf("round: %+v, want 2 episodes handled and nothing sent", res)
+	}
+	if d := f.escalations(t, c1.ID); len(d) != 0 {
+		t.Fatalf("erin marked it unseen herself, yet: %+v", d)
+	}
+	if d := f.escalations(t, c2.ID); len(d) != 0 {
+		t.Fatalf("frank's client no longer watches door2, yet: %+v", d)
+	}
+	_ = frank
+}
+
+// A critical message escalates after a quarter of each wait.
+func TestRoundCriticalWaitsAQuarter(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "door1")
+	c := f.client(t, "door1")
+	f.member(t, c.ID, "gina", nil)
+	now := time.Now()
+	e := f.escalator(t, &now)
+	f.flip(t, "connection_lost", 0, "door1") // lost while unlocked: critical
+	now = time.Now().Add(4 * time.Minute)    // past 15m/4, before 15m
+	if res := f.round(t, e); res.Emails != 1 || res.Pushes != 1 {
+		t.Fatalf("critical after 4 minutes: %+v, want the email and the push", res)
+	}
+}
+
+// A digest member gets one digest at its digest time in its timezone, listing
+// what it has not seen, and none when there is nothing.
+func TestRoundDigestAtDigestTimes(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "door1")
+	c := f.client(t, "door1")
+	paris, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hana := f.member(t, c.ID, "hana", func(m *storage.Member) {
+		m.Timezone, m.Preferences.Email, m.Preferences.DigestTimes = "Europe/Paris", "digest", []string{"09:00"}
+		m.PushTargets = nil
+	})
+	ivan := f.member(t, c.ID, "ivan", func(m *storage.Member) {
+		m.Preferences.Email, m.Preferences.DigestTimes = "digest", []string{"09:00"}
+		m.PushTargets = nil
+	})
+	f.markAll(t, ivan.ID, storage.ActionSeen)
+	// The next 09:00 in Paris, a day or so ahead.
+	p := time.Now().In(paris)
+	nine := time.Date(p.Year(), p.Month(), p.Day(), 9, 0, 0, 0, paris).AddDate(0, 0, 1)
+	now := nine.Add(-time.Minute)
+	e := f.escalator(t, &now)
+	f.flip(t, "state_changed", 1, "door1")
+	f.markAll(t, ivan.ID, storage.ActionSeen) // ivan has nothing unseen
+
+	if res := f.round(t, e); res.Digests != 0 {
+		t.Fatalf("before 09:00 Paris: %+v", res)
+	}
+	now = nine.Add(time.Second)
+	if res := f.round(t, e); res.Digests != 1 || res.DigestMembers < 1 {
+		t.Fatalf("at 09:00 Paris: %+v, want one digest (hana)", res)
+	}
+	if res := f.round(t, e); res.Digests != 0 {
+		t.Fatalf("again at 09:00: %+v, want none", res)
+	}
+	ds := f.escalations(t, c.ID)
+	digests := byTarget(ds)
+	if digests["digest member:"+hana.ID] != 1 || digests["digest member:"+ivan.ID] != 0 || len(ds) != 1 {
+		t.Fatalf("deliveries %v: want one digest, hana's", digests)
+	}
+	// The next day: nothing new unseen → no digest.
+	now = nine.AddDate(0, 0, 1).Add(time.Second)
+	if res := f.round(t, e); res.Digests != 0 {
+		t.Fatalf("the next day with nothing new: %+v", res)
+	}
+}
+
+// Rounds run at once by several escalators never escalate an episode twice.
+func TestConcurrentRoundsEscalateOnce(t *testing.T) {
+	t.Parallel()
+	sensors := []string{"s1", "s2", "s3", "s4", "s5"}
+	f := newFixture(t, sensors...)
+	c := f.client(t, sensors...)
+	for _, name := range []string{"m1", "m2", "m3", "m4"} {
+		f.member(t, c.ID, name, nil)
+	}
+	f.flip(t, "state_changed", 1, sensors...)
+	now := time.Now().Add(time.Hour)
+	var wg sync.WaitGroup
+	for range 6 {
+		e := f.escalator(t, &now)
+		wg.Go(func() {
+			for range 3 {
+				if _, err := e.RunRound(f.ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	got := byTarget(f.escalations(t, c.ID))
+	if len(got) != 8 { // 4 members × (email + device), 5 sensors each
+		t.Fatalf("escalations %v", got)
+	}
+	for k, n := range got {
+		if n != len(sensors) {
+			t.Fatalf("%s: %d escalations, want %d (one per sensor's episode)", k, n, len(sensors))
+		}
+	}
+}
+
+// A new member's backfilled messages (cause new_member) start an episode; a
+// free-form notification's episode is per type.
+func TestRoundBackfillAndFreeForm(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "door1")
+	c := f.client(t, "door1")
+	f.flip(t, "state_changed", 1, "door1")
+	hash := [32]byte{1}
+	late, n, err := f.pg.CreateMember(f.ctx, storage.Member{ClientID: c.ID, Name: "late", Email: "late@example.com",
+		Timezone: "UTC", Preferences: storage.DefaultMemberPreferences()}, hash[:],
+		storage.Backfill{Window: time.Hour, Max: 20})
+	if err != nil || n != 1 {
+		t.Fatalf("backfill: %d messages, %v", n, err)
+	}
+	for _, typ := range []string{"invoice", "invoice", "news"} {
+		if _, err := f.pg.RecordNotification(f.ctx, storage.FreeFormNotification{MemberID: late.ID, Type: typ,
+			Subject: "about " + typ}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now().Add(time.Hour)
+	e := f.escalator(t, &now)
+	if res := f.round(t, e); res.Emails != 3 || res.Episodes != 3 {
+		t.Fatalf("round: %+v, want 3 episodes (door1 backfilled, invoice, news) and 3 emails", res)
+	}
+	var invoice string
+	for _, d := range f.escalations(t, c.ID) {
+		if d.SensorID == "" {
+			emails, err := f.pg.MemberEmails(f.ctx, []string{d.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if me := emails[d.ID]; len(me.Messages) == 2 {
+				invoice = d.ID
+				if me.Messages[0].Subject != "about invoice" || me.Messages[0].Cause != storage.CauseEvent {
+					t.Fatalf("invoice email lists %+v", me.Messages)
+				}
+			}
+		}
+	}
+	if invoice == "" {
+		t.Fatal("no email lists the two invoices")
+	}
+}

@@ -1,0 +1,125 @@
+package email
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/wneessen/go-mail"
+
+	"github.com/lockstream/lockstream/notifier"
+)
+
+// unseenView is what the unseen and digest templates see.
+type unseenView struct {
+	ID         string
+	MemberName string
+	Digest     bool
+	Count      int
+	// About names the episode's sensor or type (the newest message's).
+	About string
+	Items []unseenItem
+}
+
+// unseenItem is one listed message.
+type unseenItem struct {
+	Title    string
+	Severity string
+	Critical bool
+	At       string
+	// AtRFC3339 is in UTC, for the HTML time element.
+	AtRFC3339 string
+}
+
+// SendUnseen makes one attempt to mail an escalation (the messages of an
+// episode the member left unseen, or a digest) to the address to, with a
+// plain-text and an HTML body, and classifies it as Send does.
+func (s *Sender) SendUnseen(ctx context.Context, to string, u notifier.Unseen) notifier.Result {
+	msg, err := s.unseenMessage(to, u)
+	if err != nil {
+		var addrErr *addressError
+		if errors.As(err, &addrErr) {
+			return failed(ErrorTypeInvalidAddress, err)
+		}
+		return failed(ErrorTypeInvalidNotification, err)
+	}
+	return s.attempt(ctx, msg)
+}
+
+// unseenMessage renders u into a mail to the address to.
+func (s *Sender) unseenMessage(to string, u notifier.Unseen) (*mail.Msg, error) {
+	if !validMessageIDPart(u.ID) {
+		return nil, fmt.Errorf("delivery id %q cannot form a Message-ID", u.ID)
+	}
+	if len(u.Messages) == 0 {
+		return nil, fmt.Errorf("escalation %s lists no message", u.ID)
+	}
+	loc, err := time.LoadLocation(cmp.Or(u.Timezone, "UTC"))
+	if err != nil {
+		loc = time.UTC
+	}
+	v := unseenView{ID: u.ID, MemberName: u.MemberName, Digest: u.Digest, Count: len(u.Messages)}
+	for _, m := range u.Messages {
+		v.Items = append(v.Items, unseenItem{Title: unseenTitle(m), Severity: m.Severity,
+			Critical: m.Severity == "critical", At: m.At.In(loc).Format("Mon, 02 Jan 2006 15:04 MST"),
+			AtRFC3339: m.At.UTC().Format(time.RFC3339)})
+	}
+	v.About = unseenAbout(u.Messages[0])
+	name := "unseen"
+	if u.Digest {
+		name = "digest"
+	}
+	var subject, text, html bytes.Buffer
+	if err := s.text.ExecuteTemplate(&subject, name+".subject", v); err != nil {
+		return nil, fmt.Errorf("rendering email subject: %w", err)
+	}
+	if err := s.text.ExecuteTemplate(&text, name+".text", v); err != nil {
+		return nil, fmt.Errorf("rendering email text: %w", err)
+	}
+	if err := s.html.ExecuteTemplate(&html, name+".html", v); err != nil {
+		return nil, fmt.Errorf("rendering email HTML: %w", err)
+	}
+	m := mail.NewMsg()
+	if err := m.From(s.cfg.From); err != nil {
+		return nil, fmt.Errorf("setting From %q: %w", s.cfg.From, err)
+	}
+	if err := m.To(to); err != nil {
+		return nil, &addressError{fmt.Errorf("recipient %q: %w", to, err)}
+	}
+	m.Subject(strings.Join(strings.Fields(subject.String()), " "))
+	m.SetMessageIDWithValue(u.ID + "@lockstream")
+	m.SetDate()
+	m.SetGenHeader("Auto-Submitted", "auto-generated")
+	m.SetBodyString(mail.TypeTextPlain, text.String())
+	m.AddAlternativeString(mail.TypeTextHTML, html.String())
+	return m, nil
+}
+
+// unseenAbout names what a message is about: its sensor, or its type.
+func unseenAbout(m notifier.UnseenMessage) string {
+	if m.SensorID == "" {
+		return m.Type
+	}
+	return "sensor " + m.SensorID
+}
+
+// unseenTitle says in a sentence what a message was.
+func unseenTitle(m notifier.UnseenMessage) string {
+	if m.SensorID == "" {
+		return cmp.Or(strings.TrimSpace(m.Subject), m.Type)
+	}
+	where := cmp.Or(strings.TrimSpace(m.SensorAddress), "no address on record")
+	switch m.Type {
+	case "state_changed":
+		return fmt.Sprintf("Sensor %s (%s) became %s", m.SensorID, where, stateWord(m.Data))
+	case "connection_lost":
+		return fmt.Sprintf("Sensor %s (%s) lost its connection while %s", m.SensorID, where, stateWord(m.Data))
+	case "connection_restored":
+		return fmt.Sprintf("Sensor %s (%s) is back online, %s", m.SensorID, where, stateWord(m.Data))
+	}
+	return fmt.Sprintf("Sensor %s (%s): %s", m.SensorID, where, m.Type)
+}

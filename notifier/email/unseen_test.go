@@ -1,0 +1,54 @@
+package email_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockstream/lockstream/notifier"
+	"github.com/lockstream/lockstream/notifier/email"
+)
+
+func TestSendUnseenAndDigest(t *testing.T) {
+	t.Parallel()
+	srv := startSMTP(t, smtpOptions{})
+	s := newSender(t, email.Config{SMTPURL: srv.url("smtp"), From: "lockstream <alerts@lockstream.test>"})
+	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	u := notifier.Unseen{ID: "0190-esc", MemberName: "Alice", Timezone: "Europe/Paris",
+		Messages: []notifier.UnseenMessage{
+			{Type: "connection_lost", SensorID: "door1", SensorAddress: "Main St <1>", Severity: "critical",
+				Data: intp(0), At: at.Add(time.Minute)},
+			{Type: "state_changed", SensorID: "door1", SensorAddress: "Main St <1>", Severity: "info",
+				Data: intp(1), At: at},
+		}}
+	if res := s.SendUnseen(t.Context(), "alice@example.com", u); res.Outcome != notifier.Sent {
+		t.Fatalf("result = %+v, want Sent", res)
+	}
+	m := parse(t, srv.next(t).data)
+	if m.subject != "2 unseen notifications about sensor door1" || m.header.Get("Message-Id") != "<0190-esc@lockstream>" {
+		t.Errorf("subject %q, Message-ID %q", m.subject, m.header.Get("Message-Id"))
+	}
+	mustContain(t, "text part", m.text, "Hello Alice", "these 2 notifications about sensor door1",
+		"Sun, 22 Nov 2026 11:01 CET: Sensor door1 (Main St <1>) lost its connection while unlocked [CRITICAL]",
+		"Sun, 22 Nov 2026 11:00 CET: Sensor door1 (Main St <1>) became locked")
+	mustContain(t, "HTML part", m.html, "Main St &lt;1&gt;", `datetime="2026-11-22T10:00:00Z"`, "(critical)</strong>")
+	if strings.Contains(m.html, "<1>") {
+		t.Error("the HTML part carries the address unescaped")
+	}
+
+	d := notifier.Unseen{ID: "0190-dig", Digest: true, MemberName: "Hana", Timezone: "UTC",
+		Messages: []notifier.UnseenMessage{{Type: "invoice", Subject: "Your invoice is ready", Severity: "info", At: at}}}
+	if res := s.SendUnseen(t.Context(), "hana@example.com", d); res.Outcome != notifier.Sent {
+		t.Fatalf("digest result = %+v, want Sent", res)
+	}
+	m = parse(t, srv.next(t).data)
+	if m.subject != "Your lockstream digest: 1 unseen notification" {
+		t.Errorf("digest subject %q", m.subject)
+	}
+	mustContain(t, "digest text", m.text, "1 notification has arrived", "Sun, 22 Nov 2026 10:00 UTC: Your invoice is ready")
+
+	// Nothing to list is not sent.
+	if res := s.SendUnseen(t.Context(), "hana@example.com", notifier.Unseen{ID: "x"}); res.Outcome != notifier.Failed {
+		t.Fatalf("an empty escalation: %+v, want Failed", res)
+	}
+}

@@ -1,0 +1,113 @@
+package retrier_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockstream/lockstream/notifier"
+	"github.com/lockstream/lockstream/retrier"
+	"github.com/lockstream/lockstream/storage"
+)
+
+// unseenEmails stands in for the email sender of escalations.
+type unseenEmails struct {
+	mu   sync.Mutex
+	sent []notifier.Unseen
+	to   []string
+}
+
+func (u *unseenEmails) Send(context.Context, string, notifier.Notification) notifier.Result {
+	return notifier.Result{Outcome: notifier.Failed, ErrorType: "TEST", Err: errors.New("no sensor email expected")}
+}
+
+func (u *unseenEmails) SendUnseen(_ context.Context, to string, e notifier.Unseen) notifier.Result {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.sent, u.to = append(u.sent, e), append(u.to, to)
+	return notifier.Result{Outcome: notifier.Sent}
+}
+
+// Escalations go out through the usual outbox, and access is checked again
+// when they are sent: an escalation about a sensor the member's client stopped
+// watching after the round is not sent (the email has nothing left to list,
+// the push is not owned); the other one lists its unseen message.
+func TestEscalationsCheckedWhenSent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{noRetrier: true})
+	const other = "OtherSensor"
+	if _, err := b.pg.CreateSensor(b.ctx, storage.Sensor{ID: other, Address: "2 Side St"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.pg.LinkSensor(b.ctx, b.client.ID, other); err != nil {
+		t.Fatal(err)
+	}
+	hash := sha256.Sum256([]byte("lsm_escalation"))
+	if _, _, err := b.pg.CreateMember(b.ctx, storage.Member{ClientID: b.client.ID, Name: "Ann", Email: "ann@example.com",
+		Timezone: "UTC", Preferences: storage.DefaultMemberPreferences(),
+		PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "ann-phone"}}},
+		hash[:], storage.Backfill{}); err != nil {
+		t.Fatal(err)
+	}
+	one := 1
+	if _, err := b.pg.CreateNotifications(b.ctx, []storage.NotificationInput{
+		{EventID: "esc1", Type: "state_changed", SensorID: sensorID, Data: &one, At: time.Now()},
+		{EventID: "esc2", Type: "state_changed", SensorID: other, Data: &one, At: time.Now()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(time.Hour)
+	res, err := b.pg.RunEscalationRound(b.ctx, storage.EscalationRound{Now: now, EmailAfter: 15 * time.Minute,
+		PushAfter: 2 * time.Minute, Limit: 100})
+	if err != nil || res.Emails != 2 || res.Pushes != 2 {
+		t.Fatalf("round: %+v, %v", res, err)
+	}
+	if err := b.pg.UnlinkSensor(b.ctx, b.client.ID, other); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Set(now)
+	emails := &unseenEmails{}
+	pushes := &pushStub{t: t, now: b.clock.Now, script: []notifier.Result{swrveOK}}
+	r, err := retrier.New(b.testConfig(retrier.Config{}), retrier.Deps{Store: b.pg, Attempts: b.stores.ClickHouse,
+		Email: emails, Push: noSensorPushes{t}, StandalonePush: pushes}, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.run(r)
+
+	ds, err := b.pg.ListClientDeliveries(b.ctx, b.client.ID, storage.DeliveryFilter{}, storage.Page{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ds {
+		if d.EventType != "unseen" {
+			continue
+		}
+		if d.SensorID == sensorID {
+			b.waitState(d.ID, storage.DeliverySent, 1)
+			continue
+		}
+		got := b.waitState(d.ID, storage.DeliveryFailed, 1)
+		want := map[storage.Channel]string{storage.ChannelEmail: "nothing left unseen", storage.ChannelSwrve: "no longer owns"}[d.Channel]
+		if !strings.Contains(got.LastError, want) {
+			t.Errorf("%s escalation about the unlinked sensor: %q, want %q", d.Channel, got.LastError, want)
+		}
+	}
+	emails.mu.Lock()
+	defer emails.mu.Unlock()
+	if len(emails.sent) != 1 || emails.to[0] != "ann@example.com" || len(emails.sent[0].Messages) != 1 ||
+		emails.sent[0].Messages[0].SensorID != sensorID || emails.sent[0].MemberName != "Ann" {
+		t.Fatalf("escalation emails sent: %+v to %v", emails.sent, emails.to)
+	}
+	if calls := pushes.sent(); len(calls) != 1 || calls[0].push.PushKey != "ann-phone" ||
+		calls[0].push.MessagePrototypeKey != storage.UnseenPushPrototype {
+		t.Fatalf("pushes sent: %+v", calls)
+	}
+}
