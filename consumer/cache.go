@@ -47,6 +47,11 @@ type cached struct {
 	// in Unix nanoseconds.
 	seenIn, changedIn uint64
 	seenAt            int64
+	// Flapping: flapStart (Unix ns) begins the window the sensor's last
+	// flapCount changes fell in; unstableSince (Unix ns, 0 = stable) began its
+	// current streak of too many changes (stored with the state).
+	flapStart, unstableSince int64
+	flapCount                int32
 }
 
 // chunkBits sizes the chunks sensorCache keeps its slots in: 4,096 slots.

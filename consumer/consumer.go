@@ -123,7 +123,20 @@ type Config struct {
 	// that a record at the broker's size limit cannot wedge its partition.
 	// Defaults to DefaultDLQMaxBytes (1,000,000).
 	DLQMaxBytes int
+	// FlapChanges and FlapWindow: a sensor with more than FlapChanges changes
+	// within FlapWindow is unstable (one sensor_unstable; its state_changed
+	// events are held) until it has been quiet for FlapWindow (one
+	// sensor_stable). Default to DefaultFlapChanges (6) and DefaultFlapWindow
+	// (1m).
+	FlapChanges int
+	FlapWindow  time.Duration
 }
+
+// Defaults of the flapping judgement.
+const (
+	DefaultFlapChanges = 6
+	DefaultFlapWindow  = time.Minute
+)
 
 // WithDefaults returns the config with every unset field set to its default.
 func (c Config) WithDefaults() Config {
@@ -152,6 +165,8 @@ func (c Config) WithDefaults() Config {
 	c.UnregisteredTopK = cmp.Or(c.UnregisteredTopK, DefaultUnregisteredTopK)
 	c.UnregisteredFlushInterval = cmp.Or(c.UnregisteredFlushInterval, DefaultUnregisteredFlushInterval)
 	c.DLQMaxBytes = cmp.Or(c.DLQMaxBytes, DefaultDLQMaxBytes)
+	c.FlapChanges = cmp.Or(c.FlapChanges, DefaultFlapChanges)
+	c.FlapWindow = cmp.Or(c.FlapWindow, DefaultFlapWindow)
 	if c.Process == "" {
 		host, _ := os.Hostname()
 		b := make([]byte, 4)

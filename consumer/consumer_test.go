@@ -245,7 +245,7 @@ func runKnownPattern(t *testing.T, p knownPattern) {
 	// ClickHouse: exactly the valid readings and every event.
 	waitFor(t, func() (bool, string) {
 		readings := storagetest.AllReadings(t, stores.ClickHouseURL)
-		events := storagetest.AllEvents(t, stores.ClickHouseURL)
+		events := withoutFlapping(storagetest.AllEvents(t, stores.ClickHouseURL))
 		return len(readings) == len(want.valid) && len(events) == wantTotal,
 			fmt.Sprintf("history: %d of %d readings, %d of %d events", len(readings), len(want.valid), len(events), wantTotal)
 	})
@@ -262,7 +262,7 @@ func runKnownPattern(t *testing.T, p knownPattern) {
 		}
 		delete(wantReadings, [2]int64{int64(r.Partition), r.Offset})
 	}
-	events := storagetest.AllEvents(t, stores.ClickHouseURL)
+	events := withoutFlapping(storagetest.AllEvents(t, stores.ClickHouseURL))
 	wantEvents := map[string]event.Event{}
 	for _, list := range got {
 		for _, e := range list {

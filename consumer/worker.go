@@ -167,7 +167,13 @@ func (w *worker) process(ctx context.Context, recs []*kgo.Record, carried *[]eve
 	for reason, n := range rej.byReason {
 		m.rejected.WithLabelValues(reason).Add(float64(n))
 	}
-	m.changed.Add(float64(len(events)))
+	changes := 0
+	for _, e := range events {
+		if e.Type == event.StateChanged {
+			changes++
+		}
+	}
+	m.changed.Add(float64(changes))
 	m.unknown.Add(float64(unknowns))
 	m.batchSize.Observe(float64(len(recs)))
 	m.batchDuration.Observe(time.Since(start).Seconds())
@@ -268,10 +274,41 @@ func (w *worker) compare() (events []event.Event, unknowns int) {
 			previous := int(s.data)
 			e.Previous = &previous
 		}
-		events = append(events, e)
+		events = w.judgeFlapping(s, e, events)
 		s.known, s.data, s.changedAt, s.topic, s.partition, s.offset = true, v.data, at.UnixNano(), topic, w.partition, offset
 	}
 	return events, unknowns
+}
+
+// judgeFlapping appends the state change e of the sensor in s (s still holds
+// the state before it) to events, judging the sensor's flapping: a change
+// after a quiet FlapWindow ends an unstable streak (sensor_stable with the
+// state before it, the id the heartbeat would give it too); the change that
+// makes more than FlapChanges within a window starts one (sensor_unstable);
+// a change within a streak is held (history only).
+func (w *worker) judgeFlapping(s *cached, e event.Event, events []event.Event) []event.Event {
+	window, at := w.c.cfg.FlapWindow.Nanoseconds(), e.At.UnixNano()
+	if s.unstableSince != 0 && at-s.changedAt >= window {
+		since := time.Unix(0, s.unstableSince)
+		last := int(s.data)
+		events = append(events, event.Event{ID: event.SensorStableID(e.SensorID, since), Type: event.SensorStable,
+			SensorID: e.SensorID, Data: &last, At: time.Unix(0, s.changedAt+window).UTC()})
+		s.unstableSince, s.flapStart, s.flapCount = 0, 0, 0
+	}
+	if at-s.flapStart > window {
+		s.flapStart, s.flapCount = at, 0
+	}
+	s.flapCount++
+	e.Held = s.unstableSince != 0
+	events = append(events, e)
+	if s.unstableSince == 0 && int(s.flapCount) > w.c.cfg.FlapChanges {
+		s.unstableSince = at
+		e.Held = true
+		events[len(events)-1] = e
+		events = append(events, event.Event{ID: event.SensorUnstableID(e.SensorID, e.At), Type: event.SensorUnstable,
+			SensorID: e.SensorID, Data: e.Data, At: e.At})
+	}
+	return events
 }
 
 // effects makes the batch durable: sightings recorded (their events carried
@@ -313,6 +350,9 @@ func (w *worker) effects(ctx context.Context, dlq []*kgo.Record, events []event.
 		s := w.cache.at(slot)
 		changes[i] = storage.StateChange{SensorID: s.key.String(), Data: int(s.data),
 			ChangedAt: time.Unix(0, s.changedAt), TopicID: w.topics[s.topic], Partition: s.partition, Offset: s.offset}
+		if s.unstableSince != 0 {
+			changes[i].UnstableSince = time.Unix(0, s.unstableSince)
+		}
 	}
 	if err := c.states.ApplyStateChanges(ctx, changes); err != nil {
 		return fmt.Errorf("storing states: %w", err)
@@ -350,6 +390,9 @@ func (w *worker) loadMisses(ctx context.Context) error {
 		if st := found[i].State; st != nil {
 			s.known, s.data, s.changedAt, s.topic, s.partition, s.offset =
 				true, int8(st.Data), st.ChangedAt.UnixNano(), w.topicIndex(st.TopicID), st.Partition, st.Offset
+			if !st.UnstableSince.IsZero() {
+				s.unstableSince = st.UnstableSince.UnixNano()
+			}
 		}
 		w.missSlots = append(w.missSlots, slot)
 	}

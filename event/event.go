@@ -21,18 +21,71 @@ const (
 	StateChanged       Type = "state_changed"
 	ConnectionLost     Type = "connection_lost"
 	ConnectionRestored Type = "connection_restored"
+	// SensorOpenTooLong says an unlocked sensor stayed unlocked for longer than
+	// its open_alert_after: once per opening.
+	SensorOpenTooLong Type = "sensor_open_too_long"
+	// SiteOutage says enough of a site's sensors were lost at once; it lists
+	// them and is delivered instead of their connection_lost notifications.
+	SiteOutage Type = "site_outage"
+	// SiteRestored ends a site_outage: more than half of the site is back.
+	SiteRestored Type = "site_restored"
+	// MaintenanceEnded ends a maintenance window of a sensor or a site; it
+	// lists the sensors that went silent inside it, whose losses it is
+	// delivered instead of.
+	MaintenanceEnded Type = "maintenance_ended"
+	// SensorUnstable says a sensor changes too often (flapping): its
+	// state_changed notifications are held until it is stable again.
+	SensorUnstable Type = "sensor_unstable"
+	// SensorStable ends a SensorUnstable: the sensor was quiet for a window;
+	// data is its final state.
+	SensorStable Type = "sensor_stable"
 )
 
 // Types returns every known event type: the one list that clients' subscriptions
 // (PATCH /v1/clients/{id} event_types) are checked against. A new type is added
 // here and as a constant above.
 func Types() []Type {
-	return []Type{StateChanged, ConnectionLost, ConnectionRestored}
+	return []Type{StateChanged, ConnectionLost, ConnectionRestored, SensorOpenTooLong, SiteOutage, SiteRestored, MaintenanceEnded,
+		SensorUnstable, SensorStable}
 }
 
 // Valid reports whether t is one of the known types.
 func (t Type) Valid() bool {
 	return slices.Contains(Types(), t)
+}
+
+// Severity grades an event for the people it reaches (DESIGN.md "Fleet
+// judgement"); escalation waits less for a critical one.
+type Severity string
+
+// The severities, most urgent first.
+const (
+	Critical Severity = "critical"
+	Warning  Severity = "warning"
+	Info     Severity = "info"
+)
+
+// Unlocked is the state (data) of an unlocked sensor; 1 is locked.
+const Unlocked = 0
+
+// SeverityOf grades an event of type t whose data (the new or last known
+// state) is data: a sensor lost while unlocked, or unlocked for longer than
+// its open_alert_after, is critical; another loss a warning; anything else
+// info. It is the one definition: the inbox's SQL (storage) agrees with it,
+// which a storage test checks.
+func SeverityOf(t Type, data *int) Severity {
+	switch t {
+	case SensorOpenTooLong:
+		return Critical
+	case ConnectionLost:
+		if data != nil && *data == Unlocked {
+			return Critical
+		}
+		return Warning
+	case SiteOutage:
+		return Warning
+	}
+	return Info
 }
 
 // Event is one thing that happened to a sensor.
@@ -51,6 +104,22 @@ type Event struct {
 	At time.Time `json:"at"`
 	// SilentFor is how long a restored sensor was silent, in whole seconds.
 	SilentFor int64 `json:"silent_seconds,omitempty"`
+	// Severity grades the event (SeverityOf its type and data). Encode sets it
+	// when empty, and Decode for events written before it existed.
+	Severity Severity `json:"severity,omitempty"`
+	// Site names the site of a site event; Sensors lists the sensors it is
+	// about (a site_outage's lost ones, a site_restored's outage's). SensorID is
+	// then the first of them, which orders the event with that sensor's.
+	Site    string   `json:"site,omitempty"`
+	Sensors []string `json:"sensors,omitempty"`
+	// CoveredBy, on a connection_lost, is the id of the event delivered
+	// instead of it (a site_outage, or the maintenance_ended of the window it
+	// fell in): history keeps the loss, the fan-out notifies nobody of it.
+	CoveredBy string `json:"covered_by,omitempty"`
+	// Held, on a state_changed, says its sensor is unstable: history keeps the
+	// change, the fan-out notifies nobody of it, and the sensor_stable that
+	// ends the streak carries the final state.
+	Held bool `json:"held,omitempty"`
 }
 
 // Encode returns the event's wire form.
@@ -59,6 +128,9 @@ func (e Event) Encode() ([]byte, error) {
 		return nil, fmt.Errorf("encoding event %s: unknown type %q", e.ID, e.Type)
 	}
 	e.At = e.At.UTC()
+	if e.Severity == "" {
+		e.Severity = SeverityOf(e.Type, e.Data)
+	}
 	return json.Marshal(e)
 }
 
@@ -77,6 +149,9 @@ func Decode(b []byte) (Event, error) {
 		return Event{}, fmt.Errorf("decoding event %s: no sensor_id", e.ID)
 	case e.At.IsZero():
 		return Event{}, fmt.Errorf("decoding event %s: no time", e.ID)
+	}
+	if e.Severity == "" {
+		e.Severity = SeverityOf(e.Type, e.Data)
 	}
 	return e, nil
 }
@@ -108,6 +183,41 @@ func ConnectionLostID(sensorID string, deadline time.Time) string {
 // ends: one loss, one restore.
 func ConnectionRestoredID(sensorID string, deadline time.Time) string {
 	return derive(ConnectionRestored, sensorID, unixMillis(deadline))
+}
+
+// SensorOpenTooLongID derives a sensor_open_too_long event's id from the sensor
+// and the time it was unlocked: one alert per opening, whoever emits it.
+func SensorOpenTooLongID(sensorID string, openedAt time.Time) string {
+	return derive(SensorOpenTooLong, sensorID, unixMillis(openedAt))
+}
+
+// SiteOutageID derives a site_outage's id from the site and the earliest
+// deadline its sensors missed, so heartbeat processes agree on it.
+func SiteOutageID(site string, startedAt time.Time) string {
+	return derive(SiteOutage, site, unixMillis(startedAt))
+}
+
+// SiteRestoredID derives a site_restored's id from the outage it ends.
+func SiteRestoredID(site string, startedAt time.Time) string {
+	return derive(SiteRestored, site, unixMillis(startedAt))
+}
+
+// MaintenanceEndedID derives a maintenance_ended's id from its window's id.
+func MaintenanceEndedID(windowID string) string {
+	return derive(MaintenanceEnded, windowID, nil)
+}
+
+// SensorUnstableID derives a sensor_unstable's id from the sensor and the
+// time its streak began; SensorStableID the id of the sensor_stable that ends
+// that streak, so whoever notices the end (the consumer at the next change,
+// the heartbeat after a quiet window) publishes the same one.
+func SensorUnstableID(sensorID string, since time.Time) string {
+	return derive(SensorUnstable, sensorID, unixMillis(since))
+}
+
+// SensorStableID: see SensorUnstableID.
+func SensorStableID(sensorID string, since time.Time) string {
+	return derive(SensorStable, sensorID, unixMillis(since))
 }
 
 func unixMillis(t time.Time) []byte {

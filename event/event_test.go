@@ -43,7 +43,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"id":"abc","type":"state_changed","sensor_id":"s1","data":1,"previous":null,"at":"2026-11-22T10:00:00Z"}`
+	want := `{"id":"abc","type":"state_changed","sensor_id":"s1","data":1,"previous":null,"at":"2026-11-22T10:00:00Z","severity":"info"}`
 	if string(b) != want {
 		t.Fatalf("encoded %s, want %s", b, want)
 	}
@@ -58,5 +58,30 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		if _, err := Decode([]byte(bad)); err == nil {
 			t.Errorf("Decode(%s) succeeded", bad)
 		}
+	}
+}
+
+func TestSeverity(t *testing.T) {
+	t.Parallel()
+	zero, one := 0, 1
+	for _, c := range []struct {
+		t    Type
+		data *int
+		want Severity
+	}{
+		{ConnectionLost, &zero, Critical}, {ConnectionLost, &one, Warning}, {ConnectionLost, nil, Warning},
+		{SensorOpenTooLong, &zero, Critical}, {StateChanged, &zero, Info}, {ConnectionRestored, &zero, Info},
+	} {
+		if got := SeverityOf(c.t, c.data); got != c.want {
+			t.Errorf("SeverityOf(%s, %v) = %s, want %s", c.t, c.data, got, c.want)
+		}
+	}
+	// An event written before severity existed gets it on decoding.
+	e, err := Decode([]byte(`{"id":"x","type":"connection_lost","sensor_id":"s","data":0,"at":"2026-11-22T10:00:00Z"}`))
+	if err != nil || e.Severity != Critical {
+		t.Fatalf("Decode of an old loss while unlocked = %+v, %v; want critical", e, err)
+	}
+	if SensorOpenTooLongID("s", time.Unix(1, 0)) == SensorOpenTooLongID("s", time.Unix(2, 0)) {
+		t.Error("two openings share an alert id")
 	}
 }

@@ -114,6 +114,7 @@ type Fanout struct {
 
 	events        prometheus.Counter
 	rejected      *prometheus.CounterVec
+	covered       prometheus.Counter
 	notifications prometheus.Counter
 	inbox         prometheus.Counter
 	created       *prometheus.CounterVec
@@ -160,6 +161,12 @@ func New(cfg Config, store NotificationStore, reg prometheus.Registerer, logger 
 		Namespace: metrics.Namespace, Name: "fanout_rejected_total",
 		Help: "Records on the events topic the fan-out skipped, by reason.",
 	}, []string{"reason"})); err != nil {
+		return nil, err
+	}
+	if f.covered, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Name: "fanout_covered_total",
+		Help: "Events notified to nobody: losses a site_outage or maintenance_ended is delivered instead of, changes of unstable sensors.",
+	})); err != nil {
 		return nil, err
 	}
 	if f.notifications, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
@@ -236,8 +243,16 @@ func (f *Fanout) Handle(ctx context.Context, b stream.Batch) (stream.Pending, er
 				"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
 			continue
 		}
+		if e.CoveredBy != "" || e.Held {
+			// A loss a site_outage or maintenance_ended is delivered instead
+			// of, or a change of an unstable sensor (its sensor_stable brings
+			// the final state): history keeps it.
+			f.covered.Inc()
+			continue
+		}
 		inputs = append(inputs, storage.NotificationInput{
 			EventID: e.ID, Type: string(e.Type), SensorID: e.SensorID, Data: e.Data, Previous: e.Previous, At: e.At,
+			Site: e.Site, Sensors: e.Sensors,
 		})
 	}
 	if err := f.write(ctx, inputs); err != nil {

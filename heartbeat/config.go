@@ -79,9 +79,27 @@ type Config struct {
 	// DefaultEmittedCapacity (100,000).
 	EmittedCapacity int
 
+	// SiteOutageMin is how many of a site's sensors, and at least half of
+	// them, must be lost within one Timeout for a site_outage. Defaults to
+	// DefaultSiteOutageMin (3).
+	SiteOutageMin int
+
+	// SiteHold is how long after its deadline the loss of a sensor with a site
+	// is held before it is judged and published, so that the other losses of
+	// an outage (deadlines spread by the coalescing slack) are in by then.
+	// Defaults to Timeout × CoalesceFraction + 2 × SweepInterval + 1s.
+	SiteHold time.Duration
+
+	// FlapWindow is how long an unstable sensor must be quiet to be stable
+	// again (the state consumer's FlapWindow). Defaults to 1m.
+	FlapWindow time.Duration
+
 	// Now returns the current time; tests inject a clock. Defaults to time.Now.
 	Now func() time.Time
 }
+
+// DefaultSiteOutageMin is the default SiteOutageMin.
+const DefaultSiteOutageMin = 3
 
 // WithDefaults returns a copy of c with every unset field at its default.
 func (c Config) WithDefaults() Config {
@@ -95,6 +113,11 @@ func (c Config) WithDefaults() Config {
 	c.RebuildTimeout = cmp.Or(c.RebuildTimeout, DefaultRebuildTimeout)
 	c.RestoreMemory = cmp.Or(c.RestoreMemory, DefaultRestoreMemory)
 	c.EmittedCapacity = cmp.Or(c.EmittedCapacity, DefaultEmittedCapacity)
+	c.SiteOutageMin = cmp.Or(c.SiteOutageMin, DefaultSiteOutageMin)
+	c.FlapWindow = cmp.Or(c.FlapWindow, time.Minute)
+	if c.SiteHold == 0 {
+		c.SiteHold = time.Duration(float64(c.Timeout)*c.CoalesceFraction) + 2*c.SweepInterval + time.Second
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -104,6 +127,12 @@ func (c Config) WithDefaults() Config {
 // Validate reports every field of c that is out of range, after defaults.
 func (c Config) Validate() error {
 	var errs []error
+	if c.SiteOutageMin < 1 {
+		errs = append(errs, fmt.Errorf("heartbeat: SiteOutageMin %d must be at least 1", c.SiteOutageMin))
+	}
+	if c.SiteHold < 0 {
+		errs = append(errs, fmt.Errorf("heartbeat: SiteHold %s must not be negative", c.SiteHold))
+	}
 	if c.Timeout < time.Second {
 		errs = append(errs, fmt.Errorf("heartbeat: Timeout %s is shorter than 1s", c.Timeout))
 	}

@@ -73,6 +73,23 @@ type Deps struct {
 	// stalls never makes reporting sensors look silent. Nil judges deadlines by
 	// the clock alone, for tests and for a Redis fed by no consumer.
 	Progress Progress
+	// States gives lost sensors' last known states for their events; nil
+	// publishes losses without a state (graded warning).
+	States States
+	// OpenAlerts finds sensors left unlocked too long; nil turns
+	// sensor_open_too_long off.
+	OpenAlerts OpenAlerts
+	// Sites (storage.Postgres) and SiteStore (storage.Redis) judge site
+	// outages; with either nil, losses are published one by one.
+	Sites     Sites
+	SiteStore SiteStore
+	// Maintenance keeps maintenance windows (storage.Postgres); nil turns
+	// them off.
+	Maintenance Maintenance
+	// Flapping finds unstable sensors quiet for a flap window
+	// (storage.Postgres); nil leaves ending streaks to the consumer's next
+	// change.
+	Flapping Flapping
 }
 
 // ErrRebuildBusy is returned by Rebuild while another daemon rebuilds; Sweep then
@@ -91,6 +108,13 @@ const rebuildChunk = 50_000
 // claimed sensor. A claimed loss stays pending until its publication is confirmed,
 // so a failed publication is retried by the next sweep. Before sweeping a Redis that
 // lost its data, it rebuilds the sets from Postgres and ClickHouse.
+//
+// It also judges the fleet (DESIGN.md "Fleet judgement"): a loss carries the
+// sensor's last state; losses of a site are held and judged together
+// (site_outage, site_restored); losses inside a maintenance window are covered
+// by its maintenance_ended; unlocks longer than open_alert_after become
+// sensor_open_too_long; unstable sensors quiet for the flap window get their
+// sensor_stable.
 type Daemon struct {
 	cfg    Config
 	tm     timing
@@ -106,6 +130,7 @@ type Daemon struct {
 	sweepDuration prometheus.Histogram
 	lag           prometheus.Gauge
 	lagErrors     prometheus.Counter
+	openAlerts    prometheus.Counter
 }
 
 // New returns a Daemon; Run starts it.
@@ -162,6 +187,10 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) 
 	}
 	if d.lagErrors, err = newCounter(reg, "watermark_errors_total",
 		"Sweeps that could not learn the state consumer's progress and so declared no sensor lost."); err != nil {
+		return nil, err
+	}
+	if d.openAlerts, err = newCounter(reg, "open_alerts_total",
+		"sensor_open_too_long events published (a repeat after a crash counts again)."); err != nil {
 		return nil, err
 	}
 	if d.sweepDuration, err = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -231,6 +260,20 @@ func (d *Daemon) Sweep(ctx context.Context) error {
 		if err := d.publishLosses(ctx, d.deps.Store.ClaimHeartbeatExpired, cutoff, "claimed"); err != nil {
 			return fmt.Errorf("sweeping: %w", err)
 		}
+		if err := d.alertOpen(ctx, cutoff); err != nil {
+			return fmt.Errorf("sweeping: %w", err)
+		}
+		// Ended SiteHold late, so that held losses inside the window are
+		// judged (covered) first.
+		if err := d.sweepMaintenance(ctx, cutoff().Add(-d.cfg.SiteHold)); err != nil {
+			return fmt.Errorf("sweeping maintenance windows: %w", err)
+		}
+		if err := d.sweepStable(ctx, cutoff()); err != nil {
+			return fmt.Errorf("sweeping unstable sensors: %w", err)
+		}
+	}
+	if err := d.sweepSites(ctx); err != nil {
+		return fmt.Errorf("sweeping sites: %w", err)
 	}
 	expiry := d.cfg.Now().Add(-d.cfg.RestoreMemory)
 	for {
@@ -306,15 +349,14 @@ func (d *Daemon) publishLosses(ctx context.Context, claim claimFunc, cutoff func
 // cancelled (within PublishTimeout): the losses are claimed already. On failure the
 // losses are released for the next sweep.
 func (d *Daemon) publish(ctx context.Context, losses []storage.HeartbeatDeadline) error {
-	events := make([]event.Event, len(losses))
-	for i, l := range losses {
-		events[i] = lostEvent(l.SensorID, l.Deadline)
-		d.logger.DebugContext(ctx, "sensor lost", "sensor_id", l.SensorID, "deadline", l.Deadline)
-	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.PublishTimeout)
 	defer cancel()
-	if err := d.deps.Publisher.Publish(pctx, events); err != nil {
-		err = fmt.Errorf("publishing %d lost events: %w", len(events), err)
+	j, err := d.judge(pctx, losses)
+	if err == nil && len(j.events) > 0 {
+		err = d.deps.Publisher.Publish(pctx, j.events)
+	}
+	if err != nil {
+		err = fmt.Errorf("publishing %d lost events: %w", len(losses), err)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
 		defer cancel()
 		if rerr := d.deps.Store.ReleaseHeartbeatLosses(rctx, losses); rerr != nil {
@@ -323,11 +365,21 @@ func (d *Daemon) publish(ctx context.Context, losses []storage.HeartbeatDeadline
 		}
 		return err
 	}
-	d.lostTotal.Add(float64(len(losses)))
-	if err := d.deps.Store.AckHeartbeatLosses(pctx, losses); err != nil {
+	for _, e := range j.events {
+		if e.Type == event.ConnectionLost {
+			d.logger.DebugContext(ctx, "sensor lost", "sensor_id", e.SensorID, "deadline", e.At, "covered_by", e.CoveredBy)
+		}
+	}
+	d.lostTotal.Add(float64(len(j.ready)))
+	if d.sitesOn() {
+		if err := d.deps.Sites.MarkSiteEventsPublished(pctx, j.opened, false); err != nil {
+			return fmt.Errorf("recording %d site outages published: %w", len(j.opened), err)
+		}
+	}
+	if err := d.deps.Store.AckHeartbeatLosses(pctx, j.ready); err != nil {
 		// Published but not confirmed: published again after the lease, under the
 		// same ids, which downstream drops.
-		return fmt.Errorf("confirming %d published losses: %w", len(losses), err)
+		return fmt.Errorf("confirming %d published losses: %w", len(j.ready), err)
 	}
 	return nil
 }

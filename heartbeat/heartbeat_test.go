@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -253,7 +254,7 @@ func TestRestartedConsumerGetsTheRestoreAgain(t *testing.T) {
 	// The consumer crashed before producing it; its successor replays the batch.
 	restarted := b.newTracker(t, prometheus.NewRegistry())
 	again := b.record(t, restarted, "quiet")
-	if len(again) != 1 || again[0] != first[0] {
+	if len(again) != 1 || !reflect.DeepEqual(again[0], first[0]) {
 		t.Fatalf("replayed batch gave %+v, want the same restore %+v", again, first)
 	}
 	// Neither gets it again; quiet keeps reporting.

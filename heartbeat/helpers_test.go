@@ -28,6 +28,12 @@ var (
 	_ heartbeat.Timeouts     = (*storage.Postgres)(nil)
 	_ heartbeat.Registry     = (*storage.Postgres)(nil)
 	_ heartbeat.History      = (*storage.ClickHouse)(nil)
+	_ heartbeat.States       = (*storage.Postgres)(nil)
+	_ heartbeat.OpenAlerts   = (*storage.Postgres)(nil)
+	_ heartbeat.Sites        = (*storage.Postgres)(nil)
+	_ heartbeat.SiteStore    = (*storage.Redis)(nil)
+	_ heartbeat.Maintenance  = (*storage.Postgres)(nil)
+	_ heartbeat.Flapping     = (*storage.Postgres)(nil)
 )
 
 // testTimeout is the heartbeat timeout of the tests: with the default coalescing
@@ -95,10 +101,16 @@ func (b *bundle) newDaemon(t *testing.T, pub heartbeat.Publisher) (*heartbeat.Da
 	}
 	reg := prometheus.NewRegistry()
 	d, err := heartbeat.New(b.cfg, heartbeat.Deps{
-		Store:     b.stores.Redis,
-		Registry:  b.stores.Postgres,
-		History:   b.stores.ClickHouse,
-		Publisher: pub,
+		Store:       b.stores.Redis,
+		Registry:    b.stores.Postgres,
+		History:     b.stores.ClickHouse,
+		Publisher:   pub,
+		States:      b.stores.Postgres,
+		OpenAlerts:  b.stores.Postgres,
+		Sites:       b.stores.Postgres,
+		SiteStore:   b.stores.Redis,
+		Maintenance: b.stores.Postgres,
+		Flapping:    b.stores.Postgres,
 	}, reg, discard())
 	if err != nil {
 		t.Fatal(err)

@@ -79,7 +79,8 @@ type Notification struct {
 	// as webhook-id and body id, so every attempt of the same event carries the
 	// same id and receivers can drop duplicates.
 	EventID string
-	// Type is the event type: state_changed, connection_lost or connection_restored.
+	// Type is the event type (event.Type): state_changed, connection_lost,
+	// connection_restored, sensor_open_too_long, ...
 	Type string
 	// SensorID and SensorAddress name the sensor and where it is.
 	SensorID      string
@@ -91,6 +92,14 @@ type Notification struct {
 	Previous *int
 	// At is when the event happened.
 	At time.Time
+	// Severity grades the event: critical, warning or info (event.SeverityOf).
+	Severity string
+	// Seq is the notification's number in its client's sequence (1, 2, 3…, no
+	// gap); 0 when it has none.
+	Seq int64
+	// Site and Sensors are a site event's site and the sensors it lists.
+	Site    string
+	Sensors []string
 	// Attempt is this attempt's number, starting at 1.
 	Attempt int
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/notifier"
 	"github.com/lockstream/lockstream/notifier/swrve"
 	"github.com/lockstream/lockstream/notifier/webhook"
@@ -483,6 +484,10 @@ func (r *Retrier) send(ctx context.Context, d storage.Delivery, t storage.Delive
 		Previous:      d.Previous,
 		At:            d.EventAt,
 		Attempt:       d.Attempts,
+		Severity:      string(event.SeverityOf(event.Type(d.EventType), d.Data)),
+		Seq:           d.Seq,
+		Site:          d.Site,
+		Sensors:       d.Sensors,
 	}
 	switch d.Channel {
 	case storage.ChannelWebhook:

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -17,3 +18,11 @@ func DropLostIndex(r *Redis) error {
 
 // ClaimDeliveriesSQL is ClaimDeliveries' statement, for EXPLAIN.
 const ClaimDeliveriesSQL = claimDeliveriesSQL
+
+// EventSeverity grades an event of type typ with data as the inbox's SQL does.
+func EventSeverity(ctx context.Context, p *Postgres, typ string, data *int) (string, error) {
+	var s string
+	err := p.pool.QueryRow(ctx, `SELECT `+fmt.Sprintf(eventSeverity, "x")+`
+		FROM (VALUES ($1::text, $2::int2)) AS x (type, data)`, typ, outboxInt16Ptr(data)).Scan(&s)
+	return s, err
+}

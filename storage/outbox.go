@@ -75,6 +75,10 @@ type NotificationInput struct {
 	Previous *int
 	// At is when the event happened; it orders a sensor's notifications.
 	At time.Time
+	// Site and Sensors are set for a site event: it reaches the clients of
+	// any of Sensors (once each), not only SensorID's.
+	Site    string
+	Sensors []string
 }
 
 // NotificationsCreated counts what CreateNotifications did.
@@ -128,6 +132,14 @@ type Delivery struct {
 	EventAt        time.Time
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	// Seq is the notification's number in its client's sequence (see
+	// ListClientEvents); 0 for deliveries of no notification or from before
+	// seqs existed.
+	Seq int64
+	// Site and Sensors are a site event's site and the sensors it lists;
+	// empty for other events.
+	Site    string
+	Sensors []string
 }
 
 // deliveryColumns are selected by every delivery query (d = deliveries, n =
@@ -135,7 +147,8 @@ type Delivery struct {
 const deliveryColumns = `d.id::text, coalesce(d.notification_id::text, ''), coalesce(d.client_id::text, ''),
 	coalesce(d.sensor_id, ''), d.channel, d.target, d.state, d.attempts, d.next_attempt_at, d.leased_until,
 	d.last_error, coalesce(d.last_http_status, 0), coalesce(n.event_id, ''), coalesce(d.event_type, ''),
-	n.data, n.previous, d.event_at, d.created_at, d.updated_at`
+	n.data, n.previous, d.event_at, d.created_at, d.updated_at, coalesce(n.client_seq, 0),
+	coalesce(n.site, ''), n.sensors`
 
 func scanDelivery(row pgx.Row) (Delivery, error) {
 	var (
@@ -145,7 +158,8 @@ func scanDelivery(row pgx.Row) (Delivery, error) {
 	)
 	err := row.Scan(&d.ID, &d.NotificationID, &d.ClientID, &d.SensorID, &d.Channel, &d.Target, &d.State,
 		&d.Attempts, &d.NextAttemptAt, &leased, &d.LastError, &d.LastHTTPStatus, &d.EventID, &d.EventType,
-		&data, &previous, &d.EventAt, &d.CreatedAt, &d.UpdatedAt)
+		&data, &previous, &d.EventAt, &d.CreatedAt, &d.UpdatedAt, &d.Seq,
+		&d.Site, &d.Sensors)
 	if err != nil {
 		return Delivery{}, err
 	}
@@ -206,6 +220,8 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 		data     = make([]*int16, 0, len(events))
 		previous = make([]*int16, 0, len(events))
 		times    = make([]time.Time, 0, len(events))
+		audience = make([]string, 0, len(events))
+		sites    = make([]string, 0, len(events))
 	)
 	var (
 		unique     = make([]NotificationInput, 0, len(events))
@@ -224,18 +240,30 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 		data = append(data, outboxInt16Ptr(e.Data))
 		previous = append(previous, outboxInt16Ptr(e.Previous))
 		times = append(times, e.At)
+		audience = append(audience, eventAudience(e))
+		sites = append(sites, e.Site)
 	}
 
 	months := map[string]int{} // new deliveries per month partition
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
 			WITH ev AS (
-				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::int2[], $6::timestamptz[])
-					WITH ORDINALITY AS e (event_id, type, sensor_id, data, previous, at, ord)
+				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::int2[], $6::timestamptz[],
+				                     $7::text[], $8::text[])
+					WITH ORDINALITY AS e (event_id, type, sensor_id, data, previous, at, audience, site, ord)
 			), linked AS (
 				-- Subscriptions: a client is told only of the types it chose (NULL: all).
+				-- The clients of the event's sensor; of a site event's sensors and of
+				-- every sensor of its site, once each.
 				SELECT ev.*, cs.client_id, c.event_types IS NULL OR ev.type = ANY (c.event_types) AS subscribed
-				FROM ev JOIN client_sensors cs ON cs.sensor_id = ev.sensor_id JOIN clients c ON c.id = cs.client_id
+				FROM ev JOIN LATERAL (
+					SELECT l.client_id FROM client_sensors l
+					WHERE l.sensor_id = ANY (string_to_array(ev.audience, ','))
+					UNION
+					SELECT l.client_id FROM sensors s JOIN client_sensors l ON l.sensor_id = s.id
+					WHERE s.site = ev.site
+				) cs ON true
+				JOIN clients c ON c.id = cs.client_id
 			), n AS (
 				INSERT INTO notifications (id, event_id, client_id, sensor_id, type, data, previous, event_at)
 				SELECT lockstream_uuid_v7(), l.event_id, l.client_id, l.sensor_id, l.type, l.data, l.previous, l.at
@@ -269,7 +297,7 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 				SELECT d.client_id::text, d.sensor_id, d.event_type, d.channel, d.target,
 				       d.event_at, d.notification_id::text, n.event_id
 				FROM d JOIN n ON n.id = d.notification_id) AS r ON true`,
-			ids, types, sensors, data, previous, times)
+			ids, types, sensors, data, previous, times, audience, sites)
 		if err != nil {
 			return fmt.Errorf("inserting notifications: %w", err)
 		}
@@ -312,7 +340,13 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("inserting notifications: %w", err)
 		}
-		// The members' inboxes, in the same transaction: one statement.
+		// The sites of site events (sites.go), the members' inboxes, and last,
+		// each client's seq (clientseq.go: its lock on the client's counter,
+		// held to commit, serializes the fan-outs of one client, so it is taken
+		// as late as possible), in the same transaction: one statement each.
+		if err := annotateSiteNotifications(ctx, tx, unique); err != nil {
+			return err
+		}
 		if created.InboxMessages, err = insertEventMessages(ctx, tx, unique, newNotifs); err != nil {
 			return err
 		}
@@ -321,7 +355,7 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 			return err
 		}
 		if len(newest) == 0 {
-			return nil
+			return assignClientSeqs(ctx, tx, unique, newNotifs)
 		}
 
 		var clients, sensorIDs, channels, targets []string
@@ -354,7 +388,7 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 		for _, ch := range superseded {
 			created.Superseded[Channel(ch)]++
 		}
-		return nil
+		return assignClientSeqs(ctx, tx, unique, newNotifs)
 	})
 	if err != nil {
 		return NotificationsCreated{}, fmt.Errorf("creating notifications for %d events: %w", len(ids), err)

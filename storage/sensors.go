@@ -10,7 +10,7 @@ import (
 
 // sensorColumns are selected by every sensor query, in scanSensor's order.
 const sensorColumns = `s.id, s.address, s.heartbeat_timeout, s.created_at, s.updated_at,
-	st.data, st.changed_at`
+	st.data, st.changed_at, s.open_alert_after, coalesce(s.site, '')`
 
 const sensorFrom = `FROM sensors s LEFT JOIN sensor_state st ON st.sensor_id = s.id`
 
@@ -20,9 +20,13 @@ func scanSensor(row pgx.Row) (Sensor, error) {
 		timeout   *time.Duration
 		data      *int16
 		changedAt *time.Time
+		openAfter *time.Duration
 	)
-	if err := row.Scan(&s.ID, &s.Address, &timeout, &s.CreatedAt, &s.UpdatedAt, &data, &changedAt); err != nil {
+	if err := row.Scan(&s.ID, &s.Address, &timeout, &s.CreatedAt, &s.UpdatedAt, &data, &changedAt, &openAfter, &s.Site); err != nil {
 		return Sensor{}, err
+	}
+	if openAfter != nil {
+		s.OpenAlertAfter = *openAfter
 	}
 	if timeout != nil {
 		s.HeartbeatTimeout = *timeout
@@ -35,13 +39,16 @@ func scanSensor(row pgx.Row) (Sensor, error) {
 
 // CreateSensor registers a sensor. It returns ErrConflict when the id is taken.
 func (p *Postgres) CreateSensor(ctx context.Context, s Sensor) (Sensor, error) {
-	var timeout *time.Duration
+	var timeout, openAfter *time.Duration
 	if s.HeartbeatTimeout > 0 {
 		timeout = &s.HeartbeatTimeout
 	}
+	if s.OpenAlertAfter > 0 {
+		openAfter = &s.OpenAlertAfter
+	}
 	_, err := p.pool.Exec(ctx,
-		`INSERT INTO sensors (id, address, heartbeat_timeout) VALUES ($1, $2, $3)`,
-		s.ID, s.Address, timeout)
+		`INSERT INTO sensors (id, address, heartbeat_timeout, open_alert_after, site) VALUES ($1, $2, $3, $4, nullif($5, ''))`,
+		s.ID, s.Address, timeout, openAfter, s.Site)
 	if err != nil {
 		return Sensor{}, fmt.Errorf("creating sensor %s: %w", s.ID, mapError(err))
 	}
@@ -74,17 +81,22 @@ func (p *Postgres) ListSensors(ctx context.Context, page Page) ([]Sensor, error)
 
 // UpdateSensor changes the fields set in u and returns the sensor as it is now.
 func (p *Postgres) UpdateSensor(ctx context.Context, id string, u SensorUpdate) (Sensor, error) {
-	var timeout *time.Duration
+	var timeout, openAfter *time.Duration
 	if u.HeartbeatTimeout != nil && *u.HeartbeatTimeout > 0 {
 		timeout = u.HeartbeatTimeout
+	}
+	if u.OpenAlertAfter != nil && *u.OpenAlertAfter > 0 {
+		openAfter = u.OpenAlertAfter
 	}
 	tag, err := p.pool.Exec(ctx, `
 		UPDATE sensors SET
 			address = coalesce($2, address),
 			heartbeat_timeout = CASE WHEN $3 THEN $4::interval ELSE heartbeat_timeout END,
+			open_alert_after = CASE WHEN $5 THEN $6::interval ELSE open_alert_after END,
+			site = CASE WHEN $7::text IS NULL THEN site ELSE nullif($7, '') END,
 			updated_at = now()
 		WHERE id = $1`,
-		id, u.Address, u.HeartbeatTimeout != nil, timeout)
+		id, u.Address, u.HeartbeatTimeout != nil, timeout, u.OpenAlertAfter != nil, openAfter, u.Site)
 	if err != nil {
 		return Sensor{}, fmt.Errorf("updating sensor %s: %w", id, mapError(err))
 	}

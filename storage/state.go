@@ -26,6 +26,9 @@ type StateChange struct {
 	TopicID   [16]byte
 	Partition int32
 	Offset    int64
+	// UnstableSince is when the sensor's current flapping streak began; zero
+	// when it is stable.
+	UnstableSince time.Time
 }
 
 // SensorLookup is what the consumer needs to know about a sensor it has no cached
@@ -70,7 +73,7 @@ func (p *Postgres) LookupSensors(ctx context.Context, ids []string) ([]SensorLoo
 	array, arg := idArray(ids)
 	batch := &pgx.Batch{}
 	batch.Queue(`
-		SELECT sensor_id, data, changed_at, source_topic_id, source_partition, source_offset
+		SELECT sensor_id, data, changed_at, source_topic_id, source_partition, source_offset, unstable_since
 		FROM sensor_state WHERE sensor_id = ANY((SELECT `+array+`)::text[])`, arg)
 	batch.Queue(`SELECT id FROM sensors WHERE id = ANY((SELECT `+array+`)::text[])`, arg)
 	results := p.pool.SendBatch(ctx, batch)
@@ -81,12 +84,17 @@ func (p *Postgres) LookupSensors(ctx context.Context, ids []string) ([]SensorLoo
 		return nil, fmt.Errorf("looking up the state of %d sensors: %w", len(ids), err)
 	}
 	var (
-		s     StateChange
-		data  int16
-		topic pgtype.UUID
+		s        StateChange
+		data     int16
+		topic    pgtype.UUID
+		unstable *time.Time
 	)
-	_, err = pgx.ForEachRow(rows, []any{&s.SensorID, &data, &s.ChangedAt, &topic, &s.Partition, &s.Offset}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&s.SensorID, &data, &s.ChangedAt, &topic, &s.Partition, &s.Offset, &unstable}, func() error {
 		s.Data = int(data)
+		s.UnstableSince = time.Time{}
+		if unstable != nil {
+			s.UnstableSince = *unstable
+		}
 		s.TopicID = topic.Bytes // zero when NULL
 		i, ok := first[s.SensorID]
 		for ; ok && i >= 0; i = next[i] {
@@ -163,6 +171,7 @@ func (p *Postgres) ApplyStateChanges(ctx context.Context, changes []StateChange)
 		topics     = make([]pgtype.UUID, 0, len(latest))
 		partitions = make([]int32, 0, len(latest))
 		offsets    = make([]int64, 0, len(latest))
+		unstable   = make([]*time.Time, 0, len(latest))
 	)
 	// A stable row order keeps concurrent writers from deadlocking on each other's
 	// row locks.
@@ -175,22 +184,30 @@ func (p *Postgres) ApplyStateChanges(ctx context.Context, changes []StateChange)
 		topics = append(topics, pgtype.UUID{Bytes: c.TopicID, Valid: c.TopicID != [16]byte{}})
 		partitions = append(partitions, c.Partition)
 		offsets = append(offsets, c.Offset)
+		var since *time.Time
+		if !c.UnstableSince.IsZero() {
+			since = &c.UnstableSince
+		}
+		unstable = append(unstable, since)
 	}
 	_, err := p.pool.Exec(ctx, `
-		INSERT INTO sensor_state AS st (sensor_id, data, changed_at, source_topic_id, source_partition, source_offset)
-		SELECT * FROM unnest($1::text[], $2::smallint[], $3::timestamptz[], $4::uuid[], $5::integer[], $6::bigint[])
+		INSERT INTO sensor_state AS st (sensor_id, data, changed_at, source_topic_id, source_partition, source_offset,
+		                                unstable_since)
+		SELECT * FROM unnest($1::text[], $2::smallint[], $3::timestamptz[], $4::uuid[], $5::integer[], $6::bigint[],
+		                     $7::timestamptz[])
 		ON CONFLICT (sensor_id) DO UPDATE SET
 			data = excluded.data,
 			changed_at = excluded.changed_at,
 			source_topic_id = excluded.source_topic_id,
 			source_partition = excluded.source_partition,
 			source_offset = excluded.source_offset,
+			unstable_since = excluded.unstable_since,
 			updated_at = now()
 		WHERE CASE WHEN st.source_topic_id IS NOT DISTINCT FROM excluded.source_topic_id
 		            AND st.source_partition = excluded.source_partition
 		      THEN st.source_offset < excluded.source_offset
 		      ELSE st.changed_at <= excluded.changed_at END`,
-		ids, data, changedAt, topics, partitions, offsets)
+		ids, data, changedAt, topics, partitions, offsets, unstable)
 	if err != nil {
 		return fmt.Errorf("storing %d sensor states: %w", len(ids), err)
 	}

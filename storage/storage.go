@@ -71,8 +71,13 @@ type Sensor struct {
 	Address string
 	// HeartbeatTimeout overrides the fleet-wide timeout when non-zero.
 	HeartbeatTimeout time.Duration
-	CreatedAt        time.Time
-	UpdatedAt        time.Time
+	// OpenAlertAfter, when non-zero, makes an unlock that lasts longer than it a
+	// sensor_open_too_long event.
+	OpenAlertAfter time.Duration
+	// Site names the sensor's site; empty when it has none.
+	Site      string
+	CreatedAt time.Time
+	UpdatedAt time.Time
 	// State is nil until the sensor's first reading has been consumed.
 	State *SensorState
 }
@@ -89,6 +94,10 @@ type SensorState struct {
 type SensorUpdate struct {
 	Address          *string
 	HeartbeatTimeout *time.Duration
+	// OpenAlertAfter, when set, replaces the sensor's; zero turns the alert off.
+	OpenAlertAfter *time.Duration
+	// Site, when set, replaces the sensor's site; "" removes it.
+	Site *string
 }
 
 // Platform is a push target's mobile platform.

@@ -100,6 +100,24 @@ func describeSensorMessage(m storage.InboxMessage) (string, json.RawMessage) {
 	case "connection_restored":
 		subject = fmt.Sprintf("%s is back online", m.SensorID)
 		text = fmt.Sprintf("The lock at %s reports again.", where)
+	case "site_outage":
+		subject = fmt.Sprintf("site of %s is out", m.SensorID)
+		text = fmt.Sprintf("Several locks of the site of %s lost their connection at once.", where)
+	case "site_restored":
+		subject = fmt.Sprintf("site of %s is back", m.SensorID)
+		text = fmt.Sprintf("Most locks of the site of %s report again.", where)
+	case "sensor_unstable":
+		subject = fmt.Sprintf("%s is unstable", m.SensorID)
+		text = fmt.Sprintf("The lock at %s changes too often; its changes are held until it settles.", where)
+	case "sensor_stable":
+		subject = fmt.Sprintf("%s settled: %s", m.SensorID, state(m.Data))
+		text = fmt.Sprintf("The lock at %s settled; it is %s.", where, state(m.Data))
+	case "maintenance_ended":
+		subject = fmt.Sprintf("maintenance of %s ended", m.SensorID)
+		text = fmt.Sprintf("A maintenance window of the lock at %s (or its site) ended.", where)
+	case "sensor_open_too_long":
+		subject = fmt.Sprintf("%s unlocked too long", m.SensorID)
+		text = fmt.Sprintf("The lock at %s has been unlocked for longer than its alert allows.", where)
 	default:
 		subject = fmt.Sprintf("%s: %s", m.SensorID, m.Type)
 		text = fmt.Sprintf("%s at %s.", m.Type, where)

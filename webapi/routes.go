@@ -79,6 +79,8 @@ func (s *Server) routes() *chi.Mux {
 		r.Get("/v1/sensors/{id}/clients", s.handle(s.listSensorClients))
 		r.Get("/v1/sensors/{id}/events", s.handle(s.sensorEvents))
 		r.Get("/v1/sensors/{id}/readings", s.handle(s.sensorReadings))
+		r.Put("/v1/sensors/{id}/maintenance", s.handle(s.putSensorMaintenance))
+		r.Put("/v1/sites/{site}/maintenance", s.handle(s.putSiteMaintenance))
 
 		r.Post("/v1/clients", s.handle(s.createClient))
 		r.Get("/v1/clients", s.handle(s.listClients))
@@ -92,6 +94,7 @@ func (s *Server) routes() *chi.Mux {
 		r.Delete("/v1/clients/{id}/sensors/{sensor_id}", s.handle(s.unlinkSensor))
 
 		r.Get("/v1/clients/{id}/deliveries", s.handle(s.listClientDeliveries))
+		r.Get("/v1/clients/{id}/events", s.handle(s.listClientEvents))
 		r.Get("/v1/deliveries/{id}", s.handle(s.getDelivery))
 		r.Post("/v1/deliveries/{id}/retry", s.handle(s.retryDelivery))
 		r.Post("/v1/clients/{id}/deliveries/recover", s.handle(s.recoverDeliveries))

@@ -22,6 +22,8 @@ const (
 	maxAddressLen       = 256
 	minHeartbeatTimeout = time.Minute
 	maxHeartbeatTimeout = 168 * time.Hour
+	minOpenAlertAfter   = time.Second
+	maxOpenAlertAfter   = 30 * 24 * time.Hour
 )
 
 // validSensorID reports whether id is 1 to 16 ASCII letters or digits.
@@ -48,6 +50,8 @@ type sensorBody struct {
 	LastSeen         *time.Time `json:"last_seen"`
 	Connection       string     `json:"connection"`
 	HeartbeatTimeout string     `json:"heartbeat_timeout,omitempty"`
+	OpenAlertAfter   string     `json:"open_alert_after,omitempty"`
+	Site             string     `json:"site,omitempty"`
 	CreatedAt        time.Time  `json:"created_at"`
 	UpdatedAt        time.Time  `json:"updated_at"`
 }
@@ -90,6 +94,10 @@ func renderSensor(sensor storage.Sensor, status SensorConnection) sensorBody {
 	if sensor.HeartbeatTimeout > 0 {
 		body.HeartbeatTimeout = sensor.HeartbeatTimeout.String()
 	}
+	if sensor.OpenAlertAfter > 0 {
+		body.OpenAlertAfter = sensor.OpenAlertAfter.String()
+	}
+	body.Site = sensor.Site
 	lastSeen, connection := status.LastSeen, status.Connection
 	if sensor.State == nil {
 		// Never reported: the heartbeat tracks it from its registration, which is
@@ -156,6 +164,32 @@ func parseHeartbeatTimeout(errs *fieldErrors, raw string) time.Duration {
 	return d
 }
 
+// parseOpenAlertAfter reads open_alert_after, a Go duration string within the
+// allowed range, adding a field error when it is not one.
+func parseOpenAlertAfter(errs *fieldErrors, raw string) time.Duration {
+	d, err := time.ParseDuration(raw)
+	switch {
+	case err != nil:
+		errs.add("open_alert_after", "must be a duration such as \"10m\" or \"1h\", got %q", raw)
+	case d < minOpenAlertAfter || d > maxOpenAlertAfter:
+		errs.add("open_alert_after", "must be from %s to %s, got %s", minOpenAlertAfter, maxOpenAlertAfter, d)
+	}
+	return d
+}
+
+// checkSite adds a field error when site cannot name a site: 1 to 64 ASCII
+// letters, digits, '_', '-' or '.'.
+func checkSite(errs *fieldErrors, site string) {
+	ok := site != "" && len(site) <= 64
+	for i := range len(site) {
+		c := site[i]
+		ok = ok && ('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' || c == '.')
+	}
+	if !ok {
+		errs.add("site", "must be 1 to 64 ASCII letters, digits, '_', '-' or '.', got %q", site)
+	}
+}
+
 // sensorFromPath returns the {id} of the route, or a 404 when it cannot name a sensor.
 func sensorFromPath(r *http.Request) (string, error) {
 	id := chi.URLParam(r, "id")
@@ -175,6 +209,8 @@ func (s *Server) createSensor(w http.ResponseWriter, r *http.Request) error {
 		ID               *string `json:"id"`
 		Address          *string `json:"address"`
 		HeartbeatTimeout *string `json:"heartbeat_timeout"`
+		OpenAlertAfter   *string `json:"open_alert_after"`
+		Site             *string `json:"site"`
 	}
 	if err := s.decodeJSON(w, r, &req); err != nil {
 		return err
@@ -199,6 +235,13 @@ func (s *Server) createSensor(w http.ResponseWriter, r *http.Request) error {
 	}
 	if req.HeartbeatTimeout != nil {
 		sensor.HeartbeatTimeout = parseHeartbeatTimeout(&errs, *req.HeartbeatTimeout)
+	}
+	if req.OpenAlertAfter != nil {
+		sensor.OpenAlertAfter = parseOpenAlertAfter(&errs, *req.OpenAlertAfter)
+	}
+	if req.Site != nil {
+		checkSite(&errs, *req.Site)
+		sensor.Site = *req.Site
 	}
 	if err := errs.err(); err != nil {
 		return err
@@ -285,7 +328,7 @@ func (s *Server) getSensor(w http.ResponseWriter, r *http.Request) error {
 }
 
 // updateSensor handles PATCH /v1/sensors/{id}. A null heartbeat_timeout returns the
-// sensor to the fleet-wide timeout.
+// sensor to the fleet-wide timeout; a null open_alert_after turns its alert off.
 func (s *Server) updateSensor(w http.ResponseWriter, r *http.Request) error {
 	id, err := sensorFromPath(r)
 	if err != nil {
@@ -294,6 +337,8 @@ func (s *Server) updateSensor(w http.ResponseWriter, r *http.Request) error {
 	var req struct {
 		Address          optional[string] `json:"address"`
 		HeartbeatTimeout optional[string] `json:"heartbeat_timeout"`
+		OpenAlertAfter   optional[string] `json:"open_alert_after"`
+		Site             optional[string] `json:"site"`
 	}
 	if err := s.decodeJSON(w, r, &req); err != nil {
 		return err
@@ -316,6 +361,22 @@ func (s *Server) updateSensor(w http.ResponseWriter, r *http.Request) error {
 	case req.HeartbeatTimeout.set:
 		d := parseHeartbeatTimeout(&errs, req.HeartbeatTimeout.value)
 		update.HeartbeatTimeout = &d
+	}
+	switch {
+	case req.OpenAlertAfter.null:
+		var off time.Duration
+		update.OpenAlertAfter = &off
+	case req.OpenAlertAfter.set:
+		d := parseOpenAlertAfter(&errs, req.OpenAlertAfter.value)
+		update.OpenAlertAfter = &d
+	}
+	switch {
+	case req.Site.null:
+		none := ""
+		update.Site = &none
+	case req.Site.set:
+		checkSite(&errs, req.Site.value)
+		update.Site = &req.Site.value
 	}
 	if err := errs.err(); err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/webapi"
 )
 
@@ -379,4 +380,89 @@ func TestSensorStatusSeam(t *testing.T) {
 	if fmt.Sprint(l.created) != "[online lost never broken lost2 silentNew]" {
 		t.Fatalf("observer told created %v", l.created)
 	}
+}
+
+// open_alert_after is set at creation or by PATCH, shown, validated, and turned
+// off by null.
+func TestSensorOpenAlertAfter(t *testing.T) {
+	t.Parallel()
+	api := newTestAPI(t, apiOptions{})
+	fields := api.request("POST", "/v1/sensors", map[string]any{"id": "door", "address": "1 Main St", "open_alert_after": "10m"}).
+		expect(http.StatusCreated).fields()
+	if fields["open_alert_after"] != "10m0s" {
+		t.Fatalf("open_alert_after at creation = %v", fields["open_alert_after"])
+	}
+	fields = api.request("PATCH", "/v1/sensors/door", map[string]any{"open_alert_after": "45s"}).expect(http.StatusOK).fields()
+	if fields["open_alert_after"] != "45s" {
+		t.Fatalf("open_alert_after after PATCH = %v", fields["open_alert_after"])
+	}
+	api.request("PATCH", "/v1/sensors/door", map[string]any{"open_alert_after": "0s"}).expectInvalid("open_alert_after")
+	api.request("PATCH", "/v1/sensors/door", map[string]any{"open_alert_after": "later"}).expectInvalid("open_alert_after")
+	if _, ok := api.request("PATCH", "/v1/sensors/door", `{"open_alert_after": null}`).expect(http.StatusOK).fields()["open_alert_after"]; ok {
+		t.Fatal("open_alert_after still shown after null")
+	}
+	if _, ok := api.request("GET", "/v1/sensors/door", nil).expect(http.StatusOK).fields()["open_alert_after"]; ok {
+		t.Fatal("open_alert_after stored after null")
+	}
+}
+
+// site is set at creation or by PATCH, shown, validated, and removed by null.
+func TestSensorSite(t *testing.T) {
+	t.Parallel()
+	api := newTestAPI(t, apiOptions{})
+	fields := api.request("POST", "/v1/sensors", map[string]any{"id": "door", "address": "1 Main St", "site": "hq-1"}).
+		expect(http.StatusCreated).fields()
+	if fields["site"] != "hq-1" {
+		t.Fatalf("site at creation = %v", fields["site"])
+	}
+	if fields = api.request("PATCH", "/v1/sensors/door", map[string]any{"site": "shop.2"}).expect(http.StatusOK).fields(); fields["site"] != "shop.2" {
+		t.Fatalf("site after PATCH = %v", fields["site"])
+	}
+	api.request("PATCH", "/v1/sensors/door", map[string]any{"site": ""}).expectInvalid("site")
+	api.request("PATCH", "/v1/sensors/door", map[string]any{"site": "has space"}).expectInvalid("site")
+	api.request("PATCH", "/v1/sensors/door", `{"site": null}`).expect(http.StatusOK)
+	if _, ok := api.request("GET", "/v1/sensors/door", nil).expect(http.StatusOK).fields()["site"]; ok {
+		t.Fatal("site stored after null")
+	}
+}
+
+// PUT /v1/sensors/{id}/maintenance and /v1/sites/{site}/maintenance set the
+// window not ended yet, validated.
+func TestMaintenanceRoutes(t *testing.T) {
+	t.Parallel()
+	api := newDeliveryAPI(t, func(s *storagetest.Stores) []webapi.Option {
+		return []webapi.Option{webapi.WithMaintenance(s.Postgres)}
+	})
+	api.createSensor("door", "1 Main St")
+	from := time.Now().UTC().Truncate(time.Second)
+	window := func(from, to time.Time) map[string]any {
+		return map[string]any{"from": from.Format(time.RFC3339), "to": to.Format(time.RFC3339)}
+	}
+	var got struct {
+		ID       string    `json:"id"`
+		SensorID string    `json:"sensor_id"`
+		Site     string    `json:"site"`
+		To       time.Time `json:"to"`
+		Silent   []string  `json:"silent"`
+	}
+	api.request("PUT", "/v1/sensors/door/maintenance", window(from, from.Add(time.Hour))).expect(http.StatusOK).decode(&got)
+	first := got.ID
+	if got.SensorID != "door" || !got.To.Equal(from.Add(time.Hour)) || got.Silent == nil {
+		t.Fatalf("window = %+v", got)
+	}
+	// PUT again moves the same window.
+	api.request("PUT", "/v1/sensors/door/maintenance", window(from, from.Add(2*time.Hour))).expect(http.StatusOK).decode(&got)
+	if got.ID != first || !got.To.Equal(from.Add(2*time.Hour)) {
+		t.Fatalf("moved window = %+v, want %s until +2h", got, first)
+	}
+	got.SensorID = ""
+	api.request("PUT", "/v1/sites/hq-1/maintenance", window(from, from.Add(time.Hour))).expect(http.StatusOK).decode(&got)
+	if got.Site != "hq-1" || got.SensorID != "" {
+		t.Fatalf("site window = %+v", got)
+	}
+	api.request("PUT", "/v1/sensors/door/maintenance", window(from, from.Add(-time.Hour))).expectInvalid("to")
+	api.request("PUT", "/v1/sensors/door/maintenance", window(from, from.Add(32*24*time.Hour))).expectInvalid("to")
+	api.request("PUT", "/v1/sensors/door/maintenance", map[string]any{}).expectInvalid("from", "to")
+	api.request("PUT", "/v1/sensors/ghost/maintenance", window(from, from.Add(time.Hour))).expectProblem(http.StatusNotFound, "not-found")
+	api.request("PUT", "/v1/sites/has%20space/maintenance", window(from, from.Add(time.Hour))).expectProblem(http.StatusNotFound, "not-found")
 }

@@ -300,6 +300,10 @@ type Server struct {
 	// deliveries and attempts serve the delivery routes; see WithDeliveries.
 	deliveries DeliveryStore
 	attempts   DeliveryAttempts
+	// clientEvents serves the reconcile feed; see WithClientEvents.
+	clientEvents ClientEvents
+	// maintenance serves the maintenance routes; see WithMaintenance.
+	maintenance MaintenanceStore
 
 	// controls and retention serve the delivery controls; see
 	// WithDeliveryControls.

@@ -49,7 +49,8 @@ func commands() []command {
 	apiSettings := []string{"http-addr", "admin-token", "ingest-token", "push-token",
 		"http-read-timeout", "http-write-timeout", "http-idle-timeout", "secret-key", "secret-overlap", "data-dir",
 		"amqp-url", "amqp-exchange", "new-member-window", "retention"}
-	heartbeatSettings := []string{"heartbeat-timeout", "heartbeat-sweep-interval"}
+	heartbeatSettings := []string{"heartbeat-timeout", "heartbeat-sweep-interval", "site-outage-min", "site-hold",
+		"flap-changes", "flap-window"}
 	return []command{
 		{
 			name:     "migrate",
@@ -373,7 +374,7 @@ func apiDaemon(ctx context.Context, n *node) (daemon, error) {
 	if err != nil {
 		return daemon{}, err
 	}
-	opts := []webapi.Option{webapi.WithHistory(n.ch), webapi.WithDeliveries(n.pg, n.pg), webapi.WithPushes(n.pg, n.pg),
+	opts := []webapi.Option{webapi.WithHistory(n.ch), webapi.WithDeliveries(n.pg, n.pg), webapi.WithClientEvents(n.pg), webapi.WithMaintenance(n.pg), webapi.WithPushes(n.pg, n.pg),
 		webapi.WithSensorStatus(hooks),
 		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks), webapi.WithConsole(con.Handler()),
 		webapi.WithInbox(n.pg, n.pg, n.redis, inboxCfg), webapi.WithUnregistered(n.pg)}
@@ -454,7 +455,15 @@ func consumerDaemon(_ context.Context, n *node) (daemon, error) {
 	if err != nil {
 		return daemon{}, err
 	}
-	c, err := consumer.New(consumer.Config{Stream: n.stream},
+	flapChanges, err := n.v.int("flap-changes")
+	if err != nil {
+		return daemon{}, err
+	}
+	flapWindow, err := n.v.duration("flap-window")
+	if err != nil {
+		return daemon{}, err
+	}
+	c, err := consumer.New(consumer.Config{Stream: n.stream, FlapChanges: flapChanges, FlapWindow: flapWindow},
 		consumer.Deps{States: n.pg, Sightings: tracker, Unregistered: n.pg}, n.reg, n.logger.With("daemon", "consumer"))
 	if err != nil {
 		return daemon{}, err

@@ -24,7 +24,20 @@ func (n *node) heartbeatConfig() (heartbeat.Config, error) {
 	if err != nil {
 		return heartbeat.Config{}, err
 	}
-	return heartbeat.Config{Timeout: timeout, SweepInterval: sweep}, nil
+	siteMin, err := n.v.int("site-outage-min")
+	if err != nil {
+		return heartbeat.Config{}, err
+	}
+	siteHold, err := n.v.duration("site-hold")
+	if err != nil {
+		return heartbeat.Config{}, err
+	}
+	flapWindow, err := n.v.duration("flap-window")
+	if err != nil {
+		return heartbeat.Config{}, err
+	}
+	return heartbeat.Config{Timeout: timeout, SweepInterval: sweep, SiteOutageMin: siteMin, SiteHold: siteHold,
+		FlapWindow: flapWindow}, nil
 }
 
 // heartbeatTracker returns the node's one tracker, creating it on first use: the
@@ -71,6 +84,8 @@ func heartbeatDaemon(_ context.Context, n *node) (daemon, error) {
 		Store: n.redis, Registry: n.pg, History: n.ch,
 		Publisher: stream.NewEventPublisher(n.stream, client),
 		Progress:  progress,
+		States:    n.pg, OpenAlerts: n.pg,
+		Sites: n.pg, SiteStore: n.redis, Maintenance: n.pg, Flapping: n.pg,
 	}, n.reg, logger)
 	if err != nil {
 		client.Close()

@@ -185,7 +185,9 @@ func seqsOf(ms []streamMessage) []int64 {
 func TestInboxAndStreamThroughAll(t *testing.T) {
 	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 	t.Cleanup(receiver.Close)
-	n := startDeliveryNode(t, []string{"all"}, "LOCKSTREAM_WEBHOOK_ALLOW_PRIVATE=true")
+	// Ten flips within a minute would make the sensor unstable (its later
+	// changes held): this test follows every change.
+	n := startDeliveryNode(t, []string{"all"}, "LOCKSTREAM_WEBHOOK_ALLOW_PRIVATE=true", "LOCKSTREAM_FLAP_CHANGES=1000")
 	const sensor = "inboxDoor"
 	clientID, _ := n.watcher("home", receiver.URL, sensor)
 	alice := n.call("POST", "/v1/clients/"+clientID+"/members", deliveryAdminToken, map[string]any{"name": "Alice"}, http.StatusCreated)

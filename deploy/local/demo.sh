@@ -72,6 +72,24 @@ swrve:
     'sensor.connection_restored':
       IOS: demo-campaign-restored-ios
       ANDROID: demo-campaign-restored-android
+    'sensor.sensor_open_too_long':
+      IOS: demo-campaign-open-too-long-ios
+      ANDROID: demo-campaign-open-too-long-android
+    'sensor.site_outage':
+      IOS: demo-campaign-site-outage-ios
+      ANDROID: demo-campaign-site-outage-android
+    'sensor.site_restored':
+      IOS: demo-campaign-site-restored-ios
+      ANDROID: demo-campaign-site-restored-android
+    'sensor.sensor_unstable':
+      IOS: demo-campaign-unstable-ios
+      ANDROID: demo-campaign-unstable-android
+    'sensor.sensor_stable':
+      IOS: demo-campaign-stable-ios
+      ANDROID: demo-campaign-stable-android
+    'sensor.maintenance_ended':
+      IOS: demo-campaign-maintenance-ended-ios
+      ANDROID: demo-campaign-maintenance-ended-android
 YAML
 fi
 

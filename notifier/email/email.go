@@ -357,6 +357,11 @@ type view struct {
 	PreviousState string
 	At            string
 	AtRFC3339     string
+	// Severity is critical, warning or info.
+	Severity string
+	// Site and Sensors are a site event's site and the sensors it lists.
+	Site    string
+	Sensors string
 }
 
 // stateWord names a sensor state: 1 is locked, 0 unlocked.
@@ -388,12 +393,18 @@ func (s *Sender) message(to string, n notifier.Notification) (*mail.Msg, error) 
 		State:          stateWord(n.Data),
 		At:             n.At.UTC().Format("Mon, 02 Jan 2006 15:04:05 MST"),
 		AtRFC3339:      n.At.UTC().Format(time.RFC3339),
+		Severity:       cmp.Or(n.Severity, "info"),
+		Site:           n.Site,
+		Sensors:        strings.Join(n.Sensors, ", "),
 	}
 	if n.Previous != nil {
 		v.PreviousState = stateWord(n.Previous)
 	}
 
 	var subject, text, html bytes.Buffer
+	if v.Severity == "critical" {
+		subject.WriteString("Critical: ")
+	}
 	if err := s.text.ExecuteTemplate(&subject, n.Type+".subject", v); err != nil {
 		return nil, fmt.Errorf("rendering email subject: %w", err)
 	}

@@ -338,6 +338,19 @@ func TestSendConnectionEvents(t *testing.T) {
 	}
 	mustContain(t, "restored text", m.text, "is reporting again", "restored at Sun, 22 Nov 2026 10:00:00 UTC", "It is unlocked.", "no address on record")
 	mustContain(t, "restored HTML", m.html, "<strong>restored</strong>", "It is <strong>unlocked</strong>.")
+	mustContain(t, "severity", m.text, "Severity: info")
+
+	open := stateChanged()
+	open.ID, open.Type, open.Data, open.Previous, open.Severity = "open-1", "sensor_open_too_long", intp(0), nil, "critical"
+	if res := s.Send(t.Context(), "owner@example.com", open); res.Outcome != notifier.Sent {
+		t.Fatalf("open too long: result = %+v", res)
+	}
+	m = parse(t, srv.next(t).data)
+	if m.subject != "Critical: Sensor xa7v9Dfadr7H has been unlocked too long" {
+		t.Errorf("open too long subject = %q", m.subject)
+	}
+	mustContain(t, "open too long text", m.text, "unlocked for longer than its alert allows", "Severity: critical")
+	mustContain(t, "open too long HTML", m.html, "unlocked for too long", "<strong>critical</strong>")
 }
 
 func TestSendClassifiesSMTPReplies(t *testing.T) {

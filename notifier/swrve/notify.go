@@ -11,8 +11,8 @@ import (
 )
 
 // PrototypePrefix is put before an event type to name the message prototype
-// of its notifications: sensor.state_changed, sensor.connection_lost and
-// sensor.connection_restored.
+// of its notifications: sensor.state_changed, sensor.connection_lost,
+// sensor.connection_restored, sensor.sensor_open_too_long, ...
 const PrototypePrefix = "sensor."
 
 // NotificationSender sends sensor notifications as pushes through a Sender;
@@ -40,8 +40,16 @@ func (ns NotificationSender) Send(ctx context.Context, target storage.PushTarget
 }
 
 // Message is the short text a sensor notification is pushed with, for example
-// "Sensor s1 (Main St 1) is now locked".
+// "Sensor s1 (Main St 1) is now locked"; a critical one starts with
+// "Critical: ".
 func Message(n notifier.Notification) string {
+	if n.Severity == string(event.Critical) {
+		return "Critical: " + message(n)
+	}
+	return message(n)
+}
+
+func message(n notifier.Notification) string {
 	sensor := "Sensor " + cmp.Or(n.SensorID, "?")
 	if n.SensorAddress != "" {
 		sensor += " (" + n.SensorAddress + ")"
@@ -61,6 +69,22 @@ func Message(n notifier.Notification) string {
 			msg += "; it is " + stateWord(n.Data)
 		}
 		return msg
+	case string(event.SensorOpenTooLong):
+		return sensor + " has been unlocked for too long"
+	case string(event.SiteOutage):
+		return fmt.Sprintf("Site %s is out: %d sensors lost their connection", n.Site, len(n.Sensors))
+	case string(event.SensorUnstable):
+		return sensor + " changes too often; its changes are held until it settles"
+	case string(event.SensorStable):
+		return fmt.Sprintf("%s settled: it is %s", sensor, stateWord(n.Data))
+	case string(event.MaintenanceEnded):
+		what := sensor
+		if n.Site != "" {
+			what = "Site " + n.Site
+		}
+		return fmt.Sprintf("%s: maintenance ended; %d sensors went silent during it", what, len(n.Sensors))
+	case string(event.SiteRestored):
+		return fmt.Sprintf("Site %s is back: most of its sensors report again", n.Site)
 	}
 	return sensor + ": " + n.Type
 }

@@ -407,6 +407,8 @@ func TestMessage(t *testing.T) {
 		{notifier.Notification{Type: "connection_lost", SensorID: "s1"}, "Sensor s1 lost its connection"},
 		{notifier.Notification{Type: "connection_restored", SensorID: "s1", SensorAddress: "Gate", Data: &zero},
 			"Sensor s1 (Gate) is reporting again; it is unlocked"},
+		{notifier.Notification{Type: "sensor_open_too_long", SensorID: "s1", Data: &zero, Severity: "critical"},
+			"Critical: Sensor s1 has been unlocked for too long"},
 	} {
 		if got := swrve.Message(tc.n); got != tc.want {
 			t.Errorf("Message(%+v) = %q, want %q", tc.n, got, tc.want)

@@ -28,6 +28,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/notifier"
 )
 
@@ -125,7 +126,18 @@ type Body struct {
 	Data     *int      `json:"data"`
 	Previous *int      `json:"previous"`
 	At       time.Time `json:"at"`
-	Attempt  int       `json:"attempt"`
+	// Severity grades the event: critical, warning or info.
+	Severity string `json:"severity"`
+	// Seq is the event's number in the client's sequence (1, 2, 3…, no gap):
+	// GET /v1/clients/{id}/events?after=<seq> lists what came after it.
+	// Absent only for events from before seqs existed.
+	Seq int64 `json:"seq,omitempty"`
+	// Site and Sensors are set for a site event (site_outage, site_restored):
+	// the site and the ids of the sensors it is about; sensor is then the
+	// first of them.
+	Site    string   `json:"site,omitempty"`
+	Sensors []string `json:"sensors,omitempty"`
+	Attempt int      `json:"attempt"`
 }
 
 // Sensor identifies the sensor a webhook is about.
@@ -143,6 +155,10 @@ func NewBody(n notifier.Notification) Body {
 		Data:     n.Data,
 		Previous: n.Previous,
 		At:       n.At.UTC(),
+		Severity: cmp.Or(n.Severity, string(event.SeverityOf(event.Type(n.Type), n.Data))),
+		Seq:      n.Seq,
+		Site:     n.Site,
+		Sensors:  n.Sensors,
 		Attempt:  n.Attempt,
 	}
 }

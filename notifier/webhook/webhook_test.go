@@ -126,6 +126,7 @@ func TestSendSignsStandardWebhook(t *testing.T) {
 		"data":     1.0,
 		"previous": 0.0,
 		"at":       "2026-11-22T10:00:00Z",
+		"severity": "info",
 		"attempt":  3.0,
 	}
 	if fmt.Sprint(body) != fmt.Sprint(want) {

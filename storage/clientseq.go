@@ -1,0 +1,127 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// assignClientSeqs gives each notification a fan-out batch created its
+// client's next seq, in the batch's event order, in one statement inside the
+// fan-out's transaction tx. The statement moves each client's counter
+// (client_event_seq) on by its count with an upsert, clients in id order so
+// concurrent fan-outs never deadlock; the row lock is held to commit, so a
+// later transaction's seqs commit after this one's: a reader never sees a seq
+// while an earlier one is still uncommitted, and no seq is skipped or taken
+// twice, whatever the number of fan-out processes. Only notifications the
+// batch created (its INSERT … ON CONFLICT DO NOTHING returned them) get one,
+// so a replayed event takes no seq.
+func assignClientSeqs(ctx context.Context, tx pgx.Tx, events []NotificationInput, created []newNotification) error {
+	if len(created) == 0 {
+		return nil
+	}
+	ids := make([]string, len(created))
+	clients := make([]string, len(created))
+	times := make([]time.Time, len(created))
+	ords := make([]int, len(created))
+	for i, n := range created {
+		ids[i], clients[i], ords[i], times[i] = n.id, n.clientID, n.event, events[n.event].At
+	}
+	_, err := tx.Exec(ctx, `
+		WITH nn AS (
+			SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::timestamptz[], $4::int[]) AS x (id, client_id, event_at, ord)
+		), c AS (
+			SELECT client_id, count(*) AS n FROM nn GROUP BY client_id
+		), bumped AS (
+			INSERT INTO client_event_seq AS q (client_id, last_seq)
+			SELECT client_id, n FROM c ORDER BY client_id
+			ON CONFLICT (client_id) DO UPDATE SET last_seq = q.last_seq + excluded.last_seq
+			RETURNING q.client_id, q.last_seq
+		), s AS (
+			SELECT nn.id, nn.event_at,
+			       b.last_seq - c.n + row_number() OVER (PARTITION BY nn.client_id ORDER BY nn.ord, nn.id) AS seq
+			FROM nn JOIN bumped b ON b.client_id = nn.client_id JOIN c ON c.client_id = nn.client_id
+		)
+		UPDATE notifications n SET client_seq = s.seq
+		FROM s WHERE n.id = s.id AND n.event_at = s.event_at`,
+		ids, clients, times, ords)
+	if err != nil {
+		return fmt.Errorf("numbering %d notifications per client: %w", len(created), err)
+	}
+	return nil
+}
+
+// ClientEvent is an event delivered to a client, as GET
+// /v1/clients/{id}/events lists it: what its webhook carried.
+type ClientEvent struct {
+	// Seq is the client's own counter: 1, 2, 3… in the order its
+	// notifications were created.
+	Seq           int64
+	EventID       string
+	Type          string
+	SensorID      string
+	SensorAddress string
+	Data          *int
+	Previous      *int
+	At            time.Time
+	// Site and Sensors are set for a site event.
+	Site    string
+	Sensors []string
+}
+
+// ListClientEvents returns up to limit of the client's events with a seq after
+// after, in seq order: with no gap, since seqs commit in order. It returns
+// ErrNotFound when the client does not exist. It reads the client's range of
+// the (client_id, client_seq) index of each month partition.
+func (p *Postgres) ListClientEvents(ctx context.Context, clientID string, after int64, limit int) ([]ClientEvent, error) {
+	if uuid.Validate(clientID) != nil {
+		return nil, fmt.Errorf("listing events of client %s: %w", clientID, ErrNotFound)
+	}
+	var exists bool
+	rows, err := p.pool.Query(ctx, `
+		SELECT true, n.client_seq, n.event_id, n.type, n.sensor_id, coalesce(s.address, ''), n.data, n.previous, n.event_at,
+		       coalesce(n.site, ''), n.sensors
+		FROM clients c
+		LEFT JOIN LATERAL (
+			SELECT * FROM notifications n
+			WHERE n.client_id = c.id AND n.client_seq > $2
+			ORDER BY n.client_seq LIMIT $3
+		) n ON true
+		LEFT JOIN sensors s ON s.id = n.sensor_id
+		WHERE c.id = $1
+		ORDER BY n.client_seq`, clientID, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing events of client %s: %w", clientID, err)
+	}
+	defer rows.Close()
+	out := []ClientEvent{}
+	for rows.Next() {
+		var (
+			e              ClientEvent
+			seq            *int64
+			eventID, typ   *string
+			sensorID       *string
+			data, previous *int16
+			at             *time.Time
+		)
+		if err := rows.Scan(&exists, &seq, &eventID, &typ, &sensorID, &e.SensorAddress, &data, &previous, &at, &e.Site, &e.Sensors); err != nil {
+			return nil, fmt.Errorf("listing events of client %s: %w", clientID, err)
+		}
+		if seq == nil {
+			continue // the client, with no event after after
+		}
+		e.Seq, e.EventID, e.Type, e.SensorID, e.At = *seq, *eventID, *typ, *sensorID, at.UTC()
+		e.Data, e.Previous = outboxIntPtr(data), outboxIntPtr(previous)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing events of client %s: %w", clientID, err)
+	}
+	if !exists {
+		return nil, fmt.Errorf("listing events of client %s: %w", clientID, ErrNotFound)
+	}
+	return out, nil
+}

@@ -1,0 +1,247 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+)
+
+// SiteOutage is an outage of a site: enough of its sensors lost at once.
+type SiteOutage struct {
+	// ID is the site_outage event's id (event.SiteOutageID).
+	ID   string
+	Site string
+	// StartedAt is the earliest deadline its sensors missed.
+	StartedAt time.Time
+	// Sensors lists the lost sensors it covers, in id order.
+	Sensors []string
+	// RestoredAt is when it ended; zero while it is open.
+	RestoredAt time.Time
+}
+
+// SiteMembers returns the registered sensors of each of sites, in id order,
+// in one query over the site index.
+func (p *Postgres) SiteMembers(ctx context.Context, sites []string) (map[string][]string, error) {
+	out := make(map[string][]string, len(sites))
+	if len(sites) == 0 {
+		return out, nil
+	}
+	rows, err := p.pool.Query(ctx, `
+		SELECT site, array_agg(id ORDER BY id) FROM sensors WHERE site = ANY ($1::text[]) GROUP BY site`, sites)
+	if err != nil {
+		return nil, fmt.Errorf("reading the sensors of %d sites: %w", len(sites), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			site    string
+			members []string
+		)
+		if err := rows.Scan(&site, &members); err != nil {
+			return nil, fmt.Errorf("reading the sensors of %d sites: %w", len(sites), err)
+		}
+		out[site] = members
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading the sensors of %d sites: %w", len(sites), err)
+	}
+	return out, nil
+}
+
+// OpenSiteOutages opens the outages given, one per site at most: a site that
+// has an open outage already keeps it (the partial unique index on open
+// outages decides between heartbeat processes racing for the same site). It
+// returns the outages this call opened — whose events the caller publishes —
+// and every outage open now for the sites given, its own included. Two
+// statements in one transaction: the second sees what concurrent callers
+// committed meanwhile.
+func (p *Postgres) OpenSiteOutages(ctx context.Context, outages []SiteOutage) (opened, open []SiteOutage, err error) {
+	if len(outages) == 0 {
+		return nil, nil, nil
+	}
+	ids := make([]string, len(outages))
+	sites := make([]string, len(outages))
+	starts := make([]time.Time, len(outages))
+	sensors := make([]string, len(outages))
+	for i, o := range outages {
+		ids[i], sites[i], starts[i] = o.ID, o.Site, o.StartedAt
+		sensors[i] = joinIDs(o.Sensors)
+	}
+	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			INSERT INTO site_outages (id, site, started_at, sensors)
+			SELECT id, site, started_at, string_to_array(sensors, ',')
+			FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[]) AS x (id, site, started_at, sensors)
+			ORDER BY site
+			ON CONFLICT DO NOTHING
+			RETURNING id, site, started_at, sensors, NULL::timestamptz`, ids, sites, starts, sensors)
+		if err != nil {
+			return err
+		}
+		if opened, err = collectOutages(rows); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `
+			SELECT id, site, started_at, sensors, restored_at FROM site_outages
+			WHERE site = ANY ($1::text[]) AND restored_at IS NULL`, sites)
+		if err != nil {
+			return err
+		}
+		open, err = collectOutages(rows)
+		return err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening %d site outages: %w", len(outages), err)
+	}
+	return opened, open, nil
+}
+
+// joinIDs joins sensor ids with commas (ids are letters and digits), for a
+// string_to_array parameter.
+func joinIDs(ids []string) string { return strings.Join(ids, ",") }
+
+func collectOutages(rows pgx.Rows) ([]SiteOutage, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (SiteOutage, error) {
+		var (
+			o        SiteOutage
+			restored *time.Time
+		)
+		err := row.Scan(&o.ID, &o.Site, &o.StartedAt, &o.Sensors, &restored)
+		if restored != nil {
+			o.RestoredAt = *restored
+		}
+		return o, err
+	})
+}
+
+// MarkSiteEventsPublished records that the events of these outages are on
+// Kafka: their site_outage (restored false) or their site_restored (true).
+func (p *Postgres) MarkSiteEventsPublished(ctx context.Context, ids []string, restored bool) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := p.pool.Exec(ctx, `
+		UPDATE site_outages SET
+			published_at = CASE WHEN $2 THEN published_at ELSE coalesce(published_at, now()) END,
+			restore_published_at = CASE WHEN $2 THEN coalesce(restore_published_at, now()) ELSE restore_published_at END
+		WHERE id = ANY ($1::text[])`, ids, restored)
+	if err != nil {
+		return fmt.Errorf("marking %d site events published: %w", len(ids), err)
+	}
+	return nil
+}
+
+// UnpublishedSiteEvents returns up to limit outages whose site_outage (restored
+// false) or site_restored (true) is not known to be on Kafka though it was
+// decided before before: their publisher failed or died.
+func (p *Postgres) UnpublishedSiteEvents(ctx context.Context, before time.Time, limit int, restored bool) ([]SiteOutage, error) {
+	rows, err := p.pool.Query(ctx, `
+		SELECT id, site, started_at, sensors, restored_at FROM site_outages
+		WHERE CASE WHEN $3 THEN restored_at < $1 AND restore_published_at IS NULL
+		           ELSE published_at IS NULL AND created_at < $1 END
+		ORDER BY created_at LIMIT $2`, before, limit, restored)
+	if err != nil {
+		return nil, fmt.Errorf("finding unpublished site events: %w", err)
+	}
+	out, err := collectOutages(rows)
+	if err != nil {
+		return nil, fmt.Errorf("finding unpublished site events: %w", err)
+	}
+	return out, nil
+}
+
+// OpenSiteOutagesPublished returns up to limit open outages whose site_outage
+// was published, for the sweep that looks for restored sites.
+func (p *Postgres) OpenSiteOutagesPublished(ctx context.Context, limit int) ([]SiteOutage, error) {
+	rows, err := p.pool.Query(ctx, `
+		SELECT id, site, started_at, sensors, restored_at FROM site_outages
+		WHERE restored_at IS NULL AND published_at IS NOT NULL
+		ORDER BY started_at LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing open site outages: %w", err)
+	}
+	out, err := collectOutages(rows)
+	if err != nil {
+		return nil, fmt.Errorf("listing open site outages: %w", err)
+	}
+	return out, nil
+}
+
+// CloseSiteOutages ends the open outages ids at at and returns those this call
+// ended (another process may have ended some first): the caller publishes
+// their site_restored.
+func (p *Postgres) CloseSiteOutages(ctx context.Context, ids []string, at time.Time) ([]SiteOutage, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := p.pool.Query(ctx, `
+		UPDATE site_outages SET restored_at = $2
+		WHERE id = ANY ($1::text[]) AND restored_at IS NULL
+		RETURNING id, site, started_at, sensors, restored_at`, ids, at)
+	if err != nil {
+		return nil, fmt.Errorf("closing %d site outages: %w", len(ids), err)
+	}
+	out, err := collectOutages(rows)
+	if err != nil {
+		return nil, fmt.Errorf("closing %d site outages: %w", len(ids), err)
+	}
+	return out, nil
+}
+
+// DeferHeartbeatLosses puts off the publication of claimed losses until hold
+// after each one's deadline, in one command: they stay pending, and
+// ReclaimHeartbeatPending hands each to a sweep (of any daemon) once that time
+// has passed. The heartbeat holds the losses of sensors with a site this way,
+// so an outage of the site can cover them.
+func (r *Redis) DeferHeartbeatLosses(ctx context.Context, losses []HeartbeatDeadline, hold time.Duration) error {
+	if len(losses) == 0 {
+		return nil
+	}
+	members := make([]redis.Z, len(losses))
+	for i, l := range losses {
+		members[i] = redis.Z{Member: l.SensorID, Score: float64(l.Deadline.Add(hold).UnixMilli())}
+	}
+	if err := r.client.ZAddArgs(ctx, r.key(hbPending), redis.ZAddArgs{XX: true, Members: members}).Err(); err != nil {
+		return fmt.Errorf("deferring %d heartbeat losses: %w", len(losses), err)
+	}
+	return nil
+}
+
+// eventAudience is the comma-separated sensors whose clients an event
+// reaches: its own and the ones it lists (ids are letters and digits); a site
+// event also reaches the clients of every sensor of its site (in SQL).
+func eventAudience(e NotificationInput) string {
+	if len(e.Sensors) == 0 {
+		return e.SensorID
+	}
+	return e.SensorID + "," + joinIDs(e.Sensors)
+}
+
+// annotateSiteNotifications stores the site and sensors of the batch's site
+// events on their notifications, in one statement inside the fan-out's
+// transaction tx, and none when the batch has no site event.
+func annotateSiteNotifications(ctx context.Context, tx pgx.Tx, events []NotificationInput) error {
+	var ids, sites, sensors []string
+	var times []time.Time
+	for _, e := range events {
+		if e.Site == "" && len(e.Sensors) == 0 {
+			continue
+		}
+		ids, sites, sensors, times = append(ids, e.EventID), append(sites, e.Site), append(sensors, joinIDs(e.Sensors)), append(times, e.At)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `
+		UPDATE notifications n SET site = nullif(x.site, ''), sensors = string_to_array(x.sensors, ',')
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) AS x (event_id, site, sensors, at)
+		WHERE n.event_id = x.event_id AND n.event_at = x.at AND n.sensors IS NULL`, ids, sites, sensors, times)
+	if err != nil {
+		return fmt.Errorf("recording the sites of %d site events: %w", len(ids), err)
+	}
+	return nil
+}
