@@ -110,8 +110,11 @@ type Unseen struct {
 	// ID is the delivery's id; email derives its Message-ID from it.
 	ID string
 	// Digest tells a digest from an episode's email.
-	Digest     bool
-	MemberName string
+	Digest bool
+	// Notification marks the email of one free-form notification, sent as it
+	// arrived (POST /v1/notifications with "email": true), not an escalation.
+	Notification bool
+	MemberName   string
 	// Timezone is the member's IANA zone: times are shown in it.
 	Timezone string
 	// Messages are newest first.

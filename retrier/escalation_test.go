@@ -111,3 +111,65 @@ func TestEscalationsCheckedWhenSent(t *testing.T) {
 		t.Fatalf("pushes sent: %+v", calls)
 	}
 }
+
+// A free-form notification recorded with "email": true mails each addressed
+// member that has an address, once, with that one message, even after the
+// member has seen it in its inbox; a member without an address gets none.
+func TestNotificationEmailsGoOutThroughTheOutbox(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{noRetrier: true})
+	withMail := sha256.Sum256([]byte("lsm_with_mail"))
+	ann, _, err := b.pg.CreateMember(b.ctx, storage.Member{ClientID: b.client.ID, Name: "Ann", Email: "ann@example.com",
+		Timezone: "UTC", Preferences: storage.DefaultMemberPreferences()}, withMail[:], storage.Backfill{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noMail := sha256.Sum256([]byte("lsm_no_mail"))
+	if _, _, err := b.pg.CreateMember(b.ctx, storage.Member{ClientID: b.client.ID, Name: "Bo",
+		Timezone: "UTC", Preferences: storage.DefaultMemberPreferences()}, noMail[:], storage.Backfill{}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := b.pg.RecordNotification(b.ctx, storage.FreeFormNotification{ClientID: b.client.ID, Type: "billing",
+		Subject: "Your invoice is ready", Email: true})
+	if err != nil || rec.Messages != 2 || rec.Emails != 1 {
+		t.Fatalf("recording: %+v, %v; want 2 messages and 1 email", rec, err)
+	}
+	var annMessage string
+	for _, m := range rec.Members {
+		if m.MemberID == ann.ID {
+			annMessage = m.MessageID
+		}
+	}
+	// Seen before the email goes out: a notification email is sent all the same.
+	if n, err := b.pg.MarkInbox(b.ctx, ann.ID, storage.ActionSeen, []string{annMessage}, false); err != nil || n != 1 {
+		t.Fatalf("marking seen: %d, %v", n, err)
+	}
+	b.clock.Set(time.Now().Add(time.Minute)) // the deliveries are due
+	emails := &unseenEmails{}
+	r, err := retrier.New(b.testConfig(retrier.Config{}), retrier.Deps{Store: b.pg, Attempts: b.stores.ClickHouse,
+		Email: emails}, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.run(r)
+	ds, err := b.pg.ListClientDeliveries(b.ctx, b.client.ID, storage.DeliveryFilter{}, storage.Page{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mails []storage.Delivery
+	for _, d := range ds {
+		if d.Channel == storage.ChannelEmail && d.EventType == "billing" {
+			mails = append(mails, d)
+		}
+	}
+	if len(mails) != 1 || mails[0].Target != "member:"+ann.ID {
+		t.Fatalf("notification email deliveries: %+v", mails)
+	}
+	b.waitState(mails[0].ID, storage.DeliverySent, 1)
+	emails.mu.Lock()
+	defer emails.mu.Unlock()
+	if len(emails.sent) != 1 || emails.to[0] != "ann@example.com" || !emails.sent[0].Notification ||
+		len(emails.sent[0].Messages) != 1 || emails.sent[0].Messages[0].Subject != "Your invoice is ready" {
+		t.Fatalf("emails sent: %+v to %v", emails.sent, emails.to)
+	}
+}

@@ -530,8 +530,9 @@ func isMemberEmail(d storage.Delivery) bool {
 	return d.Channel == storage.ChannelEmail && d.NotificationID == ""
 }
 
-// sendMemberEmail makes one attempt of an escalation email, listing what the
-// member has still not seen of sensors its client still watches.
+// sendMemberEmail makes one attempt of a member's email: an escalation,
+// listing what the member has still not seen of sensors its client still
+// watches, or one free-form notification.
 func (r *Retrier) sendMemberEmail(ctx context.Context, d storage.Delivery, me storage.MemberEmail, found bool) notifier.Result {
 	u, ok := r.deps.Email.(UnseenEmailSender)
 	switch {
@@ -546,8 +547,8 @@ func (r *Retrier) sendMemberEmail(ctx context.Context, d storage.Delivery, me st
 	case len(me.Messages) == 0:
 		return failed(ErrorTypeNothingUnseen, errors.New("nothing left unseen to list (seen meanwhile, or access lost)"))
 	}
-	e := notifier.Unseen{ID: d.ID, Digest: me.Kind == storage.MemberEmailDigest, MemberName: me.MemberName,
-		Timezone: me.Timezone}
+	e := notifier.Unseen{ID: d.ID, Digest: me.Kind == storage.MemberEmailDigest,
+		Notification: me.Kind == storage.MemberEmailMessage, MemberName: me.MemberName, Timezone: me.Timezone}
 	for _, m := range me.Messages {
 		e.Messages = append(e.Messages, notifier.UnseenMessage{Type: m.Type, SensorID: m.SensorID,
 			SensorAddress: m.SensorAddress, Subject: m.Subject, Severity: m.Severity, Data: m.Data,

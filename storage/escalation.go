@@ -245,6 +245,9 @@ type MemberEmailKind string
 const (
 	MemberEmailUnseen MemberEmailKind = "unseen"
 	MemberEmailDigest MemberEmailKind = "digest"
+	// MemberEmailMessage mails one free-form notification as it arrives
+	// (POST /v1/notifications with "email": true), seen or not.
+	MemberEmailMessage MemberEmailKind = "message"
 )
 
 // Bounds of what a member email lists.
@@ -292,7 +295,8 @@ func (p *Postgres) MemberEmails(ctx context.Context, deliveryIDs []string) (map[
 		LEFT JOIN LATERAL (
 			SELECT x.* FROM inbox_messages x
 			WHERE x.member_id = me.member_id AND x.seq > me.from_seq AND (me.to_seq IS NULL OR x.seq <= me.to_seq)
-			  AND (me.key IS NULL OR `+episodeKeyX+` = me.key) AND `+episodeUnseen+`
+			  AND (me.key IS NULL OR `+episodeKeyX+` = me.key)
+			  AND (me.kind = 'message' AND x.deleted_at IS NULL OR `+episodeUnseen+`)
 			  AND (x.sensor_id IS NULL OR EXISTS (SELECT 1 FROM client_sensors l
 			                                      WHERE l.client_id = mb.client_id AND l.sensor_id = x.sensor_id))
 			ORDER BY x.seq DESC

@@ -395,6 +395,11 @@ func (p *Postgres) RecordNotification(ctx context.Context, n FreeFormNotificatio
 		for _, a := range added {
 			out.Members = append(out.Members, RecordedMessage{MemberID: a.MemberID, MessageID: a.ID, Seq: a.Seq})
 		}
+		if n.Email {
+			if out.Emails, err = queueNotificationEmails(ctx, tx, n.Type, out.Members); err != nil {
+				return err
+			}
+		}
 		return notifyInbox(ctx, tx, added)
 	})
 	if err != nil {
@@ -402,6 +407,41 @@ func (p *Postgres) RecordNotification(ctx context.Context, n FreeFormNotificatio
 	}
 	out.Messages = len(out.Members)
 	return out, nil
+}
+
+// queueNotificationEmails puts one email delivery in the outbox for each
+// member reached that has an address, each naming its member's new message
+// (a member email of kind message, rendered when sent), in one statement, and
+// wakes the retriers when the transaction commits.
+func queueNotificationEmails(ctx context.Context, tx pgx.Tx, typ string, reached []RecordedMessage) (int, error) {
+	members := make([]string, len(reached))
+	seqs := make([]int64, len(reached))
+	for i, r := range reached {
+		members[i], seqs[i] = r.MemberID, r.Seq
+	}
+	var queued int
+	if err := tx.QueryRow(ctx, `
+		WITH mail AS MATERIALIZED (
+			SELECT lockstream_uuid_v7() AS id, mb.id AS member_id, mb.client_id, a.seq
+			FROM unnest($1::uuid[], $2::bigint[]) AS a (member_id, seq)
+			JOIN members mb ON mb.id = a.member_id
+			WHERE coalesce(mb.email, '') <> ''
+		), d AS (
+			INSERT INTO deliveries (id, client_id, sensor_id, event_type, channel, target, state, next_attempt_at, event_at)
+			SELECT id, client_id, NULL, $3, 'email', 'member:' || member_id, 'PENDING', now(), now() FROM mail
+		), e AS (
+			INSERT INTO member_emails (delivery_id, event_at, member_id, kind, key, from_seq, to_seq)
+			SELECT id, now(), member_id, 'message', NULL, seq - 1, seq FROM mail
+		)
+		SELECT count(*) FROM mail`, members, seqs, typ).Scan(&queued); err != nil {
+		return 0, fmt.Errorf("queueing notification emails: %w", err)
+	}
+	if queued > 0 {
+		if err := notifyOutbox(ctx, tx, map[Channel]int{ChannelEmail: queued}); err != nil {
+			return 0, err
+		}
+	}
+	return queued, nil
 }
 
 // InboxSort is a field messages can be listed by.

@@ -36,8 +36,9 @@ type unseenItem struct {
 }
 
 // SendUnseen makes one attempt to mail an escalation (the messages of an
-// episode the member left unseen, or a digest) to the address to, with a
-// plain-text and an HTML body, and classifies it as Send does.
+// episode the member left unseen, or a digest), or one free-form notification
+// (u.Notification), to the address to, with a plain-text and an HTML body, and
+// classifies it as Send does.
 func (s *Sender) SendUnseen(ctx context.Context, to string, u notifier.Unseen) notifier.Result {
 	msg, err := s.unseenMessage(to, u)
 	if err != nil {
@@ -70,7 +71,10 @@ func (s *Sender) unseenMessage(to string, u notifier.Unseen) (*mail.Msg, error) 
 	}
 	v.About = unseenAbout(u.Messages[0])
 	name := "unseen"
-	if u.Digest {
+	switch {
+	case u.Notification:
+		name = "notification"
+	case u.Digest:
 		name = "digest"
 	}
 	var subject, text, html bytes.Buffer

@@ -52,3 +52,22 @@ func TestSendUnseenAndDigest(t *testing.T) {
 		t.Fatalf("an empty escalation: %+v, want Failed", res)
 	}
 }
+
+// A free-form notification's email carries its subject as the mail's subject.
+func TestSendNotificationEmail(t *testing.T) {
+	t.Parallel()
+	srv := startSMTP(t, smtpOptions{})
+	s := newSender(t, email.Config{SMTPURL: srv.url("smtp"), From: "lockstream <alerts@lockstream.test>"})
+	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	n := notifier.Unseen{ID: "0190-note", Notification: true, MemberName: "Hana", Timezone: "UTC",
+		Messages: []notifier.UnseenMessage{{Type: "invoice", Subject: "Your invoice <3> is ready", Severity: "info", At: at}}}
+	if res := s.SendUnseen(t.Context(), "hana@example.com", n); res.Outcome != notifier.Sent {
+		t.Fatalf("result = %+v, want Sent", res)
+	}
+	m := parse(t, srv.next(t).data)
+	if m.subject != "Your invoice <3> is ready" {
+		t.Errorf("subject %q", m.subject)
+	}
+	mustContain(t, "text part", m.text, "Hello Hana", "Your invoice <3> is ready", "(Sun, 22 Nov 2026 10:00 UTC)", "in your lockstream inbox")
+	mustContain(t, "HTML part", m.html, "Your invoice &lt;3&gt; is ready")
+}
