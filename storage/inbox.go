@@ -682,27 +682,9 @@ func (p *Postgres) InboxAfter(ctx context.Context, cursors []InboxCursor) ([][]I
 // call it again). ready is called once the LISTEN is in place: a caller that
 // missed notifications while not listening must catch up after it.
 func (p *Postgres) ListenInbox(ctx context.Context, ready func(), notice func(InboxNews)) error {
-	pooled, err := p.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("listening for inbox messages: %w", err)
-	}
-	// A listening connection must never serve queries again.
-	conn := pooled.Hijack()
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, `LISTEN `+InboxChannel); err != nil {
-		return fmt.Errorf("listening for inbox messages: %w", err)
-	}
-	ready()
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("waiting for inbox messages: %w", err)
-		}
-		notice(ParseInboxNews(n.Payload))
-	}
+	return p.listen(ctx, InboxChannel, "inbox messages", ready, func(payload string) {
+		notice(ParseInboxNews(payload))
+	})
 }
 
 // CreateInboxPartitions makes sure inbox_messages has its month partitions from

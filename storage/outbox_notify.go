@@ -43,15 +43,32 @@ func notifyOutbox(ctx context.Context, tx pgx.Tx, created map[Channel]int) error
 // place: deliveries created while nobody listened are found by the caller's
 // next look.
 func (p *Postgres) ListenOutbox(ctx context.Context, ready func(), notice func([]Channel)) error {
+	return p.listen(ctx, OutboxChannel, "new deliveries", ready, func(payload string) {
+		var channels []Channel
+		for name := range strings.SplitSeq(payload, ",") {
+			if name != "" {
+				channels = append(channels, Channel(name))
+			}
+		}
+		notice(channels)
+	})
+}
+
+// listen listens on the Postgres notification channel on a connection of its
+// own (taken out of the pool: a listening connection must never serve queries
+// again) and calls payload with every notification's payload, in order, until
+// ctx ends (it then returns nil) or the connection fails (it returns the
+// error, naming what it waited for). ready is called once the LISTEN is in
+// place.
+func (p *Postgres) listen(ctx context.Context, channel, what string, ready func(), payload func(string)) error {
 	pooled, err := p.pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("listening for new deliveries: %w", err)
+		return fmt.Errorf("listening for %s: %w", what, err)
 	}
-	// A listening connection must never serve queries again.
 	conn := pooled.Hijack()
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, `LISTEN `+OutboxChannel); err != nil {
-		return fmt.Errorf("listening for new deliveries: %w", err)
+	if _, err := conn.Exec(ctx, `LISTEN `+channel); err != nil {
+		return fmt.Errorf("listening for %s: %w", what, err)
 	}
 	ready()
 	for {
@@ -60,14 +77,8 @@ func (p *Postgres) ListenOutbox(ctx context.Context, ready func(), notice func([
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("waiting for new deliveries: %w", err)
+			return fmt.Errorf("waiting for %s: %w", what, err)
 		}
-		var channels []Channel
-		for name := range strings.SplitSeq(n.Payload, ",") {
-			if name != "" {
-				channels = append(channels, Channel(name))
-			}
-		}
-		notice(channels)
+		payload(n.Payload)
 	}
 }
