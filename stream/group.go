@@ -122,6 +122,11 @@ type Handler interface {
 	Assigned(client *kgo.Client, topic string, partition int32) PartitionHandler
 }
 
+// CommitInterval is how often a Group commits what its workers marked (also
+// on revoke and at shutdown): a batch's offsets may reach the broker up to this
+// long after its effects were made durable.
+const CommitInterval = 5 * time.Second
+
 // Group is the one Kafka consume loop of lockstream, in franz-go's
 // goroutine-per-partition shape: a worker per assigned partition applies its
 // batches in order while the others work in parallel; a batch is marked for
@@ -236,6 +241,7 @@ func (g *Group) clientOpts() []kgo.Opt {
 		kgo.OnPartitionsRevoked(g.revoked),
 		kgo.OnPartitionsLost(g.lost),
 		kgo.AutoCommitMarks(),
+		kgo.AutoCommitInterval(CommitInterval),
 		kgo.BlockRebalanceOnPoll(),
 	)
 	return append(opts, g.cfg.Opts...)
