@@ -74,6 +74,13 @@ func OpenPostgres(ctx context.Context, url string, opts ...PostgresOption) (*Pos
 	if !strings.Contains(url, "pool_max_conns") {
 		config.MaxConns = DefaultPostgresPoolSize
 	}
+	// lockstream's statements are short and batched: JIT compilation, which
+	// the planner starts on a high cost estimate (a batch over a month
+	// partition not analyzed yet), cost more than a second per outcome write
+	// for milliseconds of work. The URL may still turn it on (options=-c jit=on).
+	if _, set := config.ConnConfig.RuntimeParams["jit"]; !set {
+		config.ConnConfig.RuntimeParams["jit"] = "off"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, config)
 	if err != nil {
 		return nil, fmt.Errorf("opening postgres pool: %w", err)
