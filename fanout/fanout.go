@@ -28,6 +28,7 @@ const (
 	DefaultWriteTimeout  = 30 * time.Second
 	DefaultRetryBackoff  = time.Second
 	DefaultCommitTimeout = 10 * time.Second
+	DefaultQueueBatches  = 64
 )
 
 // Config configures a Fanout.
@@ -57,6 +58,11 @@ type Config struct {
 	// revoke waits for the batches in flight and commits their offsets.
 	// Defaults to DefaultCommitTimeout (10s).
 	CommitTimeout time.Duration
+
+	// QueueBatches bounds the partitions' batches waiting for the writer; a
+	// partition's worker waits when it is full. Defaults to
+	// DefaultQueueBatches (64).
+	QueueBatches int
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.
@@ -67,6 +73,7 @@ func (c Config) WithDefaults() Config {
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
 	c.RetryBackoff = cmp.Or(c.RetryBackoff, DefaultRetryBackoff)
 	c.CommitTimeout = cmp.Or(c.CommitTimeout, DefaultCommitTimeout)
+	c.QueueBatches = cmp.Or(c.QueueBatches, DefaultQueueBatches)
 	return c
 }
 
@@ -91,6 +98,9 @@ func (c Config) Validate() error {
 	if c.CommitTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("fanout: CommitTimeout %s must be positive", c.CommitTimeout))
 	}
+	if c.QueueBatches < 1 {
+		errs = append(errs, fmt.Errorf("fanout: QueueBatches %d must be at least 1", c.QueueBatches))
+	}
 	return errors.Join(errs...)
 }
 
@@ -99,11 +109,16 @@ type NotificationStore interface {
 	CreateNotifications(ctx context.Context, events []storage.NotificationInput) (storage.NotificationsCreated, error)
 }
 
-// Fanout consumes lockstream.events in its own consumer group and, for each
-// polled batch of a partition, creates in one transaction a notification per (event, linked
-// client), a delivery per channel and a message in the inbox of each of the
-// client's members, superseding older undelivered states; it
-// commits the batch's offsets only after that transaction. Replays create
+// Fanout consumes lockstream.events in its own consumer group and creates, in
+// one transaction, a notification per (event, linked client), a delivery per
+// channel and a message in the inbox of each of the client's members,
+// superseding older undelivered states; it commits a batch's offsets only
+// after that transaction. The partitions' workers hand their batches to one
+// writer, which writes whatever has queued up (up to MaxBatch events) in one
+// transaction, in the order the batches came: one transaction at a time per
+// process rather than one per partition, so the partitions neither queue on
+// each other's locks (a client's seq counter is locked to commit) nor pay a
+// commit each. Replays create
 // nothing (event ids are deterministic), so at-least-once consumption yields
 // exactly one delivery per (event, client, channel, target). Records that do not
 // decode are logged, counted and skipped.
@@ -123,6 +138,15 @@ type Fanout struct {
 	filtered      prometheus.Counter
 	batchDuration prometheus.Histogram
 	group         *stream.Group
+	queue         chan submission // the partitions' batches, for the writer
+}
+
+// submission is a partition's batch handed to the writer: done is closed once
+// its rows are committed.
+type submission struct {
+	inputs []storage.NotificationInput
+	start  time.Time
+	done   chan struct{}
 }
 
 // New returns a Fanout; Run starts it. A nil logger logs nothing.
@@ -144,7 +168,7 @@ func New(cfg Config, store NotificationStore, reg prometheus.Registerer, logger 
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	f := &Fanout{cfg: cfg, store: store, logger: logger}
+	f := &Fanout{cfg: cfg, store: store, logger: logger, queue: make(chan submission, cfg.QueueBatches)}
 	var err error
 	if f.group, err = stream.NewGroup(stream.GroupConfig{Stream: cfg.Stream, Group: cfg.Group,
 		Topics: []string{cfg.Stream.EventsTopic()}, MaxPollRecords: cfg.MaxBatch,
@@ -212,12 +236,23 @@ func New(cfg Config, store NotificationStore, reg prometheus.Registerer, logger 
 	return f, nil
 }
 
-// Run consumes until ctx is cancelled and returns nil then. A batch being
-// written when ctx is cancelled is finished and committed first, on a context
-// that is not cancelled (bounded by WriteTimeout and CommitTimeout). It
-// returns an error when Kafka cannot be reached at start.
+// Run consumes until ctx is cancelled and returns nil then. The batches
+// handed to the writer when ctx is cancelled are written and committed first,
+// on a context that is not cancelled (bounded by WriteTimeout and
+// CommitTimeout). It returns an error when Kafka cannot be reached at start.
 func (f *Fanout) Run(ctx context.Context) error {
-	return f.group.Run(ctx)
+	// The writer outlives the group: the group's shutdown waits for the
+	// batches it handed over.
+	writerCtx, stopWriter := context.WithCancel(context.WithoutCancel(ctx))
+	writer := make(chan struct{})
+	go func() {
+		defer close(writer)
+		f.writeLoop(writerCtx)
+	}()
+	err := f.group.Run(ctx)
+	stopWriter()
+	<-writer
+	return err
 }
 
 // Assigned returns the handler of a partition the group assigned
@@ -227,15 +262,32 @@ func (f *Fanout) Assigned(*kgo.Client, string, int32) stream.PartitionHandler { 
 // Close does nothing: the fan-out keeps nothing per partition.
 func (f *Fanout) Close() {}
 
-// Handle writes one partition's batch to the outbox (stream.PartitionHandler).
-// Events of one sensor share a partition, so their order holds across
-// transactions. It returns an error, and the batch is not committed, only if
-// ctx is cancelled while the batch's writes keep failing; the batch is then
-// consumed again.
+// Handle hands one partition's batch to the writer (stream.PartitionHandler)
+// and returns at once; the Pending is closed when the batch's rows are
+// committed. Events of one sensor share a partition and the writer keeps the
+// order batches came in, so their order holds across transactions. It waits
+// while the writer's queue is full, and returns an error (the batch is not
+// committed, and is consumed again) only if ctx is cancelled meanwhile.
 func (f *Fanout) Handle(ctx context.Context, b stream.Batch) (stream.Pending, error) {
 	start := time.Now()
-	inputs := make([]storage.NotificationInput, 0, len(b.Records))
-	for _, r := range b.Records {
+	inputs := f.decode(ctx, b.Records)
+	if len(inputs) == 0 {
+		return nil, nil
+	}
+	sub := submission{inputs: inputs, start: start, done: make(chan struct{})}
+	select {
+	case f.queue <- sub:
+		return sub.done, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// decode turns the batch's records into the outbox's inputs, skipping (and
+// counting) those that do not decode and the events notified to nobody.
+func (f *Fanout) decode(ctx context.Context, records []*kgo.Record) []storage.NotificationInput {
+	inputs := make([]storage.NotificationInput, 0, len(records))
+	for _, r := range records {
 		e, err := event.Decode(r.Value)
 		if err != nil {
 			f.rejected.WithLabelValues("decode").Inc()
@@ -255,40 +307,72 @@ func (f *Fanout) Handle(ctx context.Context, b stream.Batch) (stream.Pending, er
 			Site: e.Site, Sensors: e.Sensors,
 		})
 	}
-	if err := f.write(ctx, inputs); err != nil {
-		return nil, err
-	}
-	f.batchDuration.Observe(time.Since(start).Seconds())
-	return nil, nil
+	return inputs
 }
 
-// write creates the batch's outbox rows, retrying until it succeeds or ctx is
-// cancelled.
-func (f *Fanout) write(ctx context.Context, inputs []storage.NotificationInput) error {
-	if len(inputs) == 0 {
-		return nil
+// writeLoop writes the queued batches, as many as are waiting (up to MaxBatch
+// events) in one transaction, until ctx is cancelled. A write that fails is
+// retried, with nothing after it written first; when ctx is cancelled during
+// the retries, its batches stay unmarked and are consumed again.
+func (f *Fanout) writeLoop(ctx context.Context) {
+	var next *submission // taken from the queue, but too big for the last transaction
+	for {
+		first := next
+		if first == nil {
+			select {
+			case sub := <-f.queue:
+				first = &sub
+			case <-ctx.Done():
+				return
+			}
+		}
+		var subs []submission
+		subs, next = f.gather(*first)
+		inputs := subs[0].inputs
+		if len(subs) > 1 {
+			inputs = nil
+			for _, sub := range subs {
+				inputs = append(inputs, sub.inputs...)
+			}
+		}
+		if err := f.write(ctx, inputs); err != nil {
+			return
+		}
+		for _, sub := range subs {
+			f.batchDuration.Observe(time.Since(sub.start).Seconds())
+			close(sub.done)
+		}
 	}
+}
+
+// gather returns first and the batches queued behind it that fit with it in
+// MaxBatch events (first always goes), and the batch it took from the queue
+// that did not fit, if any: that one leads the next transaction.
+func (f *Fanout) gather(first submission) (subs []submission, next *submission) {
+	subs, events := []submission{first}, len(first.inputs)
+	for {
+		select {
+		case sub := <-f.queue:
+			if events+len(sub.inputs) > f.cfg.MaxBatch {
+				return subs, &sub
+			}
+			subs, events = append(subs, sub), events+len(sub.inputs)
+		default:
+			return subs, nil
+		}
+	}
+}
+
+// write creates the outbox rows of inputs, retrying until it succeeds or ctx
+// is cancelled.
+func (f *Fanout) write(ctx context.Context, inputs []storage.NotificationInput) error {
 	for {
 		// A write already started finishes even if shutdown begins.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.WriteTimeout)
 		created, err := f.store.CreateNotifications(wctx, inputs)
 		cancel()
 		if err == nil {
-			f.notifications.Add(float64(created.Notifications))
-			f.inbox.Add(float64(created.InboxMessages))
-			f.filtered.Add(float64(created.Filtered))
-			for ch, n := range created.Deliveries {
-				f.created.WithLabelValues(string(ch)).Add(float64(n))
-			}
-			for ch, n := range created.Superseded {
-				f.deliveries.WithLabelValues(string(ch), "superseded").Add(float64(n))
-			}
-			if created.AnalyzeErr != nil {
-				f.logger.WarnContext(ctx, "refreshing the outbox statistics after a large insert failed; autovacuum will",
-					"err", created.AnalyzeErr)
-			}
-			// Last, so that whoever sees the events counted sees what they made.
-			f.events.Add(float64(len(inputs)))
+			f.count(ctx, created, len(inputs))
 			return nil
 		}
 		f.writeErrors.Inc()
@@ -301,4 +385,23 @@ func (f *Fanout) write(ctx context.Context, inputs []storage.NotificationInput) 
 		case <-timer.C:
 		}
 	}
+}
+
+// count adds a written transaction's rows to the metrics.
+func (f *Fanout) count(ctx context.Context, created storage.NotificationsCreated, events int) {
+	f.notifications.Add(float64(created.Notifications))
+	f.inbox.Add(float64(created.InboxMessages))
+	f.filtered.Add(float64(created.Filtered))
+	for ch, n := range created.Deliveries {
+		f.created.WithLabelValues(string(ch)).Add(float64(n))
+	}
+	for ch, n := range created.Superseded {
+		f.deliveries.WithLabelValues(string(ch), "superseded").Add(float64(n))
+	}
+	if created.AnalyzeErr != nil {
+		f.logger.WarnContext(ctx, "refreshing the outbox statistics after a large insert failed; autovacuum will",
+			"err", created.AnalyzeErr)
+	}
+	// Last, so that whoever sees the events counted sees what they made.
+	f.events.Add(float64(events))
 }
