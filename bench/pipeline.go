@@ -702,9 +702,8 @@ func (p *pipelineRun) waitCounter(ctx context.Context, name string, want float64
 }
 
 // metricsPoll is how often the benchmark reads the pipeline's counters: a
-// Gather of the process registry pings every store (lockstream_store_up) and
-// reads /proc, so reading it every few milliseconds would load the pipeline
-// measured. The times of the throughput and webhook phases are therefore
+// Gather of the process registry reads /proc and serializes every metric, so
+// reading it every few milliseconds would load the pipeline measured. The times of the throughput and webhook phases are therefore
 // accurate to about this much.
 const metricsPoll = 25 * time.Millisecond
 

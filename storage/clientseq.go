@@ -9,9 +9,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// assignClientSeqs gives each notification a fan-out batch created its
-// client's next seq, in the batch's event order, in one statement inside the
-// fan-out's transaction tx. The statement moves each client's counter
+// queueClientSeqs queues the statement that gives each notification a
+// fan-out batch created its client's next seq, in the batch's event order,
+// inside the fan-out's transaction. The statement moves each client's counter
 // (client_event_seq) on by its count with an upsert, clients in id order so
 // concurrent fan-outs never deadlock; the row lock is held to commit, so a
 // later transaction's seqs commit after this one's: a reader never sees a seq
@@ -19,9 +19,9 @@ import (
 // twice, whatever the number of fan-out processes. Only notifications the
 // batch created (its INSERT … ON CONFLICT DO NOTHING returned them) get one,
 // so a replayed event takes no seq.
-func assignClientSeqs(ctx context.Context, tx pgx.Tx, events []NotificationInput, created []newNotification) error {
+func queueClientSeqs(b *pgx.Batch, events []NotificationInput, created []newNotification) {
 	if len(created) == 0 {
-		return nil
+		return
 	}
 	ids := make([]string, len(created))
 	clients := make([]string, len(created))
@@ -30,7 +30,7 @@ func assignClientSeqs(ctx context.Context, tx pgx.Tx, events []NotificationInput
 	for i, n := range created {
 		ids[i], clients[i], ords[i], times[i] = n.id, n.clientID, n.event, events[n.event].At
 	}
-	_, err := tx.Exec(ctx, `
+	queueExec(b, fmt.Sprintf("numbering %d notifications per client", len(created)), `
 		WITH nn AS (
 			SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::timestamptz[], $4::int[]) AS x (id, client_id, event_at, ord)
 		), c AS (
@@ -48,10 +48,6 @@ func assignClientSeqs(ctx context.Context, tx pgx.Tx, events []NotificationInput
 		UPDATE notifications n SET client_seq = s.seq
 		FROM s WHERE n.id = s.id AND n.event_at = s.event_at`,
 		ids, clients, times, ords)
-	if err != nil {
-		return fmt.Errorf("numbering %d notifications per client: %w", len(created), err)
-	}
-	return nil
 }
 
 // ClientEvent is an event delivered to a client, as GET

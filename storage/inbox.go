@@ -162,12 +162,14 @@ type newNotification struct {
 	event        int // index in the batch's events, which orders the messages
 }
 
-// insertEventMessages puts one message per member of each new notification's
-// client into the members' inboxes, in one statement whatever the number of
-// members, inside the fan-out's transaction tx. It returns how many it added.
-func insertEventMessages(ctx context.Context, tx pgx.Tx, events []NotificationInput, created []newNotification) (int, error) {
+// queueEventMessages queues the statement that puts one message per member of
+// each new notification's client into the members' inboxes, one statement
+// whatever the number of members, inside the fan-out's transaction; the
+// messages it added are stored in added when the batch's results arrive (the
+// caller announces them: notifyInbox).
+func queueEventMessages(b *pgx.Batch, events []NotificationInput, created []newNotification, added *[]addedMessage) {
 	if len(created) == 0 {
-		return 0, nil
+		return
 	}
 	var (
 		ids      = make([]string, len(created))
@@ -185,7 +187,7 @@ func insertEventMessages(ctx context.Context, tx pgx.Tx, events []NotificationIn
 		types[i], sensors[i], times[i] = e.Type, e.SensorID, e.At
 		data[i], previous[i] = outboxInt16Ptr(e.Data), outboxInt16Ptr(e.Previous)
 	}
-	rows, err := tx.Query(ctx, `
+	queueQuery(b, "inserting inbox messages", `
 		WITH nn AS (
 			SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::int2[], $6::int2[],
 			                     $7::timestamptz[], $8::int[])
@@ -195,19 +197,11 @@ func insertEventMessages(ctx context.Context, tx pgx.Tx, events []NotificationIn
 			       nn.event_at, `+fmt.Sprintf(eventSeverity, "nn")+` AS severity, 'event' AS cause,
 			       NULL::text AS subject, NULL::jsonb AS message, nn.ord
 			FROM nn JOIN members m ON m.client_id = nn.client_id
-		`+inboxWriteRows,
-		ids, clients, types, sensors, data, previous, times, ords)
-	if err != nil {
-		return 0, fmt.Errorf("inserting inbox messages: %w", err)
-	}
-	added, err := collectAdded(rows)
-	if err != nil {
-		return 0, fmt.Errorf("inserting inbox messages: %w", err)
-	}
-	if err := notifyInbox(ctx, tx, added); err != nil {
-		return 0, err
-	}
-	return len(added), nil
+		`+inboxWriteRows, func(rows pgx.Rows) error {
+		var err error
+		*added, err = collectAdded(rows)
+		return err
+	}, ids, clients, types, sensors, data, previous, times, ords)
 }
 
 // addedMessage is a message an inbox write added, with the notification it

@@ -212,41 +212,180 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 	if len(events) == 0 {
 		return created, nil
 	}
-	var (
-		seen     = make(map[string]bool, len(events))
-		ids      = make([]string, 0, len(events))
-		types    = make([]string, 0, len(events))
-		sensors  = make([]string, 0, len(events))
-		data     = make([]*int16, 0, len(events))
-		previous = make([]*int16, 0, len(events))
-		times    = make([]time.Time, 0, len(events))
-		audience = make([]string, 0, len(events))
-		sites    = make([]string, 0, len(events))
-	)
-	var (
-		unique     = make([]NotificationInput, 0, len(events))
-		eventIndex = make(map[string]int, len(events))
-	)
-	for _, e := range events {
-		if seen[e.EventID] {
+	fb := newFanoutBatch(events)
+	months := map[string]int{} // new deliveries per month partition
+	if err := p.writeFanout(ctx, fb, &created, months); err != nil {
+		return NotificationsCreated{}, fmt.Errorf("creating notifications for %d events: %w", len(fb.unique), err)
+	}
+	for _, month := range p.analyzer.note(months, time.Now()) {
+		if err := p.analyzeOutboxMonth(ctx, month); err != nil {
+			created.AnalyzeErr = err
 			continue
 		}
-		seen[e.EventID] = true
-		eventIndex[e.EventID] = len(unique)
-		unique = append(unique, e)
-		ids = append(ids, e.EventID)
-		types = append(types, e.Type)
-		sensors = append(sensors, e.SensorID)
-		data = append(data, outboxInt16Ptr(e.Data))
-		previous = append(previous, outboxInt16Ptr(e.Previous))
-		times = append(times, e.At)
-		audience = append(audience, eventAudience(e))
-		sites = append(sites, e.Site)
+		created.Analyzed = append(created.Analyzed, month)
 	}
+	return created, nil
+}
 
-	months := map[string]int{} // new deliveries per month partition
-	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
+// fanoutBatch is a fan-out batch's events, each once, as the arrays of
+// createNotificationsSQL.
+type fanoutBatch struct {
+	unique                               []NotificationInput
+	eventIndex                           map[string]int // an event id's place in unique
+	ids, types, sensors, audience, sites []string
+	data, previous                       []*int16
+	times                                []time.Time
+}
+
+func newFanoutBatch(events []NotificationInput) fanoutBatch {
+	fb := fanoutBatch{eventIndex: make(map[string]int, len(events))}
+	for _, e := range events {
+		if _, seen := fb.eventIndex[e.EventID]; seen {
+			continue
+		}
+		fb.eventIndex[e.EventID] = len(fb.unique)
+		fb.unique = append(fb.unique, e)
+		fb.ids, fb.types, fb.sensors = append(fb.ids, e.EventID), append(fb.types, e.Type), append(fb.sensors, e.SensorID)
+		fb.data, fb.previous = append(fb.data, outboxInt16Ptr(e.Data)), append(fb.previous, outboxInt16Ptr(e.Previous))
+		fb.times, fb.audience, fb.sites = append(fb.times, e.At), append(fb.audience, eventAudience(e)), append(fb.sites, e.Site)
+	}
+	return fb
+}
+
+// supersedeKey is the (client, sensor, channel, target) of deliveries that go
+// out in event order.
+type supersedeKey struct{ client, sensor, channel, target string }
+
+// fanoutRows is what createNotificationsSQL created: for each key, its newest
+// state_changed (whose older undelivered ones it supersedes), and the new
+// notifications, for their inbox messages and client seqs.
+type fanoutRows struct {
+	newest    map[supersedeKey]time.Time
+	newNotifs []newNotification
+}
+
+// writeFanout writes the batch in one transaction of three round trips: BEGIN
+// with the outbox insert; then, pipelined, the site annotations, the inbox
+// messages, the retriers' wake-up, the superseding and the client seqs (last:
+// its counter lock is held to commit); then COMMIT. When members got
+// messages, their NOTIFY (built from the inserted rows) takes one more round
+// trip before the COMMIT.
+func (p *Postgres) writeFanout(ctx context.Context, fb fanoutBatch, created *NotificationsCreated, months map[string]int) (err error) {
+	var r fanoutRows
+	first := &pgx.Batch{}
+	first.BeginTx(pgx.TxOptions{})
+	first.Queue(createNotificationsSQL, fb.ids, fb.types, fb.sensors, fb.data, fb.previous, fb.times,
+		fb.audience, fb.sites).Query(func(rows pgx.Rows) error {
+		var scanErr error
+		r, scanErr = fb.scanCreated(rows, created, months)
+		return scanErr
+	})
+	br := p.pool.SendBatch(ctx, first)
+	tx := br.Tx()
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx)) // closed already when BEGIN failed
+		}
+	}()
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("inserting notifications: %w", err)
+	}
+	var added []addedMessage
+	then := &pgx.Batch{}
+	queueSiteAnnotations(then, fb.unique)
+	queueEventMessages(then, fb.unique, r.newNotifs, &added)
+	queueOutboxNotify(then, created.Deliveries)
+	queueSupersede(then, r.newest, created.Superseded)
+	queueClientSeqs(then, fb.unique, r.newNotifs)
+	if then.Len() > 0 {
+		if err := tx.SendBatch(ctx, then).Close(); err != nil {
+			return err
+		}
+	}
+	created.InboxMessages = len(added)
+	if err := notifyInbox(ctx, tx, added); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// scanCreated reads createNotificationsSQL's rows into created (counts) and
+// months (new deliveries per month partition), and returns what the rest of
+// the transaction needs of them.
+func (fb fanoutBatch) scanCreated(rows pgx.Rows, created *NotificationsCreated, months map[string]int) (fanoutRows, error) {
+	r := fanoutRows{newest: map[supersedeKey]time.Time{}}
+	for rows.Next() {
+		var (
+			k                       supersedeKey
+			eventType               string
+			at                      time.Time
+			count, filtered         int
+			notificationID, eventID string
+			client                  *string
+		)
+		if err := rows.Scan(&count, &filtered, &client, &k.sensor, &eventType, &k.channel, &k.target, &at,
+			&notificationID, &eventID); err != nil {
+			return fanoutRows{}, err
+		}
+		created.Notifications, created.Filtered = count, filtered
+		if client == nil {
+			continue // the row of counts alone: nothing was created
+		}
+		k.client = *client
+		created.Deliveries[Channel(k.channel)]++
+		months[at.UTC().Format("200601")]++
+		if eventType == eventTypeStateChanged && at.After(r.newest[k]) {
+			r.newest[k] = at
+		}
+		// Every notification has exactly one webhook delivery.
+		if Channel(k.channel) == ChannelWebhook {
+			r.newNotifs = append(r.newNotifs, newNotification{id: notificationID, clientID: k.client, event: fb.eventIndex[eventID]})
+		}
+	}
+	return r, rows.Err()
+}
+
+// queueSupersede queues, for each key's newest new state_changed, the
+// superseding of the key's older state_changed deliveries that are not sent or
+// being sent (SCHEDULED, PENDING, RETRY), counting them by channel in
+// superseded.
+func queueSupersede(b *pgx.Batch, newest map[supersedeKey]time.Time, superseded map[Channel]int) {
+	if len(newest) == 0 {
+		return
+	}
+	var clients, sensorIDs, channels, targets []string
+	var ats []time.Time
+	for k, at := range newest {
+		clients, sensorIDs = append(clients, k.client), append(sensorIDs, k.sensor)
+		channels, targets, ats = append(channels, k.channel), append(targets, k.target), append(ats, at)
+	}
+	queueQuery(b, "superseding older deliveries", supersedeSQL, func(rows pgx.Rows) error {
+		channels, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		for _, ch := range channels {
+			superseded[Channel(ch)]++
+		}
+		return err
+	}, clients, sensorIDs, channels, targets, ats, supersededError)
+}
+
+// supersedeSQL is queueSupersede's statement: $1-$5 the keys and their newest
+// time, $6 the superseded deliveries' last_error.
+const supersedeSQL = `
+	UPDATE deliveries d
+	SET state = 'SUPERSEDED', last_error = $6, updated_at = now()
+	FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::timestamptz[])
+		AS k (client_id, sensor_id, channel, target, newest)
+	WHERE d.client_id = k.client_id AND d.sensor_id = k.sensor_id
+	  AND d.channel = k.channel AND d.target = k.target
+	  AND d.state IN ('SCHEDULED', 'PENDING', 'RETRY')
+	  AND d.event_type = 'state_changed' AND d.event_at < k.newest
+	RETURNING d.channel`
+
+// createNotificationsSQL is the fan-out's outbox insert: $1-$8 the events
+// (id, type, sensor, data, previous, time, audience, site). It returns a row
+// per new delivery, each with the counts of new notifications and of those
+// not made for want of a subscription, or one row of counts alone.
+const createNotificationsSQL = `
 			WITH ev AS (
 				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::int2[], $6::timestamptz[],
 				                     $7::text[], $8::text[])
@@ -296,112 +435,7 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 			FROM (SELECT 1) AS one LEFT JOIN (
 				SELECT d.client_id::text, d.sensor_id, d.event_type, d.channel, d.target,
 				       d.event_at, d.notification_id::text, n.event_id
-				FROM d JOIN n ON n.id = d.notification_id) AS r ON true`,
-			ids, types, sensors, data, previous, times, audience, sites)
-		if err != nil {
-			return fmt.Errorf("inserting notifications: %w", err)
-		}
-		type key struct{ client, sensor, channel, target string }
-		var (
-			newest    = map[key]time.Time{}
-			newNotifs []newNotification
-		)
-		clear(months) // a retried transaction counts again
-		for rows.Next() {
-			var (
-				k                       key
-				eventType               string
-				at                      time.Time
-				count, filtered         int
-				notificationID, eventID string
-				client                  *string
-			)
-			if err := rows.Scan(&count, &filtered, &client, &k.sensor, &eventType, &k.channel, &k.target, &at,
-				&notificationID, &eventID); err != nil {
-				rows.Close()
-				return fmt.Errorf("inserting notifications: %w", err)
-			}
-			created.Notifications, created.Filtered = count, filtered
-			if client == nil {
-				continue // the row of counts alone: nothing was created
-			}
-			k.client = *client
-			created.Deliveries[Channel(k.channel)]++
-			months[at.UTC().Format("200601")]++
-			if eventType == eventTypeStateChanged && at.After(newest[k]) {
-				newest[k] = at
-			}
-			// Every notification has exactly one webhook delivery.
-			if Channel(k.channel) == ChannelWebhook {
-				newNotifs = append(newNotifs, newNotification{id: notificationID, clientID: k.client, event: eventIndex[eventID]})
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("inserting notifications: %w", err)
-		}
-		// The sites of site events (sites.go), the members' inboxes, and last,
-		// each client's seq (clientseq.go: its lock on the client's counter,
-		// held to commit, serializes the fan-outs of one client, so it is taken
-		// as late as possible), in the same transaction: one statement each.
-		if err := annotateSiteNotifications(ctx, tx, unique); err != nil {
-			return err
-		}
-		if created.InboxMessages, err = insertEventMessages(ctx, tx, unique, newNotifs); err != nil {
-			return err
-		}
-		// The retriers hear of the new deliveries when this commits.
-		if err := notifyOutbox(ctx, tx, created.Deliveries); err != nil {
-			return err
-		}
-		if len(newest) == 0 {
-			return assignClientSeqs(ctx, tx, unique, newNotifs)
-		}
-
-		var clients, sensorIDs, channels, targets []string
-		var ats []time.Time
-		for k, at := range newest {
-			clients = append(clients, k.client)
-			sensorIDs = append(sensorIDs, k.sensor)
-			channels = append(channels, k.channel)
-			targets = append(targets, k.target)
-			ats = append(ats, at)
-		}
-		rows, err = tx.Query(ctx, `
-			UPDATE deliveries d
-			SET state = 'SUPERSEDED', last_error = $6, updated_at = now()
-			FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::timestamptz[])
-				AS k (client_id, sensor_id, channel, target, newest)
-			WHERE d.client_id = k.client_id AND d.sensor_id = k.sensor_id
-			  AND d.channel = k.channel AND d.target = k.target
-			  AND d.state IN ('SCHEDULED', 'PENDING', 'RETRY')
-			  AND d.event_type = 'state_changed' AND d.event_at < k.newest
-			RETURNING d.channel`,
-			clients, sensorIDs, channels, targets, ats, supersededError)
-		if err != nil {
-			return fmt.Errorf("superseding older deliveries: %w", err)
-		}
-		superseded, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return fmt.Errorf("superseding older deliveries: %w", err)
-		}
-		for _, ch := range superseded {
-			created.Superseded[Channel(ch)]++
-		}
-		return assignClientSeqs(ctx, tx, unique, newNotifs)
-	})
-	if err != nil {
-		return NotificationsCreated{}, fmt.Errorf("creating notifications for %d events: %w", len(ids), err)
-	}
-	for _, month := range p.analyzer.note(months, time.Now()) {
-		if err := p.analyzeOutboxMonth(ctx, month); err != nil {
-			created.AnalyzeErr = err
-			continue
-		}
-		created.Analyzed = append(created.Analyzed, month)
-	}
-	return created, nil
-}
+				FROM d JOIN n ON n.id = d.notification_id) AS r ON true`
 
 // ClaimDeliveries takes up to limit due deliveries (SCHEDULED, PENDING or RETRY
 // with NextAttemptAt at or before now), oldest due first, for this caller alone:

@@ -20,20 +20,36 @@ const OutboxChannel = "lockstream_outbox"
 // notifyOutbox queues, in tx, the notification of new due deliveries on the
 // given channels; nothing when there are none.
 func notifyOutbox(ctx context.Context, tx pgx.Tx, created map[Channel]int) error {
+	payload := outboxPayload(created)
+	if payload == "" {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, outboxNotifySQL, payload); err != nil {
+		return fmt.Errorf("notifying the outbox: %w", err)
+	}
+	return nil
+}
+
+// queueOutboxNotify is notifyOutbox for a batch of the transaction.
+func queueOutboxNotify(b *pgx.Batch, created map[Channel]int) {
+	if payload := outboxPayload(created); payload != "" {
+		queueExec(b, "notifying the outbox", outboxNotifySQL, payload)
+	}
+}
+
+const outboxNotifySQL = `SELECT pg_notify('` + OutboxChannel + `', $1)`
+
+// outboxPayload is the notification's payload: the channels with new
+// deliveries, sorted and comma-separated; "" when there are none.
+func outboxPayload(created map[Channel]int) string {
 	var names []string
 	for ch, n := range created {
 		if n > 0 {
 			names = append(names, string(ch))
 		}
 	}
-	if len(names) == 0 {
-		return nil
-	}
 	slices.Sort(names)
-	if _, err := tx.Exec(ctx, `SELECT pg_notify('`+OutboxChannel+`', $1)`, strings.Join(names, ",")); err != nil {
-		return fmt.Errorf("notifying the outbox: %w", err)
-	}
-	return nil
+	return strings.Join(names, ",")
 }
 
 // ListenOutbox listens on OutboxChannel on a connection of its own (taken out

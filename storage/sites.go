@@ -221,10 +221,10 @@ func eventAudience(e NotificationInput) string {
 	return e.SensorID + "," + joinIDs(e.Sensors)
 }
 
-// annotateSiteNotifications stores the site and sensors of the batch's site
-// events on their notifications, in one statement inside the fan-out's
-// transaction tx, and none when the batch has no site event.
-func annotateSiteNotifications(ctx context.Context, tx pgx.Tx, events []NotificationInput) error {
+// queueSiteAnnotations queues, in the fan-out's transaction, the storing of
+// the site and sensors of the batch's site events on their notifications;
+// nothing when the batch has none.
+func queueSiteAnnotations(b *pgx.Batch, events []NotificationInput) {
 	var ids, sites, sensors []string
 	var times []time.Time
 	for _, e := range events {
@@ -234,14 +234,10 @@ func annotateSiteNotifications(ctx context.Context, tx pgx.Tx, events []Notifica
 		ids, sites, sensors, times = append(ids, e.EventID), append(sites, e.Site), append(sensors, joinIDs(e.Sensors)), append(times, e.At)
 	}
 	if len(ids) == 0 {
-		return nil
+		return
 	}
-	_, err := tx.Exec(ctx, `
+	queueExec(b, fmt.Sprintf("recording the sites of %d site events", len(ids)), `
 		UPDATE notifications n SET site = nullif(x.site, ''), sensors = string_to_array(x.sensors, ',')
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) AS x (event_id, site, sensors, at)
 		WHERE n.event_id = x.event_id AND n.event_at = x.at AND n.sensors IS NULL`, ids, sites, sensors, times)
-	if err != nil {
-		return fmt.Errorf("recording the sites of %d site events: %w", len(ids), err)
-	}
-	return nil
 }

@@ -20,6 +20,7 @@ import (
 type pipelineFlags struct {
 	config     bench.PipelineConfig
 	cpuProfile string
+	keepStores bool
 }
 
 func (p *pipelineFlags) register(fs *flag.FlagSet) {
@@ -31,19 +32,26 @@ func (p *pipelineFlags) register(fs *flag.FlagSet) {
 		"pipeline: how long the latency phase produces")
 	fs.DurationVar(&p.config.Timeout, "timeout", bench.DefaultPipelineTimeout, "pipeline: the longest the whole run may take")
 	fs.StringVar(&p.cpuProfile, "cpuprofile", "", "pipeline: write a CPU profile of the process (every daemon, the load and the sink) here")
+	fs.BoolVar(&p.keepStores, "keep-stores", false,
+		"pipeline: keep the private databases afterwards (their names are logged), to look into where the time went")
 }
 
 // runBenchPipeline runs `lockstream all`'s daemons — the same startAll — on
 // private databases made next to the configured ones (dropped afterwards), a data
 // folder of their own and, with no brokers configured, an embedded broker on a
 // free port, and measures them with bench.Pipeline.
-func runBenchPipeline(ctx context.Context, v *values, cfg bench.PipelineConfig, cpuProfile string, stdout io.Writer,
+func runBenchPipeline(ctx context.Context, v *values, cfg bench.PipelineConfig, flags pipelineFlags, stdout io.Writer,
 	logger *slog.Logger) (err error) {
 	scratch, err := storage.NewScratchStores(ctx, v.str("pg-url"), v.str("clickhouse-url"), v.str("redis-url"), v.str("redis-prefix"))
 	if err != nil {
 		return fmt.Errorf("bench pipeline: %w", err)
 	}
 	defer func() {
+		if flags.keepStores {
+			logger.Info("bench pipeline: private stores kept", "postgres", scratch.PostgresURL,
+				"clickhouse", scratch.ClickHouseURL, "redis_prefix", scratch.RedisPrefix)
+			return
+		}
 		dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
 		if dropErr := scratch.Drop(dropCtx); dropErr != nil && err == nil {
@@ -58,8 +66,8 @@ func runBenchPipeline(ctx context.Context, v *values, cfg bench.PipelineConfig, 
 	if err := benchPipelineSettings(v, scratch, dir); err != nil {
 		return err
 	}
-	if cpuProfile != "" {
-		f, err := os.Create(cpuProfile)
+	if flags.cpuProfile != "" {
+		f, err := os.Create(flags.cpuProfile)
 		if err != nil {
 			return fmt.Errorf("bench pipeline: %w", err)
 		}

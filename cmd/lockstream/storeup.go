@@ -16,6 +16,12 @@ import (
 // storePingTimeout bounds one store's ping, in a scrape and in GET /readyz.
 const storePingTimeout = 2 * time.Second
 
+// storeScrapeReuse is how long a scrape's pings answer the scrapes after it:
+// scrapes a few milliseconds apart (several Prometheus servers, or the
+// pipeline benchmark reading the registry 40 times a second) then cost the
+// stores nothing.
+const storeScrapeReuse = time.Second
+
 // pinger is a store a process can ping.
 type pinger interface {
 	Ping(ctx context.Context) error
@@ -28,6 +34,11 @@ type storeProbe struct {
 	desc   *prometheus.Desc
 	stores map[string]pinger
 	logger *slog.Logger
+
+	reuse    time.Duration // storeScrapeReuse; tests set 0
+	mu       sync.Mutex    // guards the last scrape's pings
+	pingedAt time.Time
+	pinged   map[string]error
 }
 
 // newStoreProbe probes the stores of n that are open.
@@ -48,6 +59,7 @@ func newStoreProbe(n *node) *storeProbe {
 			[]string{"store"}, nil),
 		stores: stores,
 		logger: n.logger,
+		reuse:  storeScrapeReuse,
 	}
 }
 
@@ -75,9 +87,16 @@ func (p *storeProbe) ping(ctx context.Context) map[string]error {
 // Describe implements prometheus.Collector.
 func (p *storeProbe) Describe(ch chan<- *prometheus.Desc) { ch <- p.desc }
 
-// Collect implements prometheus.Collector: a scrape pings the stores.
+// Collect implements prometheus.Collector: a scrape pings the stores, unless
+// one did less than storeScrapeReuse ago.
 func (p *storeProbe) Collect(ch chan<- prometheus.Metric) {
-	for name, err := range p.ping(context.Background()) {
+	p.mu.Lock()
+	if time.Since(p.pingedAt) >= p.reuse {
+		p.pinged, p.pingedAt = p.ping(context.Background()), time.Now()
+	}
+	pinged := p.pinged
+	p.mu.Unlock()
+	for name, err := range pinged {
 		up := 1.0
 		if err != nil {
 			up = 0

@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -50,7 +52,21 @@ lockstream_store_up{store="postgres"} 1
 		t.Fatalf("readyz = %d %s", rec.Code, rec.Body)
 	}
 
-	n.probe.stores["redis"] = pingFunc(func(context.Context) error { return errors.New("connection refused") })
+	var pings atomic.Int32
+	n.probe.stores["redis"] = pingFunc(func(context.Context) error {
+		pings.Add(1)
+		return errors.New("connection refused")
+	})
+	// A scrape right after another answers with its pings: redis is not
+	// pinged, and not reported.
+	n.probe.reuse = time.Hour
+	if err := testutil.GatherAndCompare(n.reg, strings.NewReader(want), "lockstream_store_up"); err != nil {
+		t.Fatal(err)
+	}
+	if got := pings.Load(); got != 0 {
+		t.Fatalf("redis pinged %d times by a scrape within the reuse time, want 0", got)
+	}
+	n.probe.reuse = 0
 	want = strings.Replace(want, "lockstream_store_up{store=\"postgres\"} 1\n",
 		"lockstream_store_up{store=\"postgres\"} 1\nlockstream_store_up{store=\"redis\"} 0\n", 1)
 	if err := testutil.GatherAndCompare(n.reg, strings.NewReader(want), "lockstream_store_up"); err != nil {

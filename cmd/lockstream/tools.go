@@ -118,7 +118,7 @@ func benchCommand() command {
 			case len(v.args) == 1 && v.args[0] == "pipeline":
 				cfg := pipeline.config
 				cfg.Readings, cfg.Sensors, cfg.ChangeRate = ingest.Readings, ingest.Sensors, ingest.ChangeRate
-				return runBenchPipeline(ctx, v, cfg, pipeline.cpuProfile, stdout, logger)
+				return runBenchPipeline(ctx, v, cfg, pipeline, stdout, logger)
 			}
 			return fmt.Errorf("bench: want one benchmark name, `ingest` or `pipeline`; got %q", strings.Join(v.args, " "))
 		},
