@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +30,7 @@ const (
 	DefaultRetryBackoff  = time.Second
 	DefaultCommitTimeout = 10 * time.Second
 	DefaultQueueBatches  = 64
+	DefaultWriters       = 2
 )
 
 // Config configures a Fanout.
@@ -59,10 +61,16 @@ type Config struct {
 	// Defaults to DefaultCommitTimeout (10s).
 	CommitTimeout time.Duration
 
-	// QueueBatches bounds the partitions' batches waiting for the writer; a
-	// partition's worker waits when it is full. Defaults to
+	// QueueBatches bounds the partitions' batches waiting for each writer; a
+	// partition's worker waits when its writer's queue is full. Defaults to
 	// DefaultQueueBatches (64).
 	QueueBatches int
+
+	// Writers is how many transactions the process writes at once; each
+	// partition has one writer, so its order holds. Defaults to
+	// DefaultWriters (2: one writer per process leaves Postgres a core idle
+	// during a burst; more queue on the clients' seq locks).
+	Writers int
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.
@@ -74,6 +82,7 @@ func (c Config) WithDefaults() Config {
 	c.RetryBackoff = cmp.Or(c.RetryBackoff, DefaultRetryBackoff)
 	c.CommitTimeout = cmp.Or(c.CommitTimeout, DefaultCommitTimeout)
 	c.QueueBatches = cmp.Or(c.QueueBatches, DefaultQueueBatches)
+	c.Writers = cmp.Or(c.Writers, DefaultWriters)
 	return c
 }
 
@@ -101,6 +110,9 @@ func (c Config) Validate() error {
 	if c.QueueBatches < 1 {
 		errs = append(errs, fmt.Errorf("fanout: QueueBatches %d must be at least 1", c.QueueBatches))
 	}
+	if c.Writers < 1 {
+		errs = append(errs, fmt.Errorf("fanout: Writers %d must be at least 1", c.Writers))
+	}
 	return errors.Join(errs...)
 }
 
@@ -113,12 +125,12 @@ type NotificationStore interface {
 // one transaction, a notification per (event, linked client), a delivery per
 // channel and a message in the inbox of each of the client's members,
 // superseding older undelivered states; it commits a batch's offsets only
-// after that transaction. The partitions' workers hand their batches to one
-// writer, which writes whatever has queued up (up to MaxBatch events) in one
-// transaction, in the order the batches came: one transaction at a time per
-// process rather than one per partition, so the partitions neither queue on
-// each other's locks (a client's seq counter is locked to commit) nor pay a
-// commit each. Replays create
+// after that transaction. The partitions' workers hand their batches to a
+// writer (Writers of them, each partition always to the same one), which
+// writes whatever has queued up (up to MaxBatch events) in one transaction, in
+// the order the batches came: a few transactions at a time per process rather
+// than one per partition, so the partitions neither queue on each other's
+// locks (a client's seq counter is locked to commit) nor pay a commit each. Replays create
 // nothing (event ids are deterministic), so at-least-once consumption yields
 // exactly one delivery per (event, client, channel, target). Records that do not
 // decode are logged, counted and skipped.
@@ -138,7 +150,7 @@ type Fanout struct {
 	filtered      prometheus.Counter
 	batchDuration prometheus.Histogram
 	group         *stream.Group
-	queue         chan submission // the partitions' batches, for the writer
+	queues        []chan submission // the partitions' batches, one queue per writer
 }
 
 // submission is a partition's batch handed to the writer: done is closed once
@@ -168,7 +180,10 @@ func New(cfg Config, store NotificationStore, reg prometheus.Registerer, logger 
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	f := &Fanout{cfg: cfg, store: store, logger: logger, queue: make(chan submission, cfg.QueueBatches)}
+	f := &Fanout{cfg: cfg, store: store, logger: logger}
+	for range cfg.Writers {
+		f.queues = append(f.queues, make(chan submission, cfg.QueueBatches))
+	}
 	var err error
 	if f.group, err = stream.NewGroup(stream.GroupConfig{Stream: cfg.Stream, Group: cfg.Group,
 		Topics: []string{cfg.Stream.EventsTopic()}, MaxPollRecords: cfg.MaxBatch,
@@ -241,17 +256,16 @@ func New(cfg Config, store NotificationStore, reg prometheus.Registerer, logger 
 // on a context that is not cancelled (bounded by WriteTimeout and
 // CommitTimeout). It returns an error when Kafka cannot be reached at start.
 func (f *Fanout) Run(ctx context.Context) error {
-	// The writer outlives the group: the group's shutdown waits for the
+	// The writers outlive the group: the group's shutdown waits for the
 	// batches it handed over.
-	writerCtx, stopWriter := context.WithCancel(context.WithoutCancel(ctx))
-	writer := make(chan struct{})
-	go func() {
-		defer close(writer)
-		f.writeLoop(writerCtx)
-	}()
+	writerCtx, stopWriters := context.WithCancel(context.WithoutCancel(ctx))
+	var writers sync.WaitGroup
+	for _, queue := range f.queues {
+		writers.Go(func() { f.writeLoop(writerCtx, queue) })
+	}
 	err := f.group.Run(ctx)
-	stopWriter()
-	<-writer
+	stopWriters()
+	writers.Wait()
 	return err
 }
 
@@ -276,7 +290,7 @@ func (f *Fanout) Handle(ctx context.Context, b stream.Batch) (stream.Pending, er
 	}
 	sub := submission{inputs: inputs, start: start, done: make(chan struct{})}
 	select {
-	case f.queue <- sub:
+	case f.queues[int(b.Partition)%len(f.queues)] <- sub:
 		return sub.done, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -314,20 +328,20 @@ func (f *Fanout) decode(ctx context.Context, records []*kgo.Record) []storage.No
 // events) in one transaction, until ctx is cancelled. A write that fails is
 // retried, with nothing after it written first; when ctx is cancelled during
 // the retries, its batches stay unmarked and are consumed again.
-func (f *Fanout) writeLoop(ctx context.Context) {
+func (f *Fanout) writeLoop(ctx context.Context, queue chan submission) {
 	var next *submission // taken from the queue, but too big for the last transaction
 	for {
 		first := next
 		if first == nil {
 			select {
-			case sub := <-f.queue:
+			case sub := <-queue:
 				first = &sub
 			case <-ctx.Done():
 				return
 			}
 		}
 		var subs []submission
-		subs, next = f.gather(*first)
+		subs, next = f.gather(queue, *first)
 		inputs := subs[0].inputs
 		if len(subs) > 1 {
 			inputs = nil
@@ -348,11 +362,11 @@ func (f *Fanout) writeLoop(ctx context.Context) {
 // gather returns first and the batches queued behind it that fit with it in
 // MaxBatch events (first always goes), and the batch it took from the queue
 // that did not fit, if any: that one leads the next transaction.
-func (f *Fanout) gather(first submission) (subs []submission, next *submission) {
+func (f *Fanout) gather(queue chan submission, first submission) (subs []submission, next *submission) {
 	subs, events := []submission{first}, len(first.inputs)
 	for {
 		select {
-		case sub := <-f.queue:
+		case sub := <-queue:
 			if events+len(sub.inputs) > f.cfg.MaxBatch {
 				return subs, &sub
 			}

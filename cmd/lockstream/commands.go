@@ -87,7 +87,7 @@ func commands() []command {
 		{
 			name:     "fanout",
 			summary:  "the fan-out: events → one notification and delivery per linked client and channel (the outbox)",
-			settings: concat(storeSettings, kafkaSettings),
+			settings: concat([]string{"fanout-writers"}, storeSettings, kafkaSettings),
 			run:      runDaemonsCommand(usesPostgres, fanoutDaemon, inboxPartitionsDaemon, metricsDaemon),
 		},
 		{

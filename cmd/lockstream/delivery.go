@@ -16,7 +16,11 @@ func fanoutDaemon(_ context.Context, n *node) (daemon, error) {
 	if err := n.requireBrokers(); err != nil {
 		return daemon{}, err
 	}
-	f, err := fanout.New(fanout.Config{Stream: n.stream}, n.pg, n.reg, n.logger.With("daemon", "fanout"))
+	writers, err := n.v.int("fanout-writers")
+	if err != nil {
+		return daemon{}, err
+	}
+	f, err := fanout.New(fanout.Config{Stream: n.stream, Writers: writers}, n.pg, n.reg, n.logger.With("daemon", "fanout"))
 	if err != nil {
 		return daemon{}, err
 	}
