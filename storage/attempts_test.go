@@ -65,8 +65,8 @@ func TestFinishDeliveriesLogsAttempts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(log) != 2 {
-		t.Fatalf("attempt log = %+v, want 2 attempts", log)
+	if len(log) != 3 {
+		t.Fatalf("attempt log = %+v, want 3 rows (attempt 1, attempt 2's lease expiry, its fenced outcome)", log)
 	}
 	a := log[0]
 	if a.Attempt != 1 || a.Status != storage.DeliveryRetry || !a.Recorded || a.HTTPStatus != 503 || a.ErrorType != "HTTP_STATUS" ||
@@ -74,7 +74,11 @@ func TestFinishDeliveriesLogsAttempts(t *testing.T) {
 		a.ClientID != c.ID || a.SensorID != "s1" || a.EventID != "e1" || a.Channel != storage.ChannelWebhook {
 		t.Errorf("attempt 1 = %+v", a)
 	}
-	if b := log[1]; b.Attempt != 2 || b.Status != storage.DeliverySent || b.Recorded || b.HTTPStatus != 200 {
+	if b := log[1]; b.Attempt != 2 || b.Status != storage.DeliveryPending || !b.Recorded ||
+		b.ErrorType != storage.ErrorTypeLeaseExpired || b.EventID != "e1" || b.ClientID != c.ID {
+		t.Errorf("attempt 2 at its lease's expiry = %+v, want PENDING, %s", b, storage.ErrorTypeLeaseExpired)
+	}
+	if b := log[2]; b.Attempt != 2 || b.Status != storage.DeliverySent || b.Recorded || b.HTTPStatus != 200 {
 		t.Errorf("fenced attempt 2 = %+v, want SENT, not recorded", b)
 	}
 
@@ -92,8 +96,13 @@ func TestFinishDeliveriesLogsAttempts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(copied) != 2 || copied[0].ID != log[0].ID || copied[1].ID != log[1].ID {
-		t.Fatalf("ClickHouse has %+v, want the 2 attempts once", copied)
+	// ClickHouse orders by time: the expiry was logged at the requeue's clock.
+	ids := map[int64]int{}
+	for _, a := range copied {
+		ids[a.ID]++
+	}
+	if len(copied) != 3 || ids[log[0].ID] != 1 || ids[log[1].ID] != 1 || ids[log[2].ID] != 1 {
+		t.Fatalf("ClickHouse has %+v, want the 3 rows once", copied)
 	}
 	if n, err := f.pg.CopyDeliveryAttempts(ctx, 10, stores.ClickHouse.InsertDeliveryAttempts); n != 0 || err != nil {
 		t.Fatalf("copy after catching up = %d, %v; want nothing", n, err)

@@ -61,6 +61,15 @@ func (s DeliveryState) Valid() bool {
 // eventTypeStateChanged is the only event type that supersedes older notifications.
 const eventTypeStateChanged = "state_changed"
 
+// ErrorTypeLeaseExpired is the error type of the attempt a lease covered
+// when the lease ran out with no outcome recorded (the retrier stopped or
+// hung): the attempt may or may not have reached the receiver.
+const ErrorTypeLeaseExpired = "LEASE_EXPIRED"
+
+// leaseExpiredError is the last_error of a requeued delivery and the error of
+// its expired attempt.
+const leaseExpiredError = "lease expired: the retrier holding it stopped or hung; whether the attempt reached the receiver is unknown"
+
 // supersededError is the last_error of a superseded delivery.
 const supersededError = "superseded by a newer state_changed of the same sensor"
 
@@ -688,28 +697,43 @@ func (p *Postgres) GiveUpDelivery(ctx context.Context, id string, attempt int, r
 // RequeueExpiredLeases returns IN_FLIGHT deliveries whose lease ran out before now
 // (their retrier died or hung) to PENDING, due at once, or to SUPERSEDED when a
 // newer state waits behind them, and returns what became of each. Rows being
-// finished right now are skipped.
+// finished right now are skipped. The attempt each lease covered is logged
+// (error type ErrorTypeLeaseExpired, status the state the delivery is left
+// in): it was claimed, so it may have been sent, and the log must not leave
+// out what a receiver may have had.
 func (p *Postgres) RequeueExpiredLeases(ctx context.Context, now time.Time) ([]FinishedDelivery, error) {
 	rows, err := p.pool.Query(ctx, `
 		WITH expired AS (
-			SELECT id FROM deliveries
+			SELECT id, event_at FROM deliveries
 			WHERE state = 'IN_FLIGHT' AND leased_until < $1
 			FOR UPDATE SKIP LOCKED
+		), u AS (
+			UPDATE deliveries d
+			SET state = CASE
+			        WHEN d.event_type = 'state_changed' AND EXISTS (
+			            SELECT 1 FROM deliveries o
+			            WHERE o.client_id = d.client_id AND o.sensor_id = d.sensor_id
+			              AND o.channel = d.channel AND o.target = d.target
+			              AND o.state IN ('SCHEDULED', 'PENDING', 'RETRY', 'IN_FLIGHT')
+			              AND o.event_type = 'state_changed' AND o.event_at > d.event_at)
+			        THEN 'SUPERSEDED' ELSE 'PENDING' END,
+			    next_attempt_at = $1, leased_until = NULL,
+			    last_error = $2, updated_at = now()
+			FROM expired
+			WHERE d.id = expired.id AND d.event_at = expired.event_at
+			RETURNING d.id, d.client_id, d.sensor_id, d.notification_id, d.event_at, d.channel, d.attempts, d.state
+		), logged AS (
+			-- The attempt the lease covered: its outcome never came, and whether
+			-- it reached the receiver is unknown, but it happened (a claim is an
+			-- attempt), so the log shows it.
+			INSERT INTO delivery_attempts (delivery_id, client_id, sensor_id, event_id, channel, attempt, status,
+			                               recorded, error_type, error, at)
+			SELECT u.id, u.client_id, u.sensor_id, n.event_id, u.channel, u.attempts, u.state,
+			       true, $3, $2, $1
+			FROM u LEFT JOIN notifications n ON n.id = u.notification_id AND n.event_at = u.event_at
+			WHERE u.attempts > 0
 		)
-		UPDATE deliveries d
-		SET state = CASE
-		        WHEN d.event_type = 'state_changed' AND EXISTS (
-		            SELECT 1 FROM deliveries o
-		            WHERE o.client_id = d.client_id AND o.sensor_id = d.sensor_id
-		              AND o.channel = d.channel AND o.target = d.target
-		              AND o.state IN ('SCHEDULED', 'PENDING', 'RETRY', 'IN_FLIGHT')
-		              AND o.event_type = 'state_changed' AND o.event_at > d.event_at)
-		        THEN 'SUPERSEDED' ELSE 'PENDING' END,
-		    next_attempt_at = $1, leased_until = NULL,
-		    last_error = 'lease expired: the retrier holding it stopped or hung', updated_at = now()
-		FROM expired
-		WHERE d.id = expired.id
-		RETURNING d.id::text, d.channel, d.state`, now)
+		SELECT id::text, channel, state FROM u`, now, leaseExpiredError, ErrorTypeLeaseExpired)
 	if err != nil {
 		return nil, fmt.Errorf("requeueing expired leases: %w", err)
 	}
