@@ -107,9 +107,9 @@ func (s *timedStore) ClaimDeliveries(ctx context.Context, now time.Time, limit i
 	return d, err
 }
 
-func (s *timedStore) DeliveryTargets(ctx context.Context, ids []string) (map[string]storage.DeliveryTarget, error) {
+func (s *timedStore) DeliveryTargets(ctx context.Context, claimed []storage.Delivery) (map[string]storage.DeliveryTarget, error) {
 	start := time.Now()
-	t, err := s.Postgres.DeliveryTargets(ctx, ids)
+	t, err := s.Postgres.DeliveryTargets(ctx, claimed)
 	s.targetNs.Add(int64(time.Since(start)))
 	s.targets.Add(1)
 	return t, err

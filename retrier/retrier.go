@@ -35,7 +35,7 @@ import (
 // Store is the outbox (storage.Postgres).
 type Store interface {
 	ClaimDeliveries(ctx context.Context, now time.Time, limit int, lease time.Duration, channels ...storage.Channel) ([]storage.Delivery, error)
-	DeliveryTargets(ctx context.Context, deliveryIDs []string) (map[string]storage.DeliveryTarget, error)
+	DeliveryTargets(ctx context.Context, claimed []storage.Delivery) (map[string]storage.DeliveryTarget, error)
 	FinishDeliveries(ctx context.Context, finishes []storage.DeliveryFinish) ([]storage.FinishedDelivery, error)
 	RequeueExpiredLeases(ctx context.Context, now time.Time) ([]storage.FinishedDelivery, error)
 	OutboxStats(ctx context.Context, now time.Time) (storage.OutboxStats, error)
@@ -421,10 +421,8 @@ func (r *Retrier) readClaimed(ctx, work context.Context, claimed []storage.Deliv
 	targets map[string]storage.DeliveryTarget, pushes map[string]storage.PushRequest,
 	emails map[string]storage.MemberEmail, targetErr, pushErr error,
 ) {
-	ids := make([]string, len(claimed))
 	var pushIDs, emailIDs []string
-	for i, d := range claimed {
-		ids[i] = d.ID
+	for _, d := range claimed {
 		if isStandalonePush(d) {
 			pushIDs = append(pushIDs, d.ID)
 		}
@@ -434,7 +432,7 @@ func (r *Retrier) readClaimed(ctx, work context.Context, claimed []storage.Deliv
 	}
 	tctx, cancel := context.WithTimeout(work, r.cfg.WriteTimeout)
 	defer cancel()
-	targets, targetErr = r.deps.Store.DeliveryTargets(tctx, ids)
+	targets, targetErr = r.deps.Store.DeliveryTargets(tctx, claimed)
 	if targetErr == nil && len(pushIDs) > 0 {
 		pushes, pushErr = r.deps.Store.PushRequests(tctx, pushIDs)
 	}

@@ -869,11 +869,23 @@ type DeliveryTarget struct {
 	EndpointDisabled bool
 }
 
-// DeliveryTargets reads the current receiver of each delivery in one query. Ids
-// that do not exist are missing from the map.
-func (p *Postgres) DeliveryTargets(ctx context.Context, deliveryIDs []string) (map[string]DeliveryTarget, error) {
-	out := make(map[string]DeliveryTarget, len(deliveryIDs))
-	ids := validUUIDs(deliveryIDs)
+// DeliveryTargets reads the current receiver of each of the claimed
+// deliveries in one query (their ids and event times: the time picks the
+// month partition). Deliveries that do not exist are missing from the map.
+func (p *Postgres) DeliveryTargets(ctx context.Context, claimed []Delivery) (map[string]DeliveryTarget, error) {
+	ids, ats := make([]string, 0, len(claimed)), make([]*time.Time, 0, len(claimed))
+	for i, d := range claimed {
+		if uuid.Validate(d.ID) == nil {
+			ids, ats = append(ids, d.ID), append(ats, &claimed[i].EventAt)
+		}
+	}
+	return p.deliveryTargets(ctx, ids, ats)
+}
+
+// deliveryTargets is DeliveryTargets of valid ids, with their event times (a
+// nil time: unknown, every partition is looked in).
+func (p *Postgres) deliveryTargets(ctx context.Context, ids []string, ats []*time.Time) (map[string]DeliveryTarget, error) {
+	out := make(map[string]DeliveryTarget, len(ids))
 	if len(ids) == 0 {
 		return out, nil
 	}
@@ -888,11 +900,11 @@ func (p *Postgres) DeliveryTargets(ctx context.Context, deliveryIDs []string) (m
 		       EXISTS (SELECT 1 FROM push_targets t
 		               WHERE t.client_id = d.client_id AND t.platform || ':' || t.push_key = d.target),
 		       coalesce(s.address, ''), coalesce(c.rate_limit, 0), c.endpoint_disabled_at IS NOT NULL
-		FROM deliveries d
+		FROM unnest($1::uuid[], $2::timestamptz[]) AS k (id, at)
+		JOIN deliveries d ON d.id = k.id AND (k.at IS NULL OR d.event_at = k.at)
 		LEFT JOIN clients c ON c.id = d.client_id
 		LEFT JOIN client_sensors l ON l.client_id = d.client_id AND l.sensor_id = d.sensor_id
-		LEFT JOIN sensors s ON s.id = d.sensor_id
-		WHERE d.id = ANY ($1::uuid[])`, ids)
+		LEFT JOIN sensors s ON s.id = d.sensor_id`, ids, ats)
 	if err != nil {
 		return nil, fmt.Errorf("reading delivery targets: %w", err)
 	}
@@ -939,7 +951,10 @@ func (p *Postgres) openSecrets(clientID string, t *DeliveryTarget) error {
 
 // DeliveryTarget reads one delivery's current receiver, or returns ErrNotFound.
 func (p *Postgres) DeliveryTarget(ctx context.Context, deliveryID string) (DeliveryTarget, error) {
-	targets, err := p.DeliveryTargets(ctx, []string{deliveryID})
+	if uuid.Validate(deliveryID) != nil {
+		return DeliveryTarget{}, fmt.Errorf("reading target of delivery %s: %w", deliveryID, ErrNotFound)
+	}
+	targets, err := p.deliveryTargets(ctx, []string{deliveryID}, []*time.Time{nil})
 	if err != nil {
 		return DeliveryTarget{}, err
 	}
