@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"net/http"
@@ -34,6 +35,15 @@ const (
 	consoleClientSensors = 10_000
 	consoleDeliveries    = 100_000
 	consoleFailed        = 1_000
+	// consoleMembers members belong to the client (more than a page of the client
+	// page's list); after the deliveries above, consoleInbox more events put that
+	// many messages in each member's inbox (and one delivery each in the outbox).
+	// The first member signs in; consoleSeen of its messages, the oldest, are seen.
+	consoleMembers = 60
+	consoleInbox   = 1_000
+	consoleSeen    = 900
+	// consoleMemberToken is the first member's token.
+	consoleMemberToken = "lsm_console-bench-member"
 )
 
 // consoleConnections is the heartbeat's view for the console, as cmd/lockstream
@@ -56,8 +66,9 @@ func (c consoleConnections) LostSensors(ctx context.Context, page storage.Page) 
 // BenchmarkConsolePages times the operator console's pages over HTTP (a signed-in
 // session, loopback) with 1,000,000 registered sensors (10,000 of them lost) and
 // 10,000,000 events in the history, and a client with 100,000 deliveries of which
-// 1,000 failed. Each sub-benchmark reports p50 and p99 of its page; the seeding is
-// not timed.
+// 1,000 failed and 60 members with 1,000 inbox messages each; the admin's pages
+// and a member's inbox are timed, each signed in as who may open it. Each
+// sub-benchmark reports p50, p99 and max of its page; the seeding is not timed.
 //
 //	go test -run '^$' -bench ConsolePages -benchtime 200x -timeout 60m ./bench/
 func BenchmarkConsolePages(b *testing.B) {
@@ -72,33 +83,31 @@ func BenchmarkConsolePages(b *testing.B) {
 	}
 	const token = "console-bench-admin"
 	con, err := console.New(console.Config{AdminToken: token}, console.Deps{Registry: stores.Postgres,
-		Deliveries: stores.Postgres, Sessions: stores.Redis, Heartbeat: stores.Redis,
-		Connections: consoleConnections{tracker}, History: stores.ClickHouse}, prometheus.NewRegistry(), discardLogger())
+		Members: stores.Postgres, Inbox: stores.Postgres, Deliveries: stores.Postgres, Sessions: stores.Redis,
+		Heartbeat: stores.Redis, Connections: consoleConnections{tracker}, History: stores.ClickHouse},
+		prometheus.NewRegistry(), discardLogger())
 	if err != nil {
 		b.Fatal(err)
 	}
 	srv := httptest.NewServer(con.Handler())
 	defer srv.Close()
-	jar, _ := cookiejar.New(nil)
-	client := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := client.PostForm(srv.URL+"/console/login", url.Values{"token": {token}})
-	if err != nil || resp.StatusCode != http.StatusSeeOther {
-		b.Fatalf("sign-in: %v %v", resp, err)
-	}
-	resp.Body.Close()
-	checkConsoleSeed(b, client, srv.URL)
+	admin, member := consoleSignIn(b, srv.URL, token), consoleSignIn(b, srv.URL, consoleMemberToken)
+	checkConsoleSeed(b, admin, member, srv.URL, clientID)
 
 	n := 0
 	pages := []struct {
-		name string
-		path func() string
+		name   string
+		client *http.Client
+		path   func() string
 	}{
-		{"Fleet", func() string { return "/console/" }},
-		{"FleetLostPage", func() string { return "/console/?lost_after=" + sensorID(n*97%consoleLost) }},
-		{"Search", func() string { return "/console/?q=bench00" + fmt.Sprint(n%100) }},
-		{"Sensor", func() string { return "/console/sensors/" + sensorID(n*7919%consoleFleet) }},
-		{"Clients", func() string { return "/console/clients" }},
-		{"Client", func() string { return "/console/clients/" + clientID }},
+		{"Fleet", admin, func() string { return "/console/" }},
+		{"FleetLostPage", admin, func() string { return "/console/?lost_after=" + sensorID(n*97%consoleLost) }},
+		{"Search", admin, func() string { return "/console/?q=bench00" + fmt.Sprint(n%100) }},
+		{"Sensor", admin, func() string { return "/console/sensors/" + sensorID(n*7919%consoleFleet) }},
+		{"Clients", admin, func() string { return "/console/clients" }},
+		{"Client", admin, func() string { return "/console/clients/" + clientID }},
+		{"Inbox", member, func() string { return "/console/inbox" }},
+		{"InboxLaterPage", member, func() string { return "/console/inbox?offset=" + fmt.Sprint(50*(1+n%19)) }},
 	}
 	for _, p := range pages {
 		b.Run(p.name, func(b *testing.B) {
@@ -106,7 +115,7 @@ func BenchmarkConsolePages(b *testing.B) {
 			for b.Loop() {
 				n++
 				start := time.Now()
-				resp, err := client.Get(srv.URL + p.path())
+				resp, err := p.client.Get(srv.URL + p.path())
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -125,10 +134,25 @@ func BenchmarkConsolePages(b *testing.B) {
 	}
 }
 
-// checkConsoleSeed makes sure the pages see the whole fleet and its history before
-// they are timed.
-func checkConsoleSeed(b *testing.B, client *http.Client, base string) {
+// consoleSignIn signs token in and returns a client holding the session cookie
+// (redirects are not followed, so a page that redirects is not timed as another).
+func consoleSignIn(b *testing.B, base, token string) *http.Client {
 	b.Helper()
+	jar, _ := cookiejar.New(nil)
+	client := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.PostForm(base+"/console/login", url.Values{"token": {token}})
+	if err != nil || resp.StatusCode != http.StatusSeeOther {
+		b.Fatalf("sign-in: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	return client
+}
+
+// checkConsoleSeed makes sure the pages see the whole fleet, its history, the
+// client's members and the member's inbox before they are timed.
+func checkConsoleSeed(b *testing.B, admin, member *http.Client, base, clientID string) {
+	b.Helper()
+	client := admin
 	body := func(path string) string {
 		resp, err := client.Get(base + path)
 		if err != nil {
@@ -136,6 +160,9 @@ func checkConsoleSeed(b *testing.B, client *http.Client, base string) {
 		}
 		defer resp.Body.Close()
 		raw, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("%s: %d %s", path, resp.StatusCode, raw)
+		}
 		return string(raw)
 	}
 	fleet := body("/console/")
@@ -147,6 +174,17 @@ func checkConsoleSeed(b *testing.B, client *http.Client, base string) {
 	want := fmt.Sprintf(`data-total="%d"`, consoleHistory/consoleFleet)
 	if sensor := body("/console/sensors/" + sensorID(123_456)); !strings.Contains(sensor, want) {
 		b.Fatalf("the sensor page lacks %s", want)
+	}
+	if page := body("/console/clients/" + clientID); !strings.Contains(page, "Member 00") {
+		b.Fatal("the client page lacks its first member")
+	}
+	client = member
+	inbox := body("/console/inbox")
+	for _, want := range []string{fmt.Sprintf(`id="inbox-total">%d<`, consoleInbox),
+		fmt.Sprintf(`id="inbox-unseen">%d<`, consoleInbox-consoleSeen)} {
+		if !strings.Contains(inbox, want) {
+			b.Fatalf("the inbox page lacks %s", want)
+		}
 	}
 }
 
@@ -186,7 +224,9 @@ func seedConsoleFleet(b *testing.B, stores *storagetest.Stores) string {
 		b.Fatal(err)
 	}
 	seedConsoleHistory(b, stores.ClickHouse, now)
-	return seedConsoleOutbox(b, stores.Postgres, stores.PostgresURL, now)
+	clientID := seedConsoleOutbox(b, stores.Postgres, stores.PostgresURL, now)
+	seedConsoleInbox(b, stores.Postgres, clientID, now)
+	return clientID
 }
 
 // seedConsoleHistory writes consoleHistory events, consoleHistory/consoleFleet per
@@ -251,4 +291,60 @@ func seedConsoleOutbox(b *testing.B, pg *storage.Postgres, pgURL string, now tim
 		b.Fatalf("failed %d deliveries, want %d", len(claimed), consoleFailed)
 	}
 	return c.ID
+}
+
+// seedConsoleInbox gives the client consoleMembers members, then fans out
+// consoleInbox events of its sensors as the fan-out does, which puts a message
+// per event in every member's inbox; the first member's consoleSeen oldest
+// messages are marked seen.
+func seedConsoleInbox(b *testing.B, pg *storage.Postgres, clientID string, now time.Time) {
+	b.Helper()
+	ctx := context.Background()
+	// What the inbox-partitions daemon keeps ready in production.
+	if _, err := pg.CreateInboxPartitions(ctx, now, 3); err != nil {
+		b.Fatal(err)
+	}
+	var first string
+	for i := range consoleMembers {
+		token := fmt.Sprintf("lsm_console-bench-member-%d", i)
+		if i == 0 {
+			token = consoleMemberToken
+		}
+		hash := sha256.Sum256([]byte(token))
+		m, _, err := pg.CreateMember(ctx, storage.Member{ClientID: clientID, Name: fmt.Sprintf("Member %02d", i),
+			Email: fmt.Sprintf("member%d@example.com", i), Timezone: "Europe/Paris",
+			Preferences: storage.DefaultMemberPreferences()}, hash[:], storage.Backfill{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if i == 0 {
+			first = m.ID
+		}
+	}
+	events := make([]storage.NotificationInput, consoleInbox)
+	for k := range events {
+		data := k % 2
+		events[k] = storage.NotificationInput{EventID: fmt.Sprintf("bench-inbox-e%d", k), Type: "state_changed",
+			SensorID: sensorID(consoleLost + k%consoleClientSensors), Data: &data,
+			At: now.Add(-time.Duration(consoleInbox-k) * time.Minute)}
+	}
+	created, err := pg.CreateNotifications(ctx, events)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if created.InboxMessages != consoleMembers*consoleInbox {
+		b.Fatalf("fan-out put %d messages in inboxes, want %d", created.InboxMessages, consoleMembers*consoleInbox)
+	}
+	_, oldest, err := pg.ListInbox(ctx, storage.InboxQuery{MemberID: first, IncludeSeen: true, Sort: storage.SortTimestamp,
+		Limit: consoleSeen})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ids := make([]string, len(oldest))
+	for i, m := range oldest {
+		ids[i] = m.ID
+	}
+	if n, err := pg.MarkInbox(ctx, first, storage.ActionSeen, ids, false); err != nil || n != consoleSeen {
+		b.Fatalf("marked %d messages seen (%v), want %d", n, err, consoleSeen)
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/lockstream/lockstream/reading"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
+	"github.com/lockstream/lockstream/stream"
 	"github.com/lockstream/lockstream/stream/streamtest"
 )
 
@@ -181,6 +182,7 @@ func runKnownPattern(t *testing.T, p knownPattern) {
 	if got := metric(t, reg, "lockstream_readings_changed_total", nil); got != float64(wantTotal-1) {
 		t.Errorf("changed = %v, want %d", got, wantTotal-1)
 	}
+	checkFlapMetrics(t, reg, cfg)
 	unknown := 0
 	latest := map[string]time.Time{}
 	for _, r := range want.valid {
@@ -442,5 +444,35 @@ func TestReplayAfterStoredStateEmitsNothingTwice(t *testing.T) {
 	}
 	if s := state[0].State; s == nil || s.Data != 0 || s.Offset != 4 {
 		t.Fatalf("state = %+v, want data 0 from offset 4", s)
+	}
+}
+
+// checkFlapMetrics compares the flapping judgement's counters with the events
+// topic: one sensor_unstable counted per such event, one held change per
+// state_changed marked held. The pattern flips sensors fast enough to make
+// some unstable, so a count of zero is a failure too.
+func checkFlapMetrics(t *testing.T, reg *prometheus.Registry, cfg stream.Config) {
+	t.Helper()
+	unstable, held := 0, 0
+	for _, r := range streamtest.ReadAll(t, cfg, cfg.EventsTopic()) {
+		e, err := event.Decode(r.Value)
+		if err != nil {
+			t.Fatalf("events topic holds %q: %v", r.Value, err)
+		}
+		switch {
+		case e.Type == event.SensorUnstable:
+			unstable++
+		case e.Type == event.StateChanged && e.Held:
+			held++
+		}
+	}
+	if unstable == 0 || held == 0 {
+		t.Fatalf("the pattern made %d sensors unstable and held %d changes; want some of each", unstable, held)
+	}
+	if got := metric(t, reg, "lockstream_readings_unstable_total", nil); got != float64(unstable) {
+		t.Errorf("unstable = %v, want %d (sensor_unstable events on the topic)", got, unstable)
+	}
+	if got := metric(t, reg, "lockstream_readings_held_total", nil); got != float64(held) {
+		t.Errorf("held = %v, want %d (held changes on the topic)", got, held)
 	}
 }

@@ -16,6 +16,10 @@ type stateMetrics struct {
 	rejected *prometheus.CounterVec
 	changed  prometheus.Counter
 	unknown  prometheus.Counter
+	// unstable and held are the flapping judgement's: sensor_unstable events
+	// produced, and changes held (history only) within an unstable streak.
+	unstable prometheus.Counter
+	held     prometheus.Counter
 	// unregisteredFlushErrors counts failed stores of the unregistered summary.
 	unregisteredFlushErrors prometheus.Counter
 	batchErrors             prometheus.Counter
@@ -41,6 +45,14 @@ func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
 		unknown: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockstream_readings_unknown_sensor_total",
 			Help: "Valid readings of sensors nobody registered: stored in history only (no state, no heartbeat, no events).",
+		}),
+		unstable: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockstream_readings_unstable_total",
+			Help: "sensor_unstable events produced: sensors judged flapping (a batch replayed after a crash counts again).",
+		}),
+		held: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockstream_readings_held_total",
+			Help: "State changes of unstable sensors held by the flapping judgement: in history, notified to nobody.",
 		}),
 		unregisteredFlushErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockstream_consumer_unregistered_flush_failures_total",
@@ -68,7 +80,7 @@ func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
 	for _, reason := range reading.Reasons() {
 		m.rejected.WithLabelValues(reason)
 	}
-	if err := metrics.RegisterAll(reg, m.consumed, m.rejected, m.changed, m.unknown, m.unregisteredFlushErrors, m.batchErrors, m.lag,
+	if err := metrics.RegisterAll(reg, m.consumed, m.rejected, m.changed, m.unknown, m.unstable, m.held, m.unregisteredFlushErrors, m.batchErrors, m.lag,
 		m.batchSize, m.batchDuration); err != nil {
 		return nil, fmt.Errorf("registering consumer metrics: %w", err)
 	}

@@ -167,13 +167,21 @@ func (w *worker) process(ctx context.Context, recs []*kgo.Record, carried *[]eve
 	for reason, n := range rej.byReason {
 		m.rejected.WithLabelValues(reason).Add(float64(n))
 	}
-	changes := 0
+	changes, unstable, held := 0, 0, 0
 	for _, e := range events {
-		if e.Type == event.StateChanged {
+		switch {
+		case e.Type == event.StateChanged:
 			changes++
+			if e.Held {
+				held++
+			}
+		case e.Type == event.SensorUnstable:
+			unstable++
 		}
 	}
 	m.changed.Add(float64(changes))
+	m.unstable.Add(float64(unstable))
+	m.held.Add(float64(held))
 	m.unknown.Add(float64(unknowns))
 	m.batchSize.Observe(float64(len(recs)))
 	m.batchDuration.Observe(time.Since(start).Seconds())

@@ -131,6 +131,8 @@ type Daemon struct {
 	lag           prometheus.Gauge
 	lagErrors     prometheus.Counter
 	openAlerts    prometheus.Counter
+	siteOutages   prometheus.Counter
+	siteRestored  prometheus.Counter
 }
 
 // New returns a Daemon; Run starts it.
@@ -191,6 +193,14 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) 
 	}
 	if d.openAlerts, err = newCounter(reg, "open_alerts_total",
 		"sensor_open_too_long events published (a repeat after a crash counts again)."); err != nil {
+		return nil, err
+	}
+	if d.siteOutages, err = newCounter(reg, "site_outages_total",
+		"site_outage events published (a repeat after a crash counts again)."); err != nil {
+		return nil, err
+	}
+	if d.siteRestored, err = newCounter(reg, "site_restored_total",
+		"site_restored events published (a repeat after a crash counts again)."); err != nil {
 		return nil, err
 	}
 	if d.sweepDuration, err = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -371,6 +381,7 @@ func (d *Daemon) publish(ctx context.Context, losses []storage.HeartbeatDeadline
 		}
 	}
 	d.lostTotal.Add(float64(len(j.ready)))
+	d.siteOutages.Add(float64(len(j.opened)))
 	if d.sitesOn() {
 		if err := d.deps.Sites.MarkSiteEventsPublished(pctx, j.opened, false); err != nil {
 			return fmt.Errorf("recording %d site outages published: %w", len(j.opened), err)

@@ -267,5 +267,10 @@ func (d *Daemon) publishSiteEvents(ctx context.Context, outages []storage.SiteOu
 	if err := d.deps.Publisher.Publish(pctx, events); err != nil {
 		return fmt.Errorf("publishing %d site events: %w", len(events), err)
 	}
+	if restored {
+		d.siteRestored.Add(float64(len(events)))
+	} else {
+		d.siteOutages.Add(float64(len(events)))
+	}
 	return d.deps.Sites.MarkSiteEventsPublished(pctx, ids, restored)
 }

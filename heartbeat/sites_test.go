@@ -22,8 +22,13 @@ func TestSiteOutageOnceThenRestored(t *testing.T) {
 		b.register(t, storage.Sensor{ID: id, Site: "hq"})
 	}
 	b.register(t, storage.Sensor{ID: "solo"})
-	d1, _ := b.newDaemon(t, nil)
-	d2, _ := b.newDaemon(t, nil)
+	d1, reg1 := b.newDaemon(t, nil)
+	d2, reg2 := b.newDaemon(t, nil)
+	// sites sums a site counter over both daemons: each event is counted once,
+	// by the daemon that published it.
+	sites := func(name string) float64 {
+		return counter(t, reg1, "lockstream_heartbeat_"+name) + counter(t, reg2, "lockstream_heartbeat_"+name)
+	}
 	b.record(t, b.tracker, "a1", "a2", "a3", "a4", "solo")
 	for step := 1; step <= 32; step++ {
 		b.advance(float64(step) / 4)
@@ -45,8 +50,8 @@ func TestSiteOutageOnceThenRestored(t *testing.T) {
 			lost[e.SensorID] = e
 		}
 	}
-	if len(outages) != 1 {
-		t.Fatalf("site outages %+v, want one", outages)
+	if len(outages) != 1 || sites("site_outages_total") != 1 {
+		t.Fatalf("site outages %+v (counted %v), want one", outages, sites("site_outages_total"))
 	}
 	o := outages[0]
 	if o.Site != "hq" || fmt.Sprint(o.Sensors) != "[a1 a2 a3]" || o.SensorID != "a1" || o.Severity != event.Warning ||
@@ -84,6 +89,9 @@ func TestSiteOutageOnceThenRestored(t *testing.T) {
 	}
 	if len(restored) != 1 || restored[0].ID != event.SiteRestoredID("hq", b.at(3)) || !slices.Equal(restored[0].Sensors, o.Sensors) {
 		t.Fatalf("site_restored = %+v, want one for hq", restored)
+	}
+	if n := sites("site_restored_total"); n != 1 {
+		t.Errorf("site_restored_total = %v, want 1", n)
 	}
 	// A new outage may open later: the old one is closed.
 	outs, err := b.stores.Postgres.OpenSiteOutagesPublished(context.Background(), 10)

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"image/color"
+	"image/png"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -24,8 +26,47 @@ import (
 	"github.com/lockstream/lockstream/stream/streamtest"
 )
 
-// consoleScreenshot is where the browser test leaves the README's picture.
+// consoleScreenshot is the README's picture, which the browser test rewrites
+// only when LOCKSTREAM_UPDATE_SCREENSHOT=1, so an ordinary run leaves the tree
+// clean.
 var consoleScreenshot = filepath.Join("..", "..", "docs", "console.png")
+
+// saveScreenshot writes the browser's screenshot to docs/console.png when
+// LOCKSTREAM_UPDATE_SCREENSHOT=1, else under the test's temporary directory,
+// and checks either way that it is a whole PNG about the window's width, at
+// least about its height, with something drawn on it (not a blank page).
+func saveScreenshot(t *testing.T, raw []byte) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "console.png")
+	if os.Getenv("LOCKSTREAM_UPDATE_SCREENSHOT") == "1" {
+		path = consoleScreenshot
+	}
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatalf("writing the screenshot: %v", err)
+	}
+	written, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(written))
+	if err != nil {
+		t.Fatalf("the screenshot %s is not a PNG: %v", path, err)
+	}
+	size := img.Bounds().Size()
+	colours := map[color.RGBA]bool{}
+	for y := 0; y < size.Y; y += 7 {
+		for x := 0; x < size.X; x += 7 {
+			colours[color.RGBAModel.Convert(img.At(x, y)).(color.RGBA)] = true
+		}
+	}
+	// The page is as wide as the window less its scroll bar, at least as high.
+	if size.X < browserWidth*9/10 || size.X > browserWidth || size.Y < browserHeight*9/10 ||
+		len(written) < 20<<10 || len(written) > 10<<20 || len(colours) < 16 {
+		t.Fatalf("the screenshot %s is %v, %d bytes, %d colours: want about the %dx%d window, 20 KiB to 10 MiB, a drawn page",
+			path, size, len(written), len(colours), browserWidth, browserHeight)
+	}
+	t.Logf("screenshot %s: %v, %d KiB", path, size, len(written)>>10)
+}
 
 // TestConsoleInBrowser drives the operator console of `lockstream all` with
 // headless Chromium: a wrong token is refused; sign-in shows the fleet counts; the
@@ -82,10 +123,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	if total.Value != fmt.Sprint(seeded+3) || len(bars) < 20 {
 		t.Fatalf("chart: data-total %q with %d bars, want %d changes over many hours", total.Value, len(bars), seeded+3)
 	}
-	png := value(t, browser, chromedp.FullScreenshot(100))
-	if err := os.WriteFile(consoleScreenshot, png, 0o644); err != nil {
-		t.Fatalf("writing the screenshot: %v", err)
-	}
+	saveScreenshot(t, value(t, browser, chromedp.FullScreenshot(100)))
 
 	env.redeliverInBrowser(t, browser, clientID)
 	env.liveEventInBrowser(t, browser)
@@ -206,6 +244,10 @@ func submit[S chromedp.Selectable](t *testing.T, ctx context.Context, sel S) *ne
 	return resp
 }
 
+// browserWidth and browserHeight are the browser window's size, the least a
+// full-page screenshot measures.
+const browserWidth, browserHeight = 1280, 900
+
 // startBrowser starts headless Chromium (Debian's chromium package, which
 // deploy/local/services.sh installs) with a fresh profile, for the whole test.
 func startBrowser(t *testing.T) context.Context {
@@ -220,7 +262,7 @@ func startBrowser(t *testing.T) context.Context {
 		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.Flag("disable-gpu", true),
 		chromedp.Flag("disable-quic", true), chromedp.NoFirstRun, chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(browserWidth, browserHeight))
 	t.Cleanup(cancelAlloc)
 	browser, cancelBrowser := chromedp.NewContext(alloc)
 	t.Cleanup(cancelBrowser)

@@ -24,11 +24,13 @@ import (
 )
 
 // packDaemons are the daemons whose metrics the operations pack may use: every
-// daemon of `lockstream all`. A daemon missing here makes the pack test fail on its
-// metrics (never pass wrongly), so a new daemon is added here when a panel or a rule
-// uses it.
+// daemon of `lockstream all` with bridges configured (exportedMetrics sets both
+// broker URLs and event publishing, so the AMQP and MQTT bridges register all their
+// metrics; building them connects to nothing). A daemon missing here makes the pack
+// test fail on its metrics (never pass wrongly), so a new daemon is added here when
+// a panel or a rule uses it.
 var packDaemons = []daemonFactory{apiDaemon, consumerDaemon, historyDaemon, heartbeatDaemon, fanoutDaemon, retrierDaemon,
-	escalationDaemon}
+	maintainDaemon, escalationDaemon, bridgeDaemon}
 
 // exportedMetric is one metric family a process may export.
 type exportedMetric struct {
@@ -52,6 +54,9 @@ func exportedMetrics(t *testing.T) map[string]exportedMetric {
 		"--redis-url=" + stores.RedisURL, "--redis-prefix=" + stores.RedisPrefix,
 		"--kafka-brokers=" + strings.Join(kafka.Brokers, ","), "--kafka-partitions=1",
 		"--admin-token=pack-admin", "--ingest-token=pack-ingest", "--http-addr=127.0.0.1:0",
+		// The bridges' settings: the daemons are built, never run, so nothing dials these.
+		"--amqp-url=amqp://guest:guest@127.0.0.1:5672/", "--amqp-publish-events=true",
+		"--mqtt-url=mqtt://127.0.0.1:1883",
 	})
 	if err != nil {
 		t.Fatal(err)
