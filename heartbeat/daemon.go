@@ -133,9 +133,12 @@ type Daemon struct {
 	openAlerts    prometheus.Counter
 }
 
-// New returns a Daemon; Run starts it.
+// New returns a Daemon; Run starts it. A nil logger logs nothing.
 func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) (*Daemon, error) {
 	cfg = cfg.WithDefaults()
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	var errs []error
 	if err := cfg.Validate(); err != nil {
 		errs = append(errs, err)
