@@ -199,9 +199,7 @@ func seedConsoleFleet(b *testing.B, stores *storagetest.Stores) string {
 	for i := range sensors {
 		sensors[i] = storage.Sensor{ID: sensorID(i), Address: fmt.Sprintf("%d Bench Street", i)}
 	}
-	if _, err := stores.Postgres.ImportSensors(ctx, sensors); err != nil {
-		b.Fatal(err)
-	}
+	stores.ImportSensors(b, sensors)
 	// The first consoleLost sensors are lost, the others online.
 	for start := 0; start < consoleFleet; start += 50_000 {
 		chunk := make([]storage.HeartbeatDeadline, 0, 50_000)
@@ -283,7 +281,7 @@ func seedConsoleOutbox(b *testing.B, pg *storage.Postgres, pgURL string, now tim
 		b.Fatal(err)
 	}
 	for _, d := range claimed {
-		if err := pg.FailDelivery(ctx, d.ID, d.Attempts, "400 Bad Request", 400); err != nil {
+		if err := storagetest.FailDelivery(ctx, pg, d.ID, d.Attempts, "400 Bad Request", 400); err != nil {
 			b.Fatal(err)
 		}
 	}

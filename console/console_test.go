@@ -366,7 +366,7 @@ func TestRedeliverAFailedDelivery(t *testing.T) {
 		t.Fatalf("claimed %v, %v", claimed, err)
 	}
 	d := claimed[0]
-	if err := pg.FailDelivery(ctx, d.ID, d.Attempts, "400 Bad Request", 400); err != nil {
+	if err := storagetest.FailDelivery(ctx, pg, d.ID, d.Attempts, "400 Bad Request", 400); err != nil {
 		t.Fatal(err)
 	}
 

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/internal/metrics"
 )
 
 // The live view: one follower of the events topic per API process, started when
@@ -69,10 +70,8 @@ func newHub(cfg Config, tail EventTail, reg prometheus.Registerer, logger *slog.
 			Help: "Events a live view of the console lost because it did not keep up.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{h.views, h.drops} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("console: registering metrics: %w", err)
-		}
+	if err := metrics.RegisterAll(reg, h.views, h.drops); err != nil {
+		return nil, fmt.Errorf("console: %w", err)
 	}
 	return h, nil
 }

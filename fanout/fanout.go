@@ -190,65 +190,74 @@ func New(cfg Config, store NotificationStore, reg prometheus.Registerer, logger 
 		DrainTimeout: cfg.WriteTimeout + cfg.CommitTimeout, ClientName: "fanout"}, f, reg, logger); err != nil {
 		return nil, fmt.Errorf("fanout: %w", err)
 	}
+	if err := f.registerMetrics(reg); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// registerMetrics creates the fan-out's metrics on reg.
+func (f *Fanout) registerMetrics(reg prometheus.Registerer) error {
+	var err error
 	if f.events, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Name: "fanout_events_total",
 		Help: "Events the fan-out consumed and wrote to the outbox.",
 	})); err != nil {
-		return nil, err
+		return err
 	}
 	if f.rejected, err = metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Name: "fanout_rejected_total",
 		Help: "Records on the events topic the fan-out skipped, by reason.",
 	}, []string{"reason"})); err != nil {
-		return nil, err
+		return err
 	}
 	if f.covered, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Name: "fanout_covered_total",
 		Help: "Events notified to nobody: losses a site_outage or maintenance_ended is delivered instead of, changes of unstable sensors.",
 	})); err != nil {
-		return nil, err
+		return err
 	}
 	if f.notifications, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Name: "notifications_created_total",
 		Help: "Notifications created: one per event and client watching its sensor.",
 	})); err != nil {
-		return nil, err
+		return err
 	}
 	if f.inbox, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Name: "inbox_messages_created_total",
 		Help: "Messages put in members' inboxes: one per notification and member of its client.",
 	})); err != nil {
-		return nil, err
+		return err
 	}
 	if f.created, err = metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Name: "deliveries_created_total",
 		Help: "Deliveries created in the outbox, by channel.",
 	}, []string{"channel"})); err != nil {
-		return nil, err
+		return err
 	}
 	if f.deliveries, err = metrics.NewDeliveriesTotal(reg); err != nil {
-		return nil, err
+		return err
 	}
 	if f.writeErrors, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Name: "fanout_write_errors_total",
 		Help: "Failed outbox transactions of the fan-out; each batch is retried until written.",
 	})); err != nil {
-		return nil, err
+		return err
 	}
 	if f.filtered, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Name: "fanout_filtered_total",
 		Help: "Notifications not created because the client is not subscribed to the event's type (event_types); replays count again.",
 	})); err != nil {
-		return nil, err
+		return err
 	}
 	if f.batchDuration, err = metrics.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: metrics.Namespace, Name: "fanout_batch_duration_seconds",
 		Help:    "Time from polling a batch of events to committing it, retries included.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 	})); err != nil {
-		return nil, err
+		return err
 	}
-	return f, nil
+	return nil
 }
 
 // Run consumes until ctx is cancelled and returns nil then. The batches

@@ -135,9 +135,12 @@ type Daemon struct {
 	siteRestored  prometheus.Counter
 }
 
-// New returns a Daemon; Run starts it.
+// New returns a Daemon; Run starts it. A nil logger logs nothing.
 func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) (*Daemon, error) {
 	cfg = cfg.WithDefaults()
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	var errs []error
 	if err := cfg.Validate(); err != nil {
 		errs = append(errs, err)
@@ -433,101 +436,139 @@ func (d *Daemon) Rebuild(ctx context.Context) error {
 	return nil
 }
 
+// rebuild reads what Postgres and ClickHouse know, puts the open losses back
+// (emitting the restores Redis missed), then the deadlines, and sets the marker
+// last, so that a failure anywhere is retried by the next sweep.
 func (d *Daemon) rebuild(ctx context.Context) error {
 	start := time.Now()
 	d.logger.WarnContext(ctx, "heartbeat sets missing in Redis; rebuilding them from Postgres and ClickHouse")
-
-	lastSeen := make(map[string]time.Time)
-	timeouts := make(map[string]time.Duration)
-	err := d.deps.Registry.EachHeartbeatSensor(ctx, func(s storage.HeartbeatSensor) error {
-		lastSeen[s.ID] = s.CreatedAt
-		if s.Timeout > 0 {
-			timeouts[s.ID] = s.Timeout
-		}
-		return nil
-	})
+	known, err := d.rebuildSources(ctx)
 	if err != nil {
 		return err
 	}
-	timeout := func(id string) time.Duration {
-		if t, ok := timeouts[id]; ok {
-			return t
-		}
-		return d.cfg.Timeout
-	}
-	err = d.deps.History.EachLastReading(ctx, func(id string, at time.Time) error {
-		if seen, ok := lastSeen[id]; ok && at.After(seen) {
-			lastSeen[id] = at
-		}
-		return nil
-	})
+	restored, err := d.reloadLosses(ctx, known)
 	if err != nil {
 		return err
 	}
-	missed := make(map[string]time.Time)
-	err = d.deps.History.EachOpenLoss(ctx, func(id string, lostAt time.Time) error {
-		if seen, ok := lastSeen[id]; ok && seen.Before(lostAt) {
-			missed[id] = lostAt
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-
-	losses := make([]storage.HeartbeatDeadline, 0, len(missed))
-	for id, at := range missed {
-		losses = append(losses, storage.HeartbeatDeadline{SensorID: id, Deadline: at})
-	}
-	reported, err := d.deps.Store.LoadHeartbeatLosses(ctx, losses)
-	if err != nil {
-		return err
-	}
-	// These reported after Redis lost their loss, so no restore was detected: emit it
-	// now, before the marker is set, so a failure here is retried by the next sweep.
-	if len(reported) > 0 {
-		events := make([]event.Event, len(reported))
-		for i, r := range reported {
-			tmo := timeout(r.SensorID)
-			events[i] = restoredEvent(r.SensorID, missed[r.SensorID],
-				d.tm.lastSeen(r.Deadline, tmo), d.tm.lastSeen(missed[r.SensorID], tmo))
-		}
-		pctx, cancel := context.WithTimeout(ctx, d.cfg.PublishTimeout)
-		defer cancel()
-		if err := d.deps.Publisher.Publish(pctx, events); err != nil {
-			return fmt.Errorf("publishing %d restores found by the rebuild: %w", len(events), err)
-		}
-		d.restored.Add(float64(len(events)))
-	}
-
 	now := d.cfg.Now()
-	deadlines := make([]storage.HeartbeatDeadline, 0, len(lastSeen))
-	overdue := 0
-	for id, seen := range lastSeen {
-		if _, ok := missed[id]; ok {
-			continue
-		}
-		dl := d.tm.deadline(seen, timeout(id))
-		if !dl.After(now) {
-			dl = d.tm.deadline(now, timeout(id))
-			overdue++
-		}
-		deadlines = append(deadlines, storage.HeartbeatDeadline{SensorID: id, Deadline: dl})
-	}
-	loaded := 0
-	for start := 0; start < len(deadlines); start += rebuildChunk {
-		n, err := d.deps.Store.LoadHeartbeatDeadlines(ctx, deadlines[start:min(start+rebuildChunk, len(deadlines))])
-		if err != nil {
-			return err
-		}
-		loaded += n
+	loaded, overdue, err := d.reloadDeadlines(ctx, known, now)
+	if err != nil {
+		return err
 	}
 	if err := d.deps.Store.SetHeartbeatMarker(ctx, now); err != nil {
 		return err
 	}
 	d.rebuilds.Inc()
 	d.logger.WarnContext(ctx, "heartbeat sets rebuilt",
-		"sensors", len(lastSeen), "deadlines", loaded, "overdue_given_full_timeout", overdue,
-		"lost", len(missed)-len(reported), "restored", len(reported), "took", time.Since(start))
+		"sensors", len(known.lastSeen), "deadlines", loaded, "overdue_given_full_timeout", overdue,
+		"lost", len(known.missed)-restored, "restored", restored, "took", time.Since(start))
 	return nil
+}
+
+// rebuildState is what a rebuild knows of the registered sensors.
+type rebuildState struct {
+	lastSeen map[string]time.Time     // last reading, or registration when none
+	timeouts map[string]time.Duration // per-sensor timeouts that differ from the default
+	missed   map[string]time.Time     // open losses: the deadline each missed
+	fallback time.Duration            // the default timeout
+}
+
+func (r *rebuildState) timeout(id string) time.Duration {
+	if t, ok := r.timeouts[id]; ok {
+		return t
+	}
+	return r.fallback
+}
+
+// rebuildSources reads the registered sensors and their timeouts from Postgres,
+// and their last readings and open losses from ClickHouse.
+func (d *Daemon) rebuildSources(ctx context.Context) (*rebuildState, error) {
+	r := &rebuildState{lastSeen: make(map[string]time.Time), timeouts: make(map[string]time.Duration),
+		missed: make(map[string]time.Time), fallback: d.cfg.Timeout}
+	err := d.deps.Registry.EachHeartbeatSensor(ctx, func(s storage.HeartbeatSensor) error {
+		r.lastSeen[s.ID] = s.CreatedAt
+		if s.Timeout > 0 {
+			r.timeouts[s.ID] = s.Timeout
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = d.deps.History.EachLastReading(ctx, func(id string, at time.Time) error {
+		if seen, ok := r.lastSeen[id]; ok && at.After(seen) {
+			r.lastSeen[id] = at
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = d.deps.History.EachOpenLoss(ctx, func(id string, lostAt time.Time) error {
+		if seen, ok := r.lastSeen[id]; ok && seen.Before(lostAt) {
+			r.missed[id] = lostAt
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// reloadLosses puts the open losses back in Redis and publishes the restores of
+// the sensors that reported since, returning how many it published.
+func (d *Daemon) reloadLosses(ctx context.Context, r *rebuildState) (int, error) {
+	losses := make([]storage.HeartbeatDeadline, 0, len(r.missed))
+	for id, at := range r.missed {
+		losses = append(losses, storage.HeartbeatDeadline{SensorID: id, Deadline: at})
+	}
+	reported, err := d.deps.Store.LoadHeartbeatLosses(ctx, losses)
+	if err != nil {
+		return 0, err
+	}
+	// These reported after Redis lost their loss, so no restore was detected: emit it
+	// now, before the marker is set, so a failure here is retried by the next sweep.
+	if len(reported) == 0 {
+		return 0, nil
+	}
+	events := make([]event.Event, len(reported))
+	for i, rep := range reported {
+		tmo := r.timeout(rep.SensorID)
+		events[i] = restoredEvent(rep.SensorID, r.missed[rep.SensorID],
+			d.tm.lastSeen(rep.Deadline, tmo), d.tm.lastSeen(r.missed[rep.SensorID], tmo))
+	}
+	pctx, cancel := context.WithTimeout(ctx, d.cfg.PublishTimeout)
+	defer cancel()
+	if err := d.deps.Publisher.Publish(pctx, events); err != nil {
+		return 0, fmt.Errorf("publishing %d restores found by the rebuild: %w", len(events), err)
+	}
+	d.restored.Add(float64(len(events)))
+	return len(events), nil
+}
+
+// reloadDeadlines loads a deadline for every sensor not lost, in chunks; one
+// already past gets a full timeout from now (see Rebuild). It returns how many
+// deadlines it loaded and how many were overdue.
+func (d *Daemon) reloadDeadlines(ctx context.Context, r *rebuildState, now time.Time) (loaded, overdue int, err error) {
+	deadlines := make([]storage.HeartbeatDeadline, 0, len(r.lastSeen))
+	for id, seen := range r.lastSeen {
+		if _, ok := r.missed[id]; ok {
+			continue
+		}
+		dl := d.tm.deadline(seen, r.timeout(id))
+		if !dl.After(now) {
+			dl = d.tm.deadline(now, r.timeout(id))
+			overdue++
+		}
+		deadlines = append(deadlines, storage.HeartbeatDeadline{SensorID: id, Deadline: dl})
+	}
+	for start := 0; start < len(deadlines); start += rebuildChunk {
+		n, err := d.deps.Store.LoadHeartbeatDeadlines(ctx, deadlines[start:min(start+rebuildChunk, len(deadlines))])
+		if err != nil {
+			return loaded, overdue, err
+		}
+		loaded += n
+	}
+	return loaded, overdue, nil
 }

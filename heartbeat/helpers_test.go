@@ -85,7 +85,14 @@ func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, ni
 
 func (b *bundle) newTracker(t *testing.T, reg prometheus.Registerer) *heartbeat.Tracker {
 	t.Helper()
-	tr, err := heartbeat.NewTracker(b.cfg, b.stores.Redis, b.stores.Postgres, reg, discard())
+	return b.newTrackerWith(t, b.stores.Postgres, reg, discard())
+}
+
+// newTrackerWith returns a Tracker reading timeouts from timeouts and logging to
+// logger.
+func (b *bundle) newTrackerWith(t *testing.T, timeouts heartbeat.Timeouts, reg prometheus.Registerer, logger *slog.Logger) *heartbeat.Tracker {
+	t.Helper()
+	tr, err := heartbeat.NewTracker(b.cfg, b.stores.Redis, timeouts, reg, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +102,12 @@ func (b *bundle) newTracker(t *testing.T, reg prometheus.Registerer) *heartbeat.
 // newDaemon returns a daemon with its own metrics registry, publishing through pub
 // (nil: straight to the test's Kafka topic).
 func (b *bundle) newDaemon(t *testing.T, pub heartbeat.Publisher) (*heartbeat.Daemon, *prometheus.Registry) {
+	t.Helper()
+	return b.newDaemonWith(t, pub, discard())
+}
+
+// newDaemonWith is newDaemon logging to logger.
+func (b *bundle) newDaemonWith(t *testing.T, pub heartbeat.Publisher, logger *slog.Logger) (*heartbeat.Daemon, *prometheus.Registry) {
 	t.Helper()
 	if pub == nil {
 		pub = b.publisher(t)
@@ -111,7 +124,7 @@ func (b *bundle) newDaemon(t *testing.T, pub heartbeat.Publisher) (*heartbeat.Da
 		SiteStore:   b.stores.Redis,
 		Maintenance: b.stores.Postgres,
 		Flapping:    b.stores.Postgres,
-	}, reg, discard())
+	}, reg, logger)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,9 +78,12 @@ type Tracker struct {
 }
 
 // NewTracker returns a Tracker storing deadlines in store and reading per-sensor
-// timeouts from timeouts.
+// timeouts from timeouts. A nil logger logs nothing.
 func NewTracker(cfg Config, store TrackerStore, timeouts Timeouts, reg prometheus.Registerer, logger *slog.Logger) (*Tracker, error) {
 	cfg = cfg.WithDefaults()
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

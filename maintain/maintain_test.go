@@ -80,7 +80,7 @@ func TestMaintainWalksThroughMonths(t *testing.T) {
 		t.Fatalf("claimed %v, %v", claimed, err)
 	}
 	nov := claimed[0]
-	if err := pg.CompleteDelivery(ctx, nov.ID, 1, 200); err != nil {
+	if err := storagetest.CompleteDelivery(ctx, pg, nov.ID, 1, 200); err != nil {
 		t.Fatal(err)
 	}
 	event("dec", time.Date(2026, 12, 10, 0, 0, 0, 0, time.UTC))
@@ -137,7 +137,7 @@ func TestMaintainWalksThroughMonths(t *testing.T) {
 	if err != nil || len(claimed) != 1 || claimed[0].ID != dec.ID {
 		t.Fatalf("claimed %v, %v", claimed, err)
 	}
-	if err := pg.CompleteDelivery(ctx, dec.ID, 1, 200); err != nil {
+	if err := storagetest.CompleteDelivery(ctx, pg, dec.ID, 1, 200); err != nil {
 		t.Fatal(err)
 	}
 	rep = pass()

@@ -293,26 +293,3 @@ func (c *ClickHouse) SensorChangesPerHour(ctx context.Context, sensorID string, 
 	}
 	return out, nil
 }
-
-// ImportSensors registers many sensors at once (COPY), for fleets moved in from
-// elsewhere and for benchmarks, then refreshes the table's statistics so the
-// planner, and CountSensors's estimate, know its new size. Any id already taken
-// fails the whole import (ErrConflict). It returns how many it registered.
-func (p *Postgres) ImportSensors(ctx context.Context, sensors []Sensor) (int64, error) {
-	now := time.Now().UTC()
-	n, err := p.pool.CopyFrom(ctx, pgx.Identifier{"sensors"}, []string{"id", "address", "heartbeat_timeout", "created_at", "updated_at"},
-		pgx.CopyFromSlice(len(sensors), func(i int) ([]any, error) {
-			var timeout *time.Duration
-			if t := sensors[i].HeartbeatTimeout; t > 0 {
-				timeout = &t
-			}
-			return []any{sensors[i].ID, sensors[i].Address, timeout, now, now}, nil
-		}))
-	if err != nil {
-		return 0, fmt.Errorf("importing %d sensors: %w", len(sensors), mapError(err))
-	}
-	if _, err := p.pool.Exec(ctx, `ANALYZE sensors`); err != nil {
-		return n, fmt.Errorf("analysing sensors after the import: %w", err)
-	}
-	return n, nil
-}

@@ -40,19 +40,15 @@ func TestConsoleSessionLifecycle(t *testing.T) {
 
 func TestCountAndSearchSensors(t *testing.T) {
 	t.Parallel()
-	pg := storagetest.New(t).Postgres
+	stores := storagetest.New(t)
+	pg := stores.Postgres
 	ctx := context.Background()
 	ids := []string{"ab", "Ab", "abc", "abZ", "ab9", "abd1", "ac", "a", "b"}
 	var sensors []storage.Sensor
 	for _, id := range ids {
 		sensors = append(sensors, storage.Sensor{ID: id, Address: "x"})
 	}
-	if n, err := pg.ImportSensors(ctx, sensors); err != nil || n != int64(len(ids)) {
-		t.Fatalf("ImportSensors = %d, %v", n, err)
-	}
-	if _, err := pg.ImportSensors(ctx, sensors[:1]); !errors.Is(err, storage.ErrConflict) {
-		t.Fatalf("importing a taken id = %v, want ErrConflict", err)
-	}
+	stores.ImportSensors(t, sensors)
 	if n, exact, err := pg.CountSensors(ctx); err != nil || n != int64(len(ids)) || !exact {
 		t.Fatalf("CountSensors = %d %v %v, want %d exact", n, exact, err, len(ids))
 	}
@@ -97,17 +93,17 @@ func TestClientDeliverySummaryAndFailedDeliveries(t *testing.T) {
 	for _, d := range f.claim(t, later(), 100) {
 		switch {
 		case d.Channel == storage.ChannelWebhook && d.EventID == "e0":
-			if err := f.pg.FailDelivery(f.ctx, d.ID, d.Attempts, "400 Bad Request", 400); err != nil {
+			if err := storagetest.FailDelivery(f.ctx, f.pg, d.ID, d.Attempts, "400 Bad Request", 400); err != nil {
 				t.Fatal(err)
 			}
 			failed = append(failed, d.ID)
 		case d.Channel == storage.ChannelWebhook && d.EventID == "e1":
-			if _, err := f.pg.GiveUpDelivery(f.ctx, d.ID, d.Attempts, "503 Service Unavailable", 503); err != nil {
+			if _, err := storagetest.GiveUpDelivery(f.ctx, f.pg, d.ID, d.Attempts, "503 Service Unavailable", 503); err != nil {
 				t.Fatal(err)
 			}
 			failed = append(failed, d.ID)
 		case d.Channel == storage.ChannelEmail && d.EventID == "e0":
-			if err := f.pg.CompleteDelivery(f.ctx, d.ID, d.Attempts, 0); err != nil {
+			if err := storagetest.CompleteDelivery(f.ctx, f.pg, d.ID, d.Attempts, 0); err != nil {
 				t.Fatal(err)
 			}
 		}

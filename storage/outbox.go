@@ -651,49 +651,6 @@ func collectFinished(rows pgx.Rows) ([]FinishedDelivery, error) {
 	})
 }
 
-// finishOne records one outcome and returns the delivery's new state, or
-// ErrConflict when the outcome was fenced off.
-func (p *Postgres) finishOne(ctx context.Context, f DeliveryFinish) (DeliveryState, error) {
-	done, err := p.FinishDeliveries(ctx, []DeliveryFinish{f})
-	if err != nil {
-		return "", err
-	}
-	if len(done) == 0 {
-		return "", fmt.Errorf("finishing delivery %s as %s: %w: not in flight as attempt %d",
-			f.ID, f.State, ErrConflict, f.Attempt)
-	}
-	return done[0].State, nil
-}
-
-// CompleteDelivery records that attempt of the delivery was accepted (SENT).
-func (p *Postgres) CompleteDelivery(ctx context.Context, id string, attempt, httpStatus int) error {
-	_, err := p.finishOne(ctx, DeliveryFinish{ID: id, Attempt: attempt, State: DeliverySent, HTTPStatus: httpStatus})
-	return err
-}
-
-// RescheduleDelivery records a retryable failure of that attempt: the delivery is
-// due again at next (RETRY), or SUPERSEDED when a newer state waits behind it. It
-// returns the state the delivery is in now.
-func (p *Postgres) RescheduleDelivery(ctx context.Context, id string, attempt int, next time.Time, reason string, httpStatus int) (DeliveryState, error) {
-	return p.finishOne(ctx, DeliveryFinish{ID: id, Attempt: attempt, State: DeliveryRetry,
-		NextAttemptAt: next, Error: reason, HTTPStatus: httpStatus})
-}
-
-// FailDelivery records a failure of that attempt that no retry would fix (FAILED).
-func (p *Postgres) FailDelivery(ctx context.Context, id string, attempt int, reason string, httpStatus int) error {
-	_, err := p.finishOne(ctx, DeliveryFinish{ID: id, Attempt: attempt, State: DeliveryFailed,
-		Error: reason, HTTPStatus: httpStatus})
-	return err
-}
-
-// GiveUpDelivery records that the delivery's last allowed attempt failed
-// (GIVEN_UP, or SUPERSEDED when a newer state waits behind it). It returns the
-// state the delivery is in now.
-func (p *Postgres) GiveUpDelivery(ctx context.Context, id string, attempt int, reason string, httpStatus int) (DeliveryState, error) {
-	return p.finishOne(ctx, DeliveryFinish{ID: id, Attempt: attempt, State: DeliveryGivenUp,
-		Error: reason, HTTPStatus: httpStatus})
-}
-
 // RequeueExpiredLeases returns IN_FLIGHT deliveries whose lease ran out before now
 // (their retrier died or hung) to PENDING, due at once, or to SUPERSEDED when a
 // newer state waits behind them, and returns what became of each. Rows being

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/storage/storagetest"
 )
 
 func TestListClientDeliveriesNewestFirst(t *testing.T) {
@@ -25,7 +26,7 @@ func TestListClientDeliveriesNewestFirst(t *testing.T) {
 	f.create(t, storage.NotificationInput{EventID: "e4", Type: "connection_lost", SensorID: "s4", At: outboxT0.Add(3 * time.Hour)})
 	for _, d := range f.claim(t, later(), 100) {
 		if d.ClientID == c.ID && d.EventID == "e2" && d.Channel == storage.ChannelWebhook {
-			if err := f.pg.FailDelivery(f.ctx, d.ID, d.Attempts, "400 Bad Request", 400); err != nil {
+			if err := storagetest.FailDelivery(f.ctx, f.pg, d.ID, d.Attempts, "400 Bad Request", 400); err != nil {
 				t.Fatal(err)
 			}
 		}

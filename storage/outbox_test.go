@@ -187,7 +187,7 @@ func TestCreateNotificationsSupersedesOlderStates(t *testing.T) {
 		}
 		if d.Channel == storage.ChannelEmail {
 			// Put the email back to RETRY so it is supersedable.
-			if _, err := f.pg.RescheduleDelivery(f.ctx, d.ID, d.Attempts, later(), "try later", 503); err != nil {
+			if _, err := storagetest.RescheduleDelivery(f.ctx, f.pg, d.ID, d.Attempts, later(), "try later", 503); err != nil {
 				t.Fatal(err)
 			}
 		} else {
@@ -206,7 +206,7 @@ func TestCreateNotificationsSupersedesOlderStates(t *testing.T) {
 	}
 
 	// The in-flight one fails retryably: with a4 waiting it is superseded, not retried.
-	state, err := f.pg.RescheduleDelivery(f.ctx, inFlight.ID, inFlight.Attempts, later(), "503", 503)
+	state, err := storagetest.RescheduleDelivery(f.ctx, f.pg, inFlight.ID, inFlight.Attempts, later(), "503", 503)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestClaimKeepsEventOrderPerClientAndSensor(t *testing.T) {
 			lost = d
 		}
 	}
-	if _, err := f.pg.RescheduleDelivery(f.ctx, lost.ID, lost.Attempts, later().Add(time.Hour), "503", 503); err != nil {
+	if _, err := storagetest.RescheduleDelivery(f.ctx, f.pg, lost.ID, lost.Attempts, later().Add(time.Hour), "503", 503); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.claim(t, later(), 10); len(got) != 0 {
@@ -263,7 +263,7 @@ func TestClaimKeepsEventOrderPerClientAndSensor(t *testing.T) {
 	if got := ids(retried); fmt.Sprint(got) != "[lost]" || retried[0].Attempts != 2 {
 		t.Fatalf("claim after the back-off = %v (%+v), want lost on attempt 2", got, retried)
 	}
-	if err := f.pg.CompleteDelivery(f.ctx, lost.ID, 2, 200); err != nil {
+	if err := storagetest.CompleteDelivery(f.ctx, f.pg, lost.ID, 2, 200); err != nil {
 		t.Fatal(err)
 	}
 	if got := ids(f.claim(t, later(), 10)); fmt.Sprint(got) != "[restored]" {
@@ -292,7 +292,7 @@ func TestClaimOrdersEventsOfTheSameTimeByArrival(t *testing.T) {
 			if len(got) != 1 || got[0].EventID != want {
 				t.Fatalf("fanned out as %v: claim %d = %+v, want only %s", order, i, got, want)
 			}
-			if err := f.pg.CompleteDelivery(f.ctx, got[0].ID, got[0].Attempts, 200); err != nil {
+			if err := storagetest.CompleteDelivery(f.ctx, f.pg, got[0].ID, got[0].Attempts, 200); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -419,10 +419,10 @@ func TestLeaseExpiryAndFencing(t *testing.T) {
 	if len(again) != 1 || again[0].Attempts != 2 {
 		t.Fatalf("reclaim = %+v", again)
 	}
-	if err := f.pg.CompleteDelivery(f.ctx, d.ID, 1, 200); !errors.Is(err, storage.ErrConflict) {
+	if err := storagetest.CompleteDelivery(f.ctx, f.pg, d.ID, 1, 200); !errors.Is(err, storage.ErrConflict) {
 		t.Fatalf("late finish of attempt 1: err = %v, want ErrConflict", err)
 	}
-	if err := f.pg.FailDelivery(f.ctx, d.ID, 2, "400 Bad Request", 400); err != nil {
+	if err := storagetest.FailDelivery(f.ctx, f.pg, d.ID, 2, "400 Bad Request", 400); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.get(t, d.ID); got.State != storage.DeliveryFailed || got.LastHTTPStatus != 400 || got.LastError != "400 Bad Request" {
@@ -437,7 +437,7 @@ func TestRetryDelivery(t *testing.T) {
 	f.create(t, storage.NotificationInput{EventID: "e1", Type: "connection_lost", SensorID: "s1", At: outboxT0},
 		storage.NotificationInput{EventID: "e2", Type: "connection_restored", SensorID: "s1", At: outboxT0.Add(time.Second)})
 	d := f.claim(t, later(), 1)[0]
-	state, err := f.pg.GiveUpDelivery(f.ctx, d.ID, d.Attempts, "sink down", 0)
+	state, err := storagetest.GiveUpDelivery(f.ctx, f.pg, d.ID, d.Attempts, "sink down", 0)
 	if err != nil || state != storage.DeliveryGivenUp {
 		t.Fatalf("give up: %s, %v", state, err)
 	}
@@ -525,7 +525,7 @@ func TestListClientDeliveriesAndOutboxStats(t *testing.T) {
 	)
 	now := later()
 	claimed := f.claim(t, now, 1)
-	if err := f.pg.CompleteDelivery(f.ctx, claimed[0].ID, 1, 204); err != nil {
+	if err := storagetest.CompleteDelivery(f.ctx, f.pg, claimed[0].ID, 1, 204); err != nil {
 		t.Fatal(err)
 	}
 	f.claim(t, now, 1) // stays IN_FLIGHT

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	lsmetrics "github.com/lockstream/lockstream/internal/metrics"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -64,10 +65,8 @@ func newControlMetrics(reg prometheus.Registerer) (*controlMetrics, error) {
 			Help: "PAUSED deliveries made PENDING again by POST /v1/clients/{id}/endpoint/enable.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.recovered, m.superseded, m.resumed} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("registering delivery control metrics: %w", err)
-		}
+	if err := lsmetrics.RegisterAll(reg, m.recovered, m.superseded, m.resumed); err != nil {
+		return nil, fmt.Errorf("delivery controls: %w", err)
 	}
 	return m, nil
 }

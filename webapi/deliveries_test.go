@@ -168,14 +168,14 @@ func newDeliveryFixture(t *testing.T) *deliveryFixture {
 		}
 	}
 	d := f.byKey
-	must(pg.CompleteDelivery(ctx, d["a/e0/webhook"].ID, 1, 200))
-	must(pg.CompleteDelivery(ctx, d["a/e0/email"].ID, 1, 0))
-	mustState(storage.DeliveryRetry)(pg.RescheduleDelivery(ctx, d["a/e1/webhook"].ID, 1, time.Now(), "503 Service Unavailable", 503))
-	mustState(storage.DeliveryRetry)(pg.RescheduleDelivery(ctx, d["a/e1/email"].ID, 1, f.retryAt, "connection refused", 0))
-	must(pg.FailDelivery(ctx, d["a/e2/webhook"].ID, 1, "400 Bad Request", 400))
-	mustState(storage.DeliveryGivenUp)(pg.GiveUpDelivery(ctx, d["a/e2/email"].ID, 1, "550 mailbox unavailable", 0))
-	mustState(storage.DeliveryRetry)(pg.RescheduleDelivery(ctx, d["a/e3/webhook"].ID, 1, f.retryAt, "503 Service Unavailable", 503))
-	must(pg.CompleteDelivery(ctx, d["b/e1/webhook"].ID, 1, 204))
+	must(storagetest.CompleteDelivery(ctx, pg, d["a/e0/webhook"].ID, 1, 200))
+	must(storagetest.CompleteDelivery(ctx, pg, d["a/e0/email"].ID, 1, 0))
+	mustState(storage.DeliveryRetry)(storagetest.RescheduleDelivery(ctx, pg, d["a/e1/webhook"].ID, 1, time.Now(), "503 Service Unavailable", 503))
+	mustState(storage.DeliveryRetry)(storagetest.RescheduleDelivery(ctx, pg, d["a/e1/email"].ID, 1, f.retryAt, "connection refused", 0))
+	must(storagetest.FailDelivery(ctx, pg, d["a/e2/webhook"].ID, 1, "400 Bad Request", 400))
+	mustState(storage.DeliveryGivenUp)(storagetest.GiveUpDelivery(ctx, pg, d["a/e2/email"].ID, 1, "550 mailbox unavailable", 0))
+	mustState(storage.DeliveryRetry)(storagetest.RescheduleDelivery(ctx, pg, d["a/e3/webhook"].ID, 1, f.retryAt, "503 Service Unavailable", 503))
+	must(storagetest.CompleteDelivery(ctx, pg, d["b/e1/webhook"].ID, 1, 204))
 
 	// Only a/e1/webhook is due again; its second attempt succeeds.
 	again, err := pg.ClaimDeliveries(ctx, claimAt, 100, time.Hour)
@@ -185,7 +185,7 @@ func newDeliveryFixture(t *testing.T) *deliveryFixture {
 	if len(again) != 1 || again[0].ID != d["a/e1/webhook"].ID || again[0].Attempts != 2 {
 		t.Fatalf("second claim = %+v, want a/e1/webhook's 2nd attempt", again)
 	}
-	must(pg.CompleteDelivery(ctx, again[0].ID, 2, 200))
+	must(storagetest.CompleteDelivery(ctx, pg, again[0].ID, 2, 200))
 
 	created, err := pg.CreateNotifications(ctx, []storage.NotificationInput{
 		{EventID: "e4", Type: "state_changed", SensorID: "s1", Data: &zero, Previous: &one, At: f.base.Add(3 * time.Hour)},

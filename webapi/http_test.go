@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -285,6 +286,23 @@ func TestConfig(t *testing.T) {
 	if _, err := webapi.New(webapi.Config{}, nil, nil, reg, reg, slog.New(slog.DiscardHandler)); err == nil ||
 		!strings.Contains(err.Error(), "AdminToken") {
 		t.Fatalf("New without a token: err = %v", err)
+	}
+}
+
+// TestNilLogger builds a server with a nil logger and serves a request, which the
+// server logs.
+func TestNilLogger(t *testing.T) {
+	t.Parallel()
+	api := newTestAPI(t, apiOptions{})
+	reg := prometheus.NewRegistry()
+	server, err := webapi.New(webapi.Config{AdminToken: testToken}, api.stores.Postgres, nil, reg, reg, nil)
+	if err != nil {
+		t.Fatalf("New with a nil logger: %v", err)
+	}
+	rec := httptest.NewRecorder()
+	server.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("healthz = %d, want 200", rec.Code)
 	}
 }
 

@@ -3,6 +3,7 @@ package webapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	lsmetrics "github.com/lockstream/lockstream/internal/metrics"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -389,11 +391,9 @@ func newStreamMetrics(reg prometheus.Registerer) (*streamMetrics, error) {
 			Name: "lockstream_stream_fetch_duration_seconds", Help: "Time of one read of inbox messages for a batch of streams.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 9)}),
 	}
-	for _, c := range []prometheus.Collector{m.connected, m.listening, m.sent, m.cutoffs, m.resets, m.stalls,
-		m.fetchErrors, m.fetchDuration} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := lsmetrics.RegisterAll(reg, m.connected, m.listening, m.sent, m.cutoffs, m.resets, m.stalls,
+		m.fetchErrors, m.fetchDuration); err != nil {
+		return nil, fmt.Errorf("live streams: %w", err)
 	}
 	m.sent.WithLabelValues("direct")
 	m.sent.WithLabelValues("replayed")

@@ -15,6 +15,8 @@ import (
 
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
+
+	lsmetrics "github.com/lockstream/lockstream/internal/metrics"
 )
 
 // metrics are the server's own Prometheus collectors.
@@ -30,8 +32,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"route", "method", "code"}),
 	}
-	if err := reg.Register(m.duration); err != nil {
-		return nil, fmt.Errorf("registering http metrics: %w", err)
+	if err := lsmetrics.RegisterAll(reg, m.duration); err != nil {
+		return nil, fmt.Errorf("http: %w", err)
 	}
 	return m, nil
 }

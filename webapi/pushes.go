@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
 
+	lsmetrics "github.com/lockstream/lockstream/internal/metrics"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -57,10 +58,8 @@ func newPushMetrics(reg prometheus.Registerer) (*pushMetrics, error) {
 			Help: "Pushes accepted and stored, by kind: scheduled (with a cron expression) or immediate.",
 		}, []string{"kind"}),
 	}
-	for _, c := range []prometheus.Collector{m.receive, m.received} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("registering push metrics: %w", err)
-		}
+	if err := lsmetrics.RegisterAll(reg, m.receive, m.received); err != nil {
+		return nil, fmt.Errorf("push: %w", err)
 	}
 	for _, kind := range []string{pushKindScheduled, pushKindImmediate} {
 		m.received.WithLabelValues(kind)

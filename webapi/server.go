@@ -334,7 +334,7 @@ type Server struct {
 
 // New builds the server. checks names the stores GET /readyz pings (for instance
 // "postgres", "redis", "clickhouse"); /metrics serves gatherer, and the server's own
-// metrics are registered with reg.
+// metrics are registered with reg. A nil logger logs nothing.
 func New(cfg Config, registry Registry, checks map[string]Pinger, reg prometheus.Registerer,
 	gatherer prometheus.Gatherer, logger *slog.Logger, opts ...Option) (*Server, error) {
 	cfg = cfg.WithDefaults()
@@ -348,8 +348,9 @@ func New(cfg Config, registry Registry, checks map[string]Pinger, reg prometheus
 		return nil, errors.New("webapi: prometheus registerer is nil")
 	case gatherer == nil:
 		return nil, errors.New("webapi: prometheus gatherer is nil")
-	case logger == nil:
-		return nil, errors.New("webapi: logger is nil")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
 	}
 	for name, check := range checks {
 		if check == nil {

@@ -42,7 +42,8 @@ type command struct {
 }
 
 // commands is the table of subcommands; `all` runs every daemon of the table in one
-// process.
+// process. It is one long literal, an entry a subcommand, so that every subcommand
+// and the settings it takes read in one place.
 func commands() []command {
 	storeSettings := []string{"pg-url", "redis-url", "redis-prefix", "clickhouse-url", "metrics-addr"}
 	kafkaSettings := []string{"kafka-brokers", "kafka-partitions", "kafka-topic-prefix"}

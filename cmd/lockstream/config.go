@@ -21,7 +21,8 @@ type setting struct {
 }
 
 // settingTable returns every value of DESIGN.md's configuration table, by flag name;
-// a subcommand lists the ones it uses.
+// a subcommand lists the ones it uses. It is one long literal, a row a setting, so
+// that the whole table reads in one place, as in DESIGN.md.
 func settingTable() map[string]setting {
 	return map[string]setting{
 		"pg-url":    {"pg-url", "LOCKSTREAM_PG_URL", "postgres://lockstream:lockstream@127.0.0.1:5432/lockstream?sslmode=disable", "Postgres URL"},

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/migrations"
@@ -21,6 +23,8 @@ import (
 // to it what tests of the packages cannot: SIGKILL, a real ClickHouse server going
 // away, a second process joining the consumer group.
 
+// TestMain builds the binary into a directory of its own and fails the run if a
+// test leaves a goroutine behind (goleak); the directory goes after the leak check.
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "lockstream-process-test-")
 	if err != nil {
@@ -28,9 +32,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	processBinary.dir = dir
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		_ = os.RemoveAll(dir)
+		os.Exit(code)
+	}))
 }
 
 // killRecord is what the broker held the moment a consumer process died.
