@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -488,4 +489,193 @@ func waitMetric(b *testing.B, api, name string, want float64) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// BenchmarkStreamLatency times one member's live stream, event by event: each
+// iteration is one sensor event written as the fan-out writes it
+// (storage.CreateNotifications: the notification, its delivery and the
+// member's inbox message in one transaction, whose NOTIFY reaches the hub),
+// and the time from the start of that write until the message arrives on the
+// member's stream, served by the real webapi handler and hub over HTTP. It
+// reports p50, p99 and max of event → arrival, and logs those of the write's
+// return → arrival (negative when the stream had the message before the
+// writer's call returned: the NOTIFY goes out at commit). One warm-up event
+// goes first, untimed.
+//
+//	go test -run '^$' -bench StreamLatency -benchtime 500x ./bench/
+func BenchmarkStreamLatency(b *testing.B) {
+	stores := storagetest.New(b)
+	ctx := context.Background()
+	pg := stores.Postgres
+	if _, err := pg.CreateSensor(ctx, storage.Sensor{ID: "latencydoor", Address: "1 Bench Street"}); err != nil {
+		b.Fatal(err)
+	}
+	client, err := pg.CreateClient(ctx, storage.Client{Name: "bench", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pg.LinkSensor(ctx, client.ID, "latencydoor"); err != nil {
+		b.Fatal(err)
+	}
+	const token = "lsm_latency"
+	hash := sha256.Sum256([]byte(token))
+	if _, _, err := pg.CreateMember(ctx, storage.Member{ClientID: client.ID, Name: "reader", Timezone: "UTC",
+		Preferences: storage.DefaultMemberPreferences()}, hash[:], storage.Backfill{}); err != nil {
+		b.Fatal(err)
+	}
+	api := startInboxServer(b, stores)
+	arrivals := openTimedStream(b, api, token)
+
+	var event int
+	flip := func() (start, returned time.Time) {
+		b.Helper()
+		event++
+		data := event % 2
+		start = time.Now()
+		created, err := pg.CreateNotifications(ctx, []storage.NotificationInput{{EventID: fmt.Sprint("latency-", event),
+			Type: "state_changed", SensorID: "latencydoor", Data: &data, At: start}})
+		if err != nil || created.InboxMessages != 1 {
+			b.Fatalf("event %d: %d inbox messages, %v", event, created.InboxMessages, err)
+		}
+		return start, time.Now()
+	}
+	arrival := func(seq int64) time.Time {
+		b.Helper()
+		select {
+		case a, ok := <-arrivals:
+			if !ok || a.seq != seq {
+				b.Fatalf("stream: message %d (open %v), want %d", a.seq, ok, seq)
+			}
+			return a.at
+		case <-time.After(time.Minute): // a hang guard, not a measure
+			b.Fatalf("message %d not on the stream after a minute", seq)
+		}
+		return time.Time{}
+	}
+	flip()
+	arrival(1)
+
+	fromEvent := make([]time.Duration, 0, b.N)
+	fromReturn := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		start, returned := flip()
+		at := arrival(int64(i + 2))
+		fromEvent = append(fromEvent, at.Sub(start))
+		fromReturn = append(fromReturn, at.Sub(returned))
+	}
+	b.StopTimer()
+	ev, re := percentiles(fromEvent), percentiles(fromReturn)
+	b.ReportMetric(ev(0.5), "event-p50-ms")
+	b.ReportMetric(ev(0.99), "event-p99-ms")
+	b.ReportMetric(ev(1), "event-max-ms")
+	b.Logf("%d events: event → stream p50 %.2f ms, p99 %.2f ms, max %.2f ms; write returned → stream p50 %.2f ms, p99 %.2f ms, max %.2f ms",
+		len(fromEvent), ev(0.5), ev(0.99), ev(1), re(0.5), re(0.99), re(1))
+}
+
+// startInboxServer serves the API with members, inboxes and streams on the
+// stores over HTTP, its stream hub running, until b ends.
+func startInboxServer(b *testing.B, stores *storagetest.Stores) string {
+	b.Helper()
+	reg := prometheus.NewRegistry()
+	server, err := webapi.New(webapi.Config{AdminToken: "bench-admin-token"}, stores.Postgres, nil, reg, reg,
+		slog.New(slog.DiscardHandler), webapi.WithInbox(stores.Postgres, stores.Postgres, stores.Redis, webapi.InboxConfig{}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ts := httptest.NewServer(server.Handler())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- server.RunStreams(ctx) }()
+	b.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Errorf("RunStreams: %v", err)
+		}
+		ts.Close()
+	})
+	return ts.URL
+}
+
+// streamArrival is a message's seq and when its stream delivered it.
+type streamArrival struct {
+	seq int64
+	at  time.Time
+}
+
+// openTimedStream opens the member's stream once the hub runs (a 503 before),
+// reads its hello, and then sends each message's seq and arrival time, taken
+// as its last line is read, until b ends.
+func openTimedStream(b *testing.B, api, token string) <-chan streamArrival {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var resp *http.Response
+	waitFor(b, "the stream to open", time.Minute, func() bool {
+		req, _ := http.NewRequest("POST", api+"/v1/stream/tickets", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		tr, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var t struct {
+			Ticket string `json:"ticket"`
+		}
+		err = json.NewDecoder(tr.Body).Decode(&t)
+		tr.Body.Close()
+		if err != nil || t.Ticket == "" {
+			b.Fatalf("POST /v1/stream/tickets: %s %v", tr.Status, err)
+		}
+		sreq, _ := http.NewRequestWithContext(ctx, "GET", api+"/v1/stream?ticket="+url.QueryEscape(t.Ticket), nil)
+		if resp, err = http.DefaultClient.Do(sreq); err != nil {
+			b.Fatal(err)
+		}
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			resp.Body.Close()
+			return false
+		}
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("GET /v1/stream: %s", resp.Status)
+		}
+		return true
+	})
+	out := make(chan streamArrival, 16)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(out)
+		defer resp.Body.Close()
+		r := bufio.NewReader(resp.Body)
+		var event, id string
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			line = strings.TrimSuffix(line, "\n")
+			switch {
+			case line == "" && event == "message":
+				seq, err := strconv.ParseInt(id, 10, 64)
+				if err != nil {
+					return
+				}
+				select {
+				case out <- streamArrival{seq: seq, at: time.Now()}:
+				case <-ctx.Done():
+					return
+				}
+				event, id = "", ""
+			case line == "":
+				event, id = "", ""
+			case strings.HasPrefix(line, "event: "):
+				event = line[len("event: "):]
+			case strings.HasPrefix(line, "id: "):
+				id = line[len("id: "):]
+			}
+		}
+	}()
+	b.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return out
 }

@@ -219,17 +219,32 @@ func (p *Postgres) RotateClientSecret(ctx context.Context, id, secret string, ke
 	return c, nil
 }
 
-// DeleteClient removes the client, its push targets and its links.
+// DeleteClient removes the client, its push targets, its links and its members
+// with everything kept for them (deleteMembers), in one transaction.
 func (p *Postgres) DeleteClient(ctx context.Context, id string) error {
 	if uuid.Validate(id) != nil {
 		return fmt.Errorf("deleting client %s: %w", id, ErrNotFound)
 	}
-	tag, err := p.pool.Exec(ctx, `DELETE FROM clients WHERE id = $1`, id)
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		// Locked first, so that no member is added between the members' deletion
+		// and the client's (its inbox, backfilled on creation, would be left
+		// behind by the cascade): a creation under way is waited for, a later one
+		// fails on the foreign key.
+		tag, err := tx.Exec(ctx, `SELECT FROM clients WHERE id = $1 FOR UPDATE`, id)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrNotFound
+		}
+		if _, err := deleteMembers(ctx, tx, membersByClient, id); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM clients WHERE id = $1`, id)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("deleting client %s: %w", id, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("deleting client %s: %w", id, ErrNotFound)
 	}
 	return nil
 }

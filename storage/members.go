@@ -274,27 +274,62 @@ func (p *Postgres) RotateMemberToken(ctx context.Context, id string, tokenHash [
 	return p.GetMember(ctx, id)
 }
 
-// DeleteMember removes the member, its push targets, its inbox counter and its
-// messages.
+// DeleteMember removes the member and everything kept for it: deleteMembers.
 func (p *Postgres) DeleteMember(ctx context.Context, id string) error {
 	if uuid.Validate(id) != nil {
 		return fmt.Errorf("deleting member %s: %w", id, ErrNotFound)
 	}
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `DELETE FROM members WHERE id = $1`, id)
-		if err != nil {
-			return err
+		n, err := deleteMembers(ctx, tx, membersByID, id)
+		if err == nil && n == 0 {
+			err = ErrNotFound
 		}
-		if tag.RowsAffected() == 0 {
-			return ErrNotFound
-		}
-		// The messages have no foreign key (see the migration); the primary key's
-		// leading member_id finds them in every partition.
-		_, err = tx.Exec(ctx, `DELETE FROM inbox_messages WHERE member_id = $1`, id)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("deleting member %s: %w", id, err)
 	}
 	return nil
+}
+
+// The members deleteMembers deletes: the one with an id, or every member of a
+// client.
+const (
+	membersByID     = `id = $1`
+	membersByClient = `client_id = $1`
+)
+
+// deleteMembers deletes the members matching which (membersByID or
+// membersByClient, with key), and everything kept per member, in two
+// statements whatever the number of members:
+//   - the members; the foreign keys cascade to their push targets, inbox
+//     counters (member_inbox), escalation episodes and digest positions;
+//   - their inbox messages, which have no foreign key (see the migration). This
+//     second statement runs after the first has waited for any inbox writer
+//     holding one of the counters, so its snapshot holds what that writer
+//     added; a writer coming later finds no counter and adds nothing
+//     (inboxWrite).
+//
+// member_emails rows stay: each is the content of an email delivery, kept and
+// retired by retention with it, and the retrier reads it to record a pending
+// one as failed because "the member was deleted". Stream tickets (Redis) name
+// the member for 60 s at most and open nothing once it is gone. It returns how
+// many members it deleted.
+func deleteMembers(ctx context.Context, tx pgx.Tx, which, key string) (int, error) {
+	rows, err := tx.Query(ctx, `DELETE FROM members WHERE `+which+` RETURNING id::text`, key)
+	if err != nil {
+		return 0, fmt.Errorf("deleting members: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, fmt.Errorf("deleting members: %w", err)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	// The primary key's leading member_id finds the rows in every partition.
+	if _, err := tx.Exec(ctx, `DELETE FROM inbox_messages WHERE member_id = ANY ($1::uuid[])`, ids); err != nil {
+		return 0, fmt.Errorf("deleting the members' inbox messages: %w", err)
+	}
+	return len(ids), nil
 }

@@ -130,8 +130,8 @@ func commands() []command {
 		},
 		{
 			name:     "webhook-sink",
-			summary:  "receive webhooks, verify their signatures and print them (the demo's client system)",
-			settings: []string{"sink-addr", "sink-secret"},
+			summary:  "receive webhooks, verify their signatures and print them, and email over SMTP (the demo's client system and mailbox)",
+			settings: []string{"sink-addr", "sink-secret", "sink-smtp-addr"},
 			run:      runSink,
 		},
 		{

@@ -125,6 +125,8 @@ func settingTable() map[string]setting {
 		"fake-swrve-scale": {"fake-swrve-scale", "LOCKSTREAM_FAKE_SWRVE_SCALE", "1", "fake-swrve: multiplies Swrve's measured latencies (p50 983 ms)"},
 		"sink-addr":        {"sink-addr", "LOCKSTREAM_SINK_ADDR", "127.0.0.1:9999", "webhook-sink: listen address"},
 		"sink-secret":      {"sink-secret", "LOCKSTREAM_SINK_SECRET", "", "webhook-sink: the client secret that signs its webhooks"},
+		"sink-smtp-addr": {"sink-smtp-addr", "LOCKSTREAM_SINK_SMTP_ADDR", "",
+			"webhook-sink: also take email over SMTP here and print each message (empty = no mail sink)"},
 	}
 }
 

@@ -34,6 +34,9 @@ type deliveryNode struct {
 	h     *harness
 	api   string
 	procs map[string]*proc // the last process started of each subcommand
+	// onCall, when set, is told of every request call makes, with its URL and
+	// bearer token, before it is sent.
+	onCall func(method, url, token string)
 }
 
 // startDeliveryNode starts the lockstream subcommands named (each as a process;
@@ -87,6 +90,9 @@ func (n *deliveryNode) call(method, path, token string, body any, wantStatus int
 	req, err := http.NewRequest(method, n.api+path, payload)
 	if err != nil {
 		n.t.Fatal(err)
+	}
+	if n.onCall != nil {
+		n.onCall(method, req.URL.String(), token)
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)

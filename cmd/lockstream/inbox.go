@@ -26,9 +26,10 @@ const inboxPartitionsInterval = 24 * time.Hour
 
 // inboxPartitionsDaemon keeps the month partitions of inbox_messages created
 // ahead, so the fan-out never writes a message with no partition to hold it.
-// It stands in until `lockstream maintain` creates every growing table's
-// partitions (and drops old ones): then it goes, and maintain calls
-// storage.Postgres.CreateInboxPartitions instead.
+// `lockstream maintain` makes them too (and drops old months), but
+// inbox_messages has no DEFAULT partition to catch a write when maintain is not
+// running: the fan-out process does not depend on it. Making a partition that
+// exists changes nothing.
 func inboxPartitionsDaemon(_ context.Context, n *node) (daemon, error) {
 	logger := n.logger.With("daemon", "inbox-partitions")
 	ensure := func(ctx context.Context) {

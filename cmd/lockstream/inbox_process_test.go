@@ -19,9 +19,10 @@ import (
 // The inbox process tests run lockstream as processes (see startDeliveryNode)
 // and act as members would: through the HTTP API and the live stream.
 
-// sseEvent is one server-sent event.
+// sseEvent is one server-sent event and when its last line was read.
 type sseEvent struct {
 	id, event, data string
+	at              time.Time
 }
 
 // liveStream reads one member's stream in the background.
@@ -30,13 +31,17 @@ type liveStream struct {
 	events chan sseEvent
 	cancel context.CancelFunc
 	done   chan struct{}
+	// urls are the URLs the member used to open it: the ticket's and the
+	// stream's.
+	urls []string
 }
 
 // openLiveStream takes a ticket from api with the member's token and opens the
 // stream on streamAPI (the same API or another process).
 func openLiveStream(t *testing.T, api, streamAPI, token string) *liveStream {
 	t.Helper()
-	req, _ := http.NewRequest("POST", api+"/v1/stream/tickets", nil)
+	ticketURL := api + "/v1/stream/tickets"
+	req, _ := http.NewRequest("POST", ticketURL, nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -65,7 +70,8 @@ func openLiveStream(t *testing.T, api, streamAPI, token string) *liveStream {
 		cancel()
 		t.Fatalf("GET /v1/stream: %s", sresp.Status)
 	}
-	s := &liveStream{t: t, events: make(chan sseEvent, 1000), cancel: cancel, done: make(chan struct{})}
+	s := &liveStream{t: t, events: make(chan sseEvent, 1000), cancel: cancel, done: make(chan struct{}),
+		urls: []string{ticketURL, streamURL}}
 	go func() {
 		defer close(s.done)
 		defer close(s.events)
@@ -77,6 +83,7 @@ func openLiveStream(t *testing.T, api, streamAPI, token string) *liveStream {
 			switch {
 			case line == "":
 				if e.event != "" {
+					e.at = time.Now()
 					s.events <- e
 				}
 				e = sseEvent{}
@@ -124,6 +131,8 @@ type streamMessage struct {
 	Seen    bool   `json:"seen"`
 	Cause   string `json:"cause"`
 	Subject string `json:"subject"`
+	// arrived is when the stream delivered it (not in the JSON).
+	arrived time.Time
 }
 
 // hello reads the first event and returns its acked_seq and last_seq.
@@ -154,6 +163,7 @@ func (s *liveStream) expect(seqs ...int64) []streamMessage {
 		if m.Seq != want {
 			s.t.Fatalf("stream message seq %d after %d messages, want %d (seqs %v)", m.Seq, len(got), want, seqs)
 		}
+		m.arrived = e.at
 		got = append(got, m)
 	}
 	return got
@@ -181,7 +191,10 @@ func seqsOf(ms []streamMessage) []int64 {
 // TestInboxAndStreamThroughAll follows flips of a linked sensor through
 // `lockstream all` into a member's inbox and live stream: seq 1..n in order;
 // replay after the acknowledged seq; live messages without duplicate; the inbox
-// routes; another member's message a 404; the admin with ?user=.
+// routes; another member's message a 404; the admin with ?user=; no URL a member
+// uses carries a member id. It logs how long each live message took from its
+// flip to the stream (a figure, not a check: speed belongs in benchmarks, see
+// BenchmarkStreamLatency).
 func TestInboxAndStreamThroughAll(t *testing.T) {
 	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 	t.Cleanup(receiver.Close)
@@ -193,16 +206,34 @@ func TestInboxAndStreamThroughAll(t *testing.T) {
 	alice := n.call("POST", "/v1/clients/"+clientID+"/members", deliveryAdminToken, map[string]any{"name": "Alice"}, http.StatusCreated)
 	bob := n.call("POST", "/v1/clients/"+clientID+"/members", deliveryAdminToken, map[string]any{"name": "Bob"}, http.StatusCreated)
 	aliceToken, bobToken, aliceID := alice["token"].(string), bob["token"].(string), alice["id"].(string)
+	bobID := bob["id"].(string)
+	var memberURLs []string // every URL called with a member's token
+	n.onCall = func(_, u, token string) {
+		if token == aliceToken || token == bobToken {
+			memberURLs = append(memberURLs, u)
+		}
+	}
 
 	s := openLiveStream(t, n.api, n.api, aliceToken)
+	memberURLs = append(memberURLs, s.urls...)
 	if acked, last := s.hello(); acked != 0 || last != 0 {
 		t.Fatalf("hello of an empty inbox: acked %d last %d", acked, last)
 	}
+	// liveFlip flips the sensor and reads the message it makes on the stream,
+	// noting how long it took from the reading's POST.
+	var latencies []time.Duration
+	liveFlip := func(data int, seq int64) streamMessage {
+		t.Helper()
+		start := time.Now()
+		n.flip(sensor, data)
+		m := s.expect(seq)[0]
+		latencies = append(latencies, m.arrived.Sub(start))
+		return m
+	}
 	flips := []int{1, 0, 1, 0, 1}
 	for i, data := range flips {
-		n.flip(sensor, data)
 		// Each flip reaches the stream, in order, before the next is made.
-		m := s.expect(int64(i + 1))[0]
+		m := liveFlip(data, int64(i+1))
 		if m.Type != "state_changed" || m.Sensor == nil || m.Sensor.ID != sensor || *m.Data != data || m.Cause != "event" {
 			t.Fatalf("stream message %d: %+v", i+1, m)
 		}
@@ -228,14 +259,19 @@ func TestInboxAndStreamThroughAll(t *testing.T) {
 		return total == 8, fmt.Sprintf("%d messages", total)
 	})
 	s = openLiveStream(t, n.api, n.api, aliceToken)
+	memberURLs = append(memberURLs, s.urls...)
 	if acked, last := s.hello(); acked != 5 || last != 8 {
 		t.Fatalf("hello after the ack: acked %d last %d", acked, last)
 	}
 	s.expect(6, 7, 8)
-	n.flip(sensor, 1)
-	s.expect(9)
-	n.flip(sensor, 0)
-	s.expect(10)
+	liveFlip(1, 9)
+	liveFlip(0, 10)
+	var slowest time.Duration
+	for i, d := range latencies {
+		t.Logf("live message %d of %d: %v from the reading's POST to the stream", i+1, len(latencies), d)
+		slowest = max(slowest, d)
+	}
+	t.Logf("live messages: %d, slowest %v from the reading's POST to the stream", len(latencies), slowest)
 
 	// The inbox routes through the running system.
 	total, ms = n.inbox(aliceToken, "?message-type=state_changed&limit=3")
@@ -274,6 +310,17 @@ func TestInboxAndStreamThroughAll(t *testing.T) {
 	if total, _ := n.inbox(bobToken, "?count-only=true"); total != 10 {
 		t.Fatalf("bob's inbox: %d, want his 10 unseen", total)
 	}
+
+	// No URL a member used carries a member id (nor a token): the admin's
+	// ?user= is the admin's.
+	for _, u := range memberURLs {
+		for _, secret := range []string{aliceID, bobID, aliceToken, bobToken} {
+			if strings.Contains(strings.ToLower(u), strings.ToLower(secret)) {
+				t.Errorf("a URL a member used, %s, carries %s", u, secret)
+			}
+		}
+	}
+	t.Logf("%d URLs used by members, none with a member id or token", len(memberURLs))
 }
 
 func mustInbox(n *deliveryNode, token, query string) []streamMessage {
@@ -309,6 +356,11 @@ func TestStreamAcrossAPIProcesses(t *testing.T) {
 	m := first.call("POST", "/v1/clients/"+c["id"].(string)+"/members", deliveryAdminToken, map[string]any{"name": "Alice"}, http.StatusCreated)
 
 	s := openLiveStream(t, apis[0], apis[1], m["token"].(string))
+	for _, u := range s.urls {
+		if strings.Contains(strings.ToLower(u), strings.ToLower(m["id"].(string))) {
+			t.Errorf("the member's URL %s carries its id", u)
+		}
+	}
 	s.hello()
 	for i := range 3 {
 		first.call("POST", "/v1/notifications", deliveryAdminToken, map[string]any{"member_id": m["id"],

@@ -7,17 +7,24 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
+	"net/mail"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/emersion/go-smtp"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/lockstream/lockstream/notifier/swrve/swrvetest"
 	"github.com/lockstream/lockstream/notifier/webhook"
 )
 
 // runSink serves a webhook receiver that verifies each delivery's signature and prints
-// it: the demo's stand-in for a client system.
+// it: the demo's stand-in for a client system. With LOCKSTREAM_SINK_SMTP_ADDR it also
+// takes email over SMTP and prints one line per message (the demo's mailbox).
 func runSink(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logger) error {
 	secret := v.str("sink-secret")
 	if secret == "" {
@@ -27,15 +34,97 @@ func runSink(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logg
 	if err != nil {
 		return fmt.Errorf("webhook sink: %w", err)
 	}
-	srv := &http.Server{Handler: sinkHandler(secret, stdout), ReadHeaderTimeout: 5 * time.Second}
+	out := &lockedWriter{w: stdout}
+	g, gctx := errgroup.WithContext(ctx)
+	if addr := v.str("sink-smtp-addr"); addr != "" {
+		mln, err := net.Listen("tcp", addr)
+		if err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("mail sink: %w", err)
+		}
+		logger.Info("mail sink listening", "addr", mln.Addr().String())
+		g.Go(func() error { return serveMailSink(gctx, mln, out) })
+	}
+	srv := &http.Server{Handler: sinkHandler(secret, out), ReadHeaderTimeout: 5 * time.Second}
 	logger.Info("webhook sink listening", "addr", ln.Addr().String())
-	return serveUntilDone(ctx, srv, ln)
+	g.Go(func() error { return serveUntilDone(gctx, srv, ln) })
+	return g.Wait()
 }
+
+// lockedWriter keeps the lines of the webhook and mail sinks whole.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// serveMailSink accepts every message over SMTP on ln and prints its recipient
+// and subject, until ctx ends.
+func serveMailSink(ctx context.Context, ln net.Listener, out io.Writer) error {
+	srv := smtp.NewServer(smtp.BackendFunc(func(*smtp.Conn) (smtp.Session, error) {
+		return &mailSinkSession{out: out}, nil
+	}))
+	srv.Domain = "localhost"
+	srv.ReadTimeout, srv.WriteTimeout = time.Minute, time.Minute
+	srv.MaxMessageBytes = 1 << 20
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("mail sink: %w", err)
+	case <-ctx.Done():
+	}
+	if err := srv.Close(); err != nil {
+		return fmt.Errorf("mail sink: closing: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, smtp.ErrServerClosed) {
+		return fmt.Errorf("mail sink: %w", err)
+	}
+	return nil
+}
+
+// mailSinkSession is one SMTP session of the mail sink.
+type mailSinkSession struct {
+	out io.Writer
+	to  []string
+}
+
+func (s *mailSinkSession) Mail(string, *smtp.MailOptions) error { return nil }
+
+func (s *mailSinkSession) Rcpt(to string, _ *smtp.RcptOptions) error {
+	s.to = append(s.to, to)
+	return nil
+}
+
+func (s *mailSinkSession) Data(r io.Reader) error {
+	m, err := mail.ReadMessage(r)
+	if err != nil {
+		return fmt.Errorf("reading the message: %w", err)
+	}
+	if _, err := io.Copy(io.Discard, m.Body); err != nil {
+		return fmt.Errorf("reading the message: %w", err)
+	}
+	subject, err := new(mime.WordDecoder).DecodeHeader(m.Header.Get("Subject"))
+	if err != nil {
+		subject = m.Header.Get("Subject") // printed as it came
+	}
+	fmt.Fprintf(s.out, "email   to %s  %q\n", strings.Join(s.to, ", "), subject)
+	return nil
+}
+
+func (s *mailSinkSession) Reset() { s.to = nil }
+
+func (s *mailSinkSession) Logout() error { return nil }
 
 // sinkHandler answers 204 to a correctly signed webhook and 401 to anything else,
 // printing one line per request.
 func sinkHandler(secret string, out io.Writer) http.Handler {
-	var mu sync.Mutex // keeps lines whole when deliveries arrive concurrently
+	var mu sync.Mutex // keeps a webhook's checks and line together when deliveries arrive concurrently
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		if err != nil {

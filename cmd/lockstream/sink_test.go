@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/smtp"
 	"net/url"
 	"strconv"
 	"strings"
@@ -73,5 +74,29 @@ func TestFakeSwrveCommandServesPushes(t *testing.T) {
 	cancel()
 	if code := <-exited; code != 0 {
 		t.Errorf("fake-swrve exited %d", code)
+	}
+}
+
+// TestSinkPrintsMail sends one message to the webhook sink's SMTP address and
+// waits for its line: recipient and decoded subject.
+func TestSinkPrintsMail(t *testing.T) {
+	smtpAddr := freeAddr(t)
+	t.Setenv("LOCKSTREAM_SINK_ADDR", freeAddr(t))
+	t.Setenv("LOCKSTREAM_SINK_SECRET", webhook.NewSecret())
+	t.Setenv("LOCKSTREAM_SINK_SMTP_ADDR", smtpAddr)
+	ctx, cancel := context.WithCancel(context.Background())
+	var out syncBuffer
+	exited := make(chan int, 1)
+	go func() { exited <- run(ctx, []string{"webhook-sink"}, &out, io.Discard) }()
+	msg := "To: resident@demo.example\r\nSubject: =?utf-8?q?3_unseen_=E2=80=94_sim1?=\r\n\r\nbody\r\n"
+	waitUntil(t, "the mail sink takes a message", func() bool {
+		return smtp.SendMail(smtpAddr, nil, "lockstream@demo.example", []string{"resident@demo.example"}, []byte(msg)) == nil
+	})
+	waitUntil(t, "the mail sink prints it", func() bool {
+		return strings.Contains(out.String(), `email   to resident@demo.example  "3 unseen — sim1"`)
+	})
+	cancel()
+	if code := <-exited; code != 0 {
+		t.Errorf("webhook-sink exited %d: %s", code, out.String())
 	}
 }

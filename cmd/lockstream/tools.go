@@ -216,6 +216,8 @@ func statColumns() []statColumn {
 		{"notifications", "lockstream_notifications_created_total"},
 		{"delivered", `lockstream_deliveries_total{outcome="sent"}`},
 		{"pushed", `lockstream_swrve_sends_total{outcome="sent"}`},
+		// Escalations put in the outbox: emails and pushes about unseen messages.
+		{"escalated", "lockstream_escalations_total"},
 	}
 }
 

@@ -2,9 +2,12 @@
 # demo.sh runs the whole lockstream pipeline on this machine with its embedded
 # defaults and shows what happens: `lockstream all` (embedded Kafka broker, consumer,
 # history writer, heartbeat, delivery, API), a demo client whose webhooks go to a
-# signature-verifying sink and whose phone gets pushes through a fake Swrve, and a
-# simulated fleet, part of which speaks MQTT to Mosquitto (the MQTT bridge takes
-# it into Kafka). `make demo` calls it after `make services` and `make build`.
+# signature-verifying sink and whose phone gets pushes through a fake Swrve, a member
+# of that client with an inbox, a live stream, an email address (the sink takes email
+# over SMTP too) and a phone, whose unseen messages escalate within the demo's first
+# minute, and a simulated fleet, part of which speaks MQTT to Mosquitto (the MQTT
+# bridge takes it into Kafka). `make demo` calls it after `make services` and
+# `make build`.
 # Ctrl-C stops it all.
 #
 # LOCKSTREAM_DEMO_SECONDS=N stops the demo after N seconds (for scripted runs).
@@ -32,7 +35,16 @@ SINK_ADDR=${LOCKSTREAM_SINK_ADDR:-127.0.0.1:9999}
 # Pushes go to the fake Swrve (measured latencies, 300/s limit) unless told otherwise.
 FAKE_SWRVE_ADDR=${LOCKSTREAM_FAKE_SWRVE_ADDR:-127.0.0.1:9998}
 export LOCKSTREAM_SWRVE_URL=${LOCKSTREAM_SWRVE_URL:-http://$FAKE_SWRVE_ADDR/push}
-export LOCKSTREAM_SWRVE_PUSH_KEYS=${LOCKSTREAM_SWRVE_PUSH_KEYS:-$LOCKSTREAM_DATA_DIR/swrve-push-keys.yaml}
+demo_push_keys=$LOCKSTREAM_DATA_DIR/swrve-push-keys.yaml
+export LOCKSTREAM_SWRVE_PUSH_KEYS=${LOCKSTREAM_SWRVE_PUSH_KEYS:-$demo_push_keys}
+# Email goes to the sink's SMTP address, which prints each message.
+SINK_SMTP_ADDR=${LOCKSTREAM_SINK_SMTP_ADDR:-127.0.0.1:2525}
+export LOCKSTREAM_SMTP_URL=${LOCKSTREAM_SMTP_URL:-smtp://$SINK_SMTP_ADDR}
+# Escalation within the demo's first minute (defaults 2m and 15m): a message left
+# unseen 15 s gets a push to the member's phone, 30 s an email; a round every 5 s.
+export LOCKSTREAM_ESCALATE_PUSH_AFTER=${LOCKSTREAM_ESCALATE_PUSH_AFTER:-15s}
+export LOCKSTREAM_ESCALATE_EMAIL_AFTER=${LOCKSTREAM_ESCALATE_EMAIL_AFTER:-30s}
+export LOCKSTREAM_ESCALATION_INTERVAL=${LOCKSTREAM_ESCALATION_INTERVAL:-5s}
 API="http://$LOCKSTREAM_HTTP_ADDR"
 AUTH="Authorization: Bearer $LOCKSTREAM_ADMIN_TOKEN"
 LOG="$LOCKSTREAM_DATA_DIR/demo.log"
@@ -52,45 +64,27 @@ if [ -z "${LOCKSTREAM_PG_URL:-}${LOCKSTREAM_CLICKHOUSE_URL:-}${LOCKSTREAM_REDIS_
 fi
 mkdir -p "$LOCKSTREAM_DATA_DIR"
 : >"$LOG"
-if [ ! -f "$LOCKSTREAM_SWRVE_PUSH_KEYS" ]; then
-  # The campaign keys of the message prototypes: the fake Swrve takes any.
-  cat >"$LOCKSTREAM_SWRVE_PUSH_KEYS" <<'YAML'
-swrve:
-  messagePrototypePushKeys:
-    'Hello':
-      IOS: demo-campaign-hello-ios
-      ANDROID: demo-campaign-hello-android
-    'sensor.unseen':
-      IOS: demo-campaign-unseen-ios
-      ANDROID: demo-campaign-unseen-android
-    'sensor.state_changed':
-      IOS: demo-campaign-state-ios
-      ANDROID: demo-campaign-state-android
-    'sensor.connection_lost':
-      IOS: demo-campaign-lost-ios
-      ANDROID: demo-campaign-lost-android
-    'sensor.connection_restored':
-      IOS: demo-campaign-restored-ios
-      ANDROID: demo-campaign-restored-android
-    'sensor.sensor_open_too_long':
-      IOS: demo-campaign-open-too-long-ios
-      ANDROID: demo-campaign-open-too-long-android
-    'sensor.site_outage':
-      IOS: demo-campaign-site-outage-ios
-      ANDROID: demo-campaign-site-outage-android
-    'sensor.site_restored':
-      IOS: demo-campaign-site-restored-ios
-      ANDROID: demo-campaign-site-restored-android
-    'sensor.sensor_unstable':
-      IOS: demo-campaign-unstable-ios
-      ANDROID: demo-campaign-unstable-android
-    'sensor.sensor_stable':
-      IOS: demo-campaign-stable-ios
-      ANDROID: demo-campaign-stable-android
-    'sensor.maintenance_ended':
-      IOS: demo-campaign-maintenance-ended-ios
-      ANDROID: demo-campaign-maintenance-ended-android
-YAML
+# The message prototypes lockstream pushes: "sensor." and each event type, sensor.unseen
+# (escalations), and the demo's standalone "Hello". The fake Swrve takes any campaign
+# key. The demo's keys file is rewritten when it lacks one of them (a data folder from
+# an older demo predates some); a file of your own is only checked.
+push_prototypes="Hello sensor.unseen sensor.state_changed sensor.connection_lost sensor.connection_restored
+  sensor.sensor_open_too_long sensor.site_outage sensor.site_restored sensor.sensor_unstable sensor.sensor_stable
+  sensor.maintenance_ended"
+missing_prototypes=""
+for p in $push_prototypes; do
+  grep -qF "'$p':" "$LOCKSTREAM_SWRVE_PUSH_KEYS" 2>/dev/null || missing_prototypes="$missing_prototypes $p"
+done
+if [ -n "$missing_prototypes" ] && [ "$LOCKSTREAM_SWRVE_PUSH_KEYS" = "$demo_push_keys" ]; then
+  {
+    echo "swrve:"
+    echo "  messagePrototypePushKeys:"
+    for p in $push_prototypes; do
+      printf "    '%s':\n      IOS: demo-campaign-%s-ios\n      ANDROID: demo-campaign-%s-android\n" "$p" "${p#sensor.}" "${p#sensor.}"
+    done
+  } >"$demo_push_keys"
+elif [ -n "$missing_prototypes" ]; then
+  echo "warning: $LOCKSTREAM_SWRVE_PUSH_KEYS has no push key for:$missing_prototypes (those pushes will fail)"
 fi
 
 pids=()
@@ -143,13 +137,16 @@ for id in $demo_sensors; do
   curl -fsS -o /dev/null -X PUT "$API/v1/clients/$client_id/sensors/$id" -H "$AUTH"
 done
 
-# A member of the client: a person with an inbox of the client's notifications and a
-# live stream of them. Its token is shown once, here.
+# A member of the client: a person with an inbox of the client's notifications, a live
+# stream of them, an email address (the sink's mailbox) and a phone, both of which hear
+# of what it leaves unseen (escalation). Its token is shown once, here.
 member=$(curl -fsS -X POST "$API/v1/clients/$client_id/members" -H "$AUTH" \
-  -d '{"name":"Demo Resident","timezone":"Europe/Paris"}')
+  -d '{"name":"Demo Resident","email":"resident@demo.example","timezone":"Europe/Paris","push_targets":[{"platform":"IOS","push_key":"demo-resident-phone"}]}')
 member_token=$(printf '%s' "$member" | sed -n 's/.*"token":"\([^"]*\)".*/\1/p')
+member_id=$(printf '%s' "$member" | sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
 
-LOCKSTREAM_SINK_SECRET=$secret "$BIN" webhook-sink --sink-addr "$SINK_ADDR" 2>>"$LOG" > >(sed -u 's/^/client    /') &
+LOCKSTREAM_SINK_SECRET=$secret LOCKSTREAM_SINK_SMTP_ADDR=$SINK_SMTP_ADDR "$BIN" webhook-sink --sink-addr "$SINK_ADDR" \
+  2>>"$LOG" > >(sed -u 's/^/client    /') &
 pids+=($!)
 # Two standalone pushes: one now (the legacy route), one when the next 10-second window
 # opens (SCHEDULED until then).
@@ -174,21 +171,16 @@ if [ -n "$LOCKSTREAM_MQTT_URL" ]; then
 (topic lockstream/readings/<sensor id>); the MQTT bridge takes them into Kafka (\"via mqtt/s\")"
 fi
 
-# One free-form notification over AMQP, when this lockstream can record it: that
-# needs the members' inbox (POST /v1/notifications). Without it the AMQP bridge
-# would only keep the notification in the DLQ, so the demo does not send one.
-amqp_note="no free-form notification sent over AMQP: this lockstream has no members' inbox (POST /v1/notifications) to record it in"
+# One free-form notification to Demo Resident over AMQP: POST /notification publishes
+# it to RabbitMQ, the AMQP bridge (part of `all`) records it in the member's inbox and
+# stream, and mails it (email: true) to the sink.
 if [ -z "$LOCKSTREAM_AMQP_URL" ]; then
-  amqp_note="no AMQP bridge (LOCKSTREAM_AMQP_URL is empty)"
-elif [ "$(curl -s -o /dev/null -w '%{http_code}' -X POST "$API/v1/notifications" -H "$AUTH" -d '{}')" != 404 ]; then
-  member_id=$(curl -fsS -X POST "$API/v1/clients/$client_id/members" -H "$AUTH" -d '{"name":"Demo Member"}' |
-    sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
-  if curl -fsS -o /dev/null -X POST "$API/notification" -H "$AUTH" \
-    -d "{\"member_id\":\"$member_id\",\"type\":\"demo\",\"subject\":\"Hello over AMQP\",\"message\":\"published by POST /notification\"}"; then
-    amqp_note="one free-form notification went over AMQP (POST /notification → events.notification.update.demo → the AMQP bridge) to member $member_id's inbox"
-  else
-    amqp_note="POST /notification failed; see $LOG"
-  fi
+  amqp_note="no AMQP bridge (LOCKSTREAM_AMQP_URL is empty), so no free-form notification over AMQP"
+elif curl -fsS -o /dev/null -X POST "$API/notification" -H "$AUTH" \
+  -d "{\"member_id\":\"$member_id\",\"type\":\"demo\",\"subject\":\"Hello over AMQP\",\"message\":\"published by POST /notification\",\"email\":true}"; then
+  amqp_note="one free-form notification went over AMQP (POST /notification → events.notification.update.demo → the AMQP bridge) to Demo Resident's inbox and stream, and by email to the sink"
+else
+  amqp_note="POST /notification failed; see $LOG"
 fi
 
 cat <<MSG
@@ -209,8 +201,11 @@ AMQP: $amqp_note.
   export LOCKSTREAM_INGEST_TOKEN=$LOCKSTREAM_INGEST_TOKEN
   export LOCKSTREAM_PUSH_TOKEN=$LOCKSTREAM_PUSH_TOKEN
 
-"Demo Resident", a member of Demo Security, reads the same notifications in an inbox
-of its own, and can watch them arrive live. Its token (shown only now):
+"Demo Resident" ($member_id), a member of Demo Security, reads the same notifications
+in an inbox of its own, and can watch them arrive live. What it leaves unseen escalates:
+after $LOCKSTREAM_ESCALATE_PUSH_AFTER a push to its phone (through the fake Swrve), after $LOCKSTREAM_ESCALATE_EMAIL_AFTER an email to
+resident@demo.example, which the sink prints ("client    email   to …"); each escalation
+shows as "escalated +n" on the pipeline lines. Its token (shown only now):
 
   export MEMBER_TOKEN=$member_token
 

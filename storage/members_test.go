@@ -1,0 +1,173 @@
+package storage_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/storage/storagetest"
+)
+
+// memberRows counts, by table, the rows kept for the members, straight from
+// the tables (the store's reads would hide a deleted member's rows).
+func memberRows(t *testing.T, ctx context.Context, conn *pgx.Conn, ids ...string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, table := range []string{"members", "member_push_targets", "member_inbox", "inbox_messages",
+		"escalation_episodes", "member_digests", "member_emails"} {
+		col := "member_id"
+		if table == "members" {
+			col = "id"
+		}
+		var n int
+		if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE %s = ANY ($1::uuid[])`, table, col),
+			ids).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		out[table] = n
+	}
+	return out
+}
+
+func TestDeleteClientDeletesItsMembersAndTheirInboxes(t *testing.T) {
+	t.Parallel()
+	stores := storagetest.New(t)
+	ctx := context.Background()
+	f := &outboxFixture{pg: stores.Postgres, ctx: ctx}
+	if _, err := f.pg.CreateSensor(ctx, storage.Sensor{ID: "door1", Address: "addr of door1"}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, stores.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+
+	gone := f.client(t, storage.Client{Name: "gone"}, "door1")
+	kept := f.client(t, storage.Client{Name: "kept"}, "door1")
+	hash := sha256.Sum256([]byte("lsm_alice"))
+	alice, _, err := f.pg.CreateMember(ctx, storage.Member{ClientID: gone.ID, Name: "alice", Email: "a@example.com",
+		Timezone: "UTC", Preferences: storage.MemberPreferences{Email: storage.EmailDigest, DigestTimes: []string{"09:00"}},
+		PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "k1"}}}, hash[:], storage.Backfill{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob := f.member(t, gone.ID, "bob", storage.Backfill{})
+	carol := f.member(t, kept.ID, "carol", storage.Backfill{})
+
+	at := time.Now().Add(-time.Minute)
+	f.create(t, stateChanged("e1", "door1", 1, at), stateChanged("e2", "door1", 0, at.Add(time.Second)))
+	if _, err := f.pg.RecordNotification(ctx, storage.FreeFormNotification{ClientID: gone.ID, Type: "notice",
+		Subject: "hello", Email: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO member_digests (member_id, digest_seq, slot) VALUES ($1, 0, now())`,
+		alice.ID); err != nil {
+		t.Fatal(err)
+	}
+	before := memberRows(t, ctx, conn, alice.ID, bob.ID)
+	for table, want := range map[string]int{"members": 2, "member_push_targets": 1, "member_inbox": 2,
+		"inbox_messages": 6, "escalation_episodes": 4, "member_digests": 1, "member_emails": 1} {
+		if before[table] != want {
+			t.Fatalf("before the deletion: %s has %d rows of the members, want %d (%v)", table, before[table], want, before)
+		}
+	}
+	keptBefore := memberRows(t, ctx, conn, carol.ID)
+
+	if err := f.pg.DeleteClient(ctx, gone.ID); err != nil {
+		t.Fatal(err)
+	}
+	after := memberRows(t, ctx, conn, alice.ID, bob.ID)
+	for table, n := range after {
+		// The email delivery's content stays with the delivery (deleteMembers).
+		want := 0
+		if table == "member_emails" {
+			want = 1
+		}
+		if n != want {
+			t.Errorf("after the deletion: %s has %d rows of the deleted members, want %d", table, n, want)
+		}
+	}
+	if keptAfter := memberRows(t, ctx, conn, carol.ID); fmt.Sprint(keptAfter) != fmt.Sprint(keptBefore) {
+		t.Errorf("another client's member: rows %v before, %v after", keptBefore, keptAfter)
+	}
+	if err := f.pg.DeleteClient(ctx, gone.ID); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("deleting again: %v, want ErrNotFound", err)
+	}
+}
+
+// TestDeleteClientWhileWritingLeavesNoOrphan deletes clients while the fan-out
+// writes their members' inboxes and members are being added: no inbox message
+// outlives its member.
+func TestDeleteClientWhileWritingLeavesNoOrphan(t *testing.T) {
+	t.Parallel()
+	stores := storagetest.New(t)
+	ctx := context.Background()
+	f := &outboxFixture{pg: stores.Postgres, ctx: ctx}
+	if _, err := f.pg.CreateSensor(ctx, storage.Sensor{ID: "door1", Address: "addr of door1"}); err != nil {
+		t.Fatal(err)
+	}
+	const clients = 8
+	ids := make([]string, clients)
+	for i := range ids {
+		c := f.client(t, storage.Client{Name: fmt.Sprint("c", i)}, "door1")
+		ids[i] = c.ID
+		for j := range 3 {
+			f.member(t, c.ID, fmt.Sprint("m", j), storage.Backfill{Window: time.Hour, Max: 20})
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 3*clients)
+	wg.Go(func() { // the fan-out
+		at := time.Now().Add(-time.Minute)
+		for i := range 40 {
+			data := i % 2
+			if _, err := f.pg.CreateNotifications(ctx, []storage.NotificationInput{{EventID: fmt.Sprint("e", i),
+				Type: "state_changed", SensorID: "door1", Data: &data, At: at.Add(time.Duration(i) * time.Millisecond)}}); err != nil {
+				errs <- err
+			}
+		}
+	})
+	for _, id := range ids {
+		wg.Go(func() { // a member added (with a backfill) as the client goes
+			hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
+			_, _, err := f.pg.CreateMember(ctx, storage.Member{ClientID: id, Name: "late", Timezone: "UTC",
+				Preferences: storage.DefaultMemberPreferences()}, hash[:], storage.Backfill{Window: time.Hour, Max: 20})
+			if err != nil && !errors.Is(err, storage.ErrNotFound) {
+				errs <- err
+			}
+		})
+		wg.Go(func() {
+			if err := f.pg.DeleteClient(ctx, id); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, stores.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	var members, orphans int
+	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM members),
+		(SELECT count(*) FROM inbox_messages m WHERE NOT EXISTS (SELECT 1 FROM members WHERE id = m.member_id))`).
+		Scan(&members, &orphans); err != nil {
+		t.Fatal(err)
+	}
+	if members != 0 || orphans != 0 {
+		t.Fatalf("after deleting every client: %d members left, %d inbox messages of no member", members, orphans)
+	}
+}
