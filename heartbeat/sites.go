@@ -145,7 +145,7 @@ func (d *Daemon) judgeSites(ctx context.Context, sites []string) (map[string]str
 	events := make([]event.Event, len(opened))
 	ids := make([]string, len(opened))
 	for i, o := range opened {
-		events[i], ids[i] = siteEvent(o, statuses, false), o.ID
+		events[i], ids[i] = siteEvent(o, false), o.ID
 		d.logger.InfoContext(ctx, "site outage", "site", o.Site, "sensors", o.Sensors)
 	}
 	return covered, events, ids, nil
@@ -180,19 +180,18 @@ func (d *Daemon) siteOutage(site string, members []string, statuses map[string]s
 	return o, true
 }
 
-// siteEvent is an outage's site_outage, or its site_restored.
-func siteEvent(o storage.SiteOutage, statuses map[string]storage.HeartbeatStatus, restored bool) event.Event {
-	e := event.Event{Type: event.SiteOutage, Site: o.Site, Sensors: o.Sensors, SensorID: o.Sensors[0], At: o.StartedAt}
+// siteEvent is an outage's site_outage, or its site_restored, made from the
+// stored outage alone: a republication (sweepSites) repeats the first
+// publication exactly, at included, which the fan-out's unique key (event
+// id, client, at) needs to drop it. So a site_outage is at its StartedAt (the
+// earliest deadline, which its id derives from), not at a time read from
+// Redis, which changes as sensors come back.
+func siteEvent(o storage.SiteOutage, restored bool) event.Event {
+	e := event.Event{ID: o.ID, Type: event.SiteOutage, Site: o.Site, Sensors: o.Sensors, SensorID: o.Sensors[0],
+		At: o.StartedAt.UTC()}
 	if restored {
 		e.Type, e.At = event.SiteRestored, o.RestoredAt.UTC()
 		e.ID = event.SiteRestoredID(o.Site, o.StartedAt)
-	} else {
-		e.ID = o.ID
-		for _, id := range o.Sensors {
-			if m := statuses[id].Missed; m.After(e.At) {
-				e.At = m.UTC()
-			}
-		}
 	}
 	e.Severity = event.SeverityOf(e.Type, nil)
 	return e
@@ -257,7 +256,7 @@ func (d *Daemon) publishSiteEvents(ctx context.Context, outages []storage.SiteOu
 	events := make([]event.Event, len(outages))
 	ids := make([]string, len(outages))
 	for i, o := range outages {
-		events[i], ids[i] = siteEvent(o, nil, restored), o.ID
+		events[i], ids[i] = siteEvent(o, restored), o.ID
 		if restored {
 			d.logger.InfoContext(ctx, "site restored", "site", o.Site)
 		}

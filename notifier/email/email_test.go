@@ -20,6 +20,7 @@ import (
 	"github.com/emersion/go-sasl"
 	"github.com/emersion/go-smtp"
 
+	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/notifier"
 	"github.com/lockstream/lockstream/notifier/email"
 )
@@ -615,5 +616,106 @@ func TestConfig(t *testing.T) {
 		if _, err := email.New(email.Config{SMTPURL: u}, nil); err == nil {
 			t.Errorf("New with SMTPURL %q succeeded", u)
 		}
+	}
+}
+
+// Every event type has its own subject, text and HTML body, naming what a
+// person needs: the site and its sensors for a site event, the final state for
+// sensor_stable; a table row per type, and a type without a row fails.
+func TestSendEveryEventType(t *testing.T) {
+	t.Parallel()
+	srv := startSMTP(t, smtpOptions{})
+	s := newSender(t, email.Config{SMTPURL: srv.url("smtp")})
+	at := "Sun, 22 Nov 2026 10:00:00 UTC"
+	type want struct {
+		subject  string
+		severity string
+		text     []string
+		html     []string
+	}
+	site := func(n *notifier.Notification) { n.Site, n.Sensors = "Yard <B>", []string{"s1", "s2", "s3"} }
+	cases := []struct {
+		typ   event.Type
+		setup func(*notifier.Notification)
+		want  want
+	}{
+		{event.StateChanged, nil, want{"Sensor s1 is now unlocked", "info",
+			[]string{"is now unlocked.", "It was locked before."}, []string{"is now <strong>unlocked</strong>"}}},
+		{event.ConnectionLost, nil, want{"Critical: Sensor s1 lost its connection", "critical",
+			[]string{"lost its connection at " + at, "last known state: unlocked"}, []string{"<strong>lost its connection</strong>"}}},
+		{event.ConnectionRestored, nil, want{"Sensor s1 is back online", "info",
+			[]string{"restored at " + at, "It is unlocked."}, []string{"<strong>restored</strong>"}}},
+		{event.SensorOpenTooLong, nil, want{"Critical: Sensor s1 has been unlocked too long", "critical",
+			[]string{"unlocked for longer than its alert allows: too long since " + at}, []string{"<strong>unlocked for too long</strong>"}}},
+		{event.SiteOutage, site, want{"Site Yard <B> is out", "warning",
+			[]string{"Site Yard <B> has lost several sensors at once, since " + at + ": s1, s2, s3.", "replaces their separate connection-lost notices"},
+			[]string{"Site <strong>Yard &lt;B&gt;</strong> has <strong>lost several sensors</strong>", ": s1, s2, s3."}}},
+		{event.SiteRestored, site, want{"Site Yard <B> is back", "info",
+			[]string{"Site Yard <B> is back: most of the sensors it lost (s1, s2, s3) report again, since " + at},
+			[]string{"Site <strong>Yard &lt;B&gt;</strong> is <strong>back</strong>", "(s1, s2, s3)"}}},
+		{event.MaintenanceEnded, site, want{"Maintenance of site Yard <B> ended", "info",
+			[]string{"maintenance window of site Yard <B> ended at " + at, "went silent during it: s1, s2, s3."},
+			[]string{"of site <strong>Yard &lt;B&gt;</strong> ended", "went silent during it: s1, s2, s3."}}},
+		{event.MaintenanceEnded, func(n *notifier.Notification) { n.ID = "maintenance-sensor" }, want{"Maintenance of sensor s1 ended", "info",
+			[]string{"maintenance window of sensor s1 (Main St 1 <back door>) ended at " + at, "went silent during it: none."},
+			[]string{"of sensor <strong>s1</strong> (Main St 1 &lt;back door&gt;) ended", "went silent during it: none."}}},
+		{event.SensorUnstable, nil, want{"Sensor s1 is unstable", "info",
+			[]string{"changes too often (since " + at + "; it is unlocked now)", "held until it settles"},
+			[]string{"<strong>changes too often</strong>", "it is unlocked now"}}},
+		{event.SensorStable, nil, want{"Sensor s1 settled: unlocked", "info",
+			[]string{"settled at " + at + ": it is unlocked."}, []string{"<strong>settled</strong>", "it is <strong>unlocked</strong>"}}},
+	}
+	covered := map[event.Type]bool{}
+	for _, tc := range cases {
+		covered[tc.typ] = true
+	}
+	for _, typ := range event.Types() {
+		if !covered[typ] {
+			t.Errorf("no case renders %s", typ)
+		}
+	}
+	for _, tc := range cases {
+		n := notifier.Notification{ID: "n-" + string(tc.typ), EventID: "0123456789abcdef0123456789abcdef",
+			Type: string(tc.typ), SensorID: "s1", SensorAddress: "Main St 1 <back door>", Data: intp(0), Previous: intp(1),
+			At: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC), Attempt: 1}
+		if tc.setup != nil {
+			tc.setup(&n)
+		}
+		// The severity the retrier gives it: event's one definition.
+		n.Severity = string(event.SeverityOf(tc.typ, n.Data))
+		if res := s.Send(t.Context(), "owner@example.com", n); res.Outcome != notifier.Sent {
+			t.Fatalf("%s: result = %+v, want Sent", n.ID, res)
+		}
+		m := parse(t, srv.next(t).data)
+		if m.subject != tc.want.subject || n.Severity != tc.want.severity {
+			t.Errorf("%s: subject %q severity %s, want %q %s", n.ID, m.subject, n.Severity, tc.want.subject, tc.want.severity)
+		}
+		mustContain(t, n.ID+" text", m.text, append(tc.want.text, "Severity: "+tc.want.severity, "event "+n.EventID)...)
+		mustContain(t, n.ID+" HTML", m.html, append(tc.want.html, "Severity: <strong>"+tc.want.severity+"</strong>",
+			`datetime="2026-11-22T10:00:00Z"`)...)
+		if strings.Contains(m.html, "<B>") || strings.Contains(m.html, "<back door>") {
+			t.Errorf("%s: the HTML part carries a site or address unescaped:\n%s", n.ID, m.html)
+		}
+	}
+}
+
+// A type with no template is refused, not sent blank; every known type has
+// one (TestSendEveryEventType renders them).
+func TestEveryEventTypeHasATemplate(t *testing.T) {
+	t.Parallel()
+	srv := startSMTP(t, smtpOptions{})
+	s := newSender(t, email.Config{SMTPURL: srv.url("smtp")})
+	n := stateChanged()
+	for _, typ := range event.Types() {
+		n.ID, n.Type = "every-"+string(typ), string(typ)
+		if res := s.Send(t.Context(), "owner@example.com", n); res.Outcome != notifier.Sent {
+			t.Errorf("%s: result = %+v, want Sent", typ, res)
+			continue
+		}
+		srv.next(t)
+	}
+	n.ID, n.Type = "unknown", "sensor_on_fire"
+	if res := s.Send(t.Context(), "owner@example.com", n); res.Outcome != notifier.Failed || res.ErrorType != email.ErrorTypeInvalidNotification {
+		t.Errorf("unknown type: result = %+v, want Failed %s", res, email.ErrorTypeInvalidNotification)
 	}
 }

@@ -124,6 +124,19 @@ func unseenTitle(m notifier.UnseenMessage) string {
 		return fmt.Sprintf("Sensor %s (%s) lost its connection while %s", m.SensorID, where, stateWord(m.Data))
 	case "connection_restored":
 		return fmt.Sprintf("Sensor %s (%s) is back online, %s", m.SensorID, where, stateWord(m.Data))
+	case "sensor_open_too_long":
+		return fmt.Sprintf("Sensor %s (%s) has been unlocked too long", m.SensorID, where)
+	// A site event's message names its first sensor (the inbox keeps no site).
+	case "site_outage":
+		return fmt.Sprintf("The site of sensor %s (%s) lost several sensors at once", m.SensorID, where)
+	case "site_restored":
+		return fmt.Sprintf("The site of sensor %s (%s) is back", m.SensorID, where)
+	case "maintenance_ended":
+		return fmt.Sprintf("A maintenance window of sensor %s (%s) or its site ended", m.SensorID, where)
+	case "sensor_unstable":
+		return fmt.Sprintf("Sensor %s (%s) changes too often, %s now", m.SensorID, where, stateWord(m.Data))
+	case "sensor_stable":
+		return fmt.Sprintf("Sensor %s (%s) settled, %s", m.SensorID, where, stateWord(m.Data))
 	}
 	return fmt.Sprintf("Sensor %s (%s): %s", m.SensorID, where, m.Type)
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/notifier"
 	"github.com/lockstream/lockstream/notifier/email"
 )
@@ -70,4 +71,40 @@ func TestSendNotificationEmail(t *testing.T) {
 	}
 	mustContain(t, "text part", m.text, "Hello Hana", "Your invoice <3> is ready", "(Sun, 22 Nov 2026 10:00 UTC)", "in your lockstream inbox")
 	mustContain(t, "HTML part", m.html, "Your invoice &lt;3&gt; is ready")
+}
+
+// An escalation lists each message in a sentence of its own type, not the
+// fallback "Sensor x: <type>": one row per event type, and a type without a
+// row fails.
+func TestUnseenTitleOfEveryEventType(t *testing.T) {
+	t.Parallel()
+	srv := startSMTP(t, smtpOptions{})
+	s := newSender(t, email.Config{SMTPURL: srv.url("smtp")})
+	titles := map[event.Type]string{
+		event.StateChanged:       "Sensor d1 (Gate) became unlocked",
+		event.ConnectionLost:     "Sensor d1 (Gate) lost its connection while unlocked",
+		event.ConnectionRestored: "Sensor d1 (Gate) is back online, unlocked",
+		event.SensorOpenTooLong:  "Sensor d1 (Gate) has been unlocked too long",
+		event.SiteOutage:         "The site of sensor d1 (Gate) lost several sensors at once",
+		event.SiteRestored:       "The site of sensor d1 (Gate) is back",
+		event.MaintenanceEnded:   "A maintenance window of sensor d1 (Gate) or its site ended",
+		event.SensorUnstable:     "Sensor d1 (Gate) changes too often, unlocked now",
+		event.SensorStable:       "Sensor d1 (Gate) settled, unlocked",
+	}
+	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	for _, typ := range event.Types() {
+		want, ok := titles[typ]
+		if !ok {
+			t.Errorf("no title expected for %s", typ)
+			continue
+		}
+		u := notifier.Unseen{ID: "esc-" + string(typ), MemberName: "Alice", Timezone: "UTC",
+			Messages: []notifier.UnseenMessage{{Type: string(typ), SensorID: "d1", SensorAddress: "Gate",
+				Severity: string(event.SeverityOf(typ, intp(0))), Data: intp(0), At: at}}}
+		if res := s.SendUnseen(t.Context(), "alice@example.com", u); res.Outcome != notifier.Sent {
+			t.Fatalf("%s: result = %+v, want Sent", typ, res)
+		}
+		m := parse(t, srv.next(t).data)
+		mustContain(t, string(typ)+" text", m.text, "Sun, 22 Nov 2026 10:00 UTC: "+want)
+	}
 }

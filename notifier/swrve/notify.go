@@ -72,6 +72,9 @@ func message(n notifier.Notification) string {
 	case string(event.SensorOpenTooLong):
 		return sensor + " has been unlocked for too long"
 	case string(event.SiteOutage):
+		if len(n.Sensors) == 1 {
+			return fmt.Sprintf("Site %s is out: 1 sensor lost its connection", n.Site)
+		}
 		return fmt.Sprintf("Site %s is out: %d sensors lost their connection", n.Site, len(n.Sensors))
 	case string(event.SensorUnstable):
 		return sensor + " changes too often; its changes are held until it settles"
@@ -82,11 +85,23 @@ func message(n notifier.Notification) string {
 		if n.Site != "" {
 			what = "Site " + n.Site
 		}
-		return fmt.Sprintf("%s: maintenance ended; %d sensors went silent during it", what, len(n.Sensors))
+		if len(n.Sensors) == 0 {
+			return what + ": maintenance ended; no sensor went silent during it"
+		}
+		return fmt.Sprintf("%s: maintenance ended; %s went silent during it", what, sensorCount(len(n.Sensors)))
 	case string(event.SiteRestored):
 		return fmt.Sprintf("Site %s is back: most of its sensors report again", n.Site)
 	}
 	return sensor + ": " + n.Type
+}
+
+// sensorCount says "1 sensor" or "n sensors": a site's outage threshold
+// (LOCKSTREAM_SITE_OUTAGE_MIN) may be 1.
+func sensorCount(n int) string {
+	if n == 1 {
+		return "1 sensor"
+	}
+	return fmt.Sprintf("%d sensors", n)
 }
 
 // stateWord names a sensor state: 1 is locked, 0 unlocked.
