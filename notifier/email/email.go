@@ -200,6 +200,13 @@ func New(cfg Config, logger *slog.Logger) (*Sender, error) {
 // Send makes one delivery attempt of n to the address to and classifies it.
 func (s *Sender) Send(ctx context.Context, to string, n notifier.Notification) notifier.Result {
 	msg, err := s.message(to, n)
+	return s.send(ctx, msg, err)
+}
+
+// send attempts msg, or, when building it failed with err, classifies that
+// failure: an address that cannot be used, or a notification that cannot be
+// rendered.
+func (s *Sender) send(ctx context.Context, msg *mail.Msg, err error) notifier.Result {
 	if err != nil {
 		var addrErr *addressError
 		if errors.As(err, &addrErr) {

@@ -3,7 +3,6 @@ package email
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -40,14 +39,7 @@ type unseenItem struct {
 // classifies it as Send does.
 func (s *Sender) SendUnseen(ctx context.Context, to string, u notifier.Unseen) notifier.Result {
 	msg, err := s.unseenMessage(to, u)
-	if err != nil {
-		var addrErr *addressError
-		if errors.As(err, &addrErr) {
-			return failed(ErrorTypeInvalidAddress, err)
-		}
-		return failed(ErrorTypeInvalidNotification, err)
-	}
-	return s.attempt(ctx, msg)
+	return s.send(ctx, msg, err)
 }
 
 // unseenMessage renders u into a mail to the address to.
