@@ -333,31 +333,41 @@ func (r *ingestRun) seed(ctx context.Context) error {
 
 // bare times a plain franz-go consumer reading every reading.
 func (r *ingestRun) bare(ctx context.Context) error {
-	cfg := r.cfg
+	_, elapsed, err := consumeBare(ctx, r.cfg.Stream, r.cfg.Readings)
+	if err != nil {
+		return fmt.Errorf("ingest bench: %w", err)
+	}
+	r.res.BareSeconds = elapsed.Seconds()
+	r.res.BareRate = float64(r.cfg.Readings) / elapsed.Seconds()
+	return nil
+}
+
+// consumeBare reads the readings topic from its start with a plain franz-go
+// consumer, no group and no work, until it has seen want records: the ceiling a
+// benchmark compares its consumer with. It returns how many it saw and how long
+// that took, the client's creation included.
+func consumeBare(ctx context.Context, cfg stream.Config, want int) (int, time.Duration, error) {
 	start := time.Now()
-	client, err := kgo.NewClient(append(stream.ClientOpts(cfg.Stream),
-		kgo.ConsumeTopics(cfg.Stream.ReadingsTopic()),
+	client, err := kgo.NewClient(append(stream.ClientOpts(cfg),
+		kgo.ConsumeTopics(cfg.ReadingsTopic()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
 	if err != nil {
-		return fmt.Errorf("ingest bench: creating bare consumer: %w", err)
+		return 0, 0, fmt.Errorf("creating bare consumer: %w", err)
 	}
 	defer client.Close()
 	seen := 0
-	for seen < cfg.Readings {
+	for seen < want {
 		fetches := client.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("ingest bench: bare consume saw %d of %d readings: %w", seen, cfg.Readings, err)
+			return seen, 0, fmt.Errorf("bare consume saw %d of %d readings: %w", seen, want, err)
 		}
 		fetches.EachError(func(_ string, _ int32, e error) { err = e })
 		if err != nil {
-			return fmt.Errorf("ingest bench: bare consume: %w", err)
+			return seen, 0, fmt.Errorf("bare consume: %w", err)
 		}
 		seen += fetches.NumRecords()
 	}
-	elapsed := time.Since(start)
-	r.res.BareSeconds = elapsed.Seconds()
-	r.res.BareRate = float64(cfg.Readings) / elapsed.Seconds()
-	return nil
+	return seen, time.Since(start), nil
 }
 
 // full times the state consumer through every reading and counts the changes it

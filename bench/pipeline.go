@@ -649,28 +649,12 @@ func (p *pipelineRun) latency(ctx context.Context) error {
 
 // bare times a plain franz-go consumer reading every reading of the run.
 func (p *pipelineRun) bare(ctx context.Context) error {
-	start := time.Now()
-	client, err := kgo.NewClient(append(stream.ClientOpts(p.node.Stream),
-		kgo.ConsumeTopics(p.node.Stream.ReadingsTopic()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	seen, elapsed, err := consumeBare(ctx, p.node.Stream, p.produced)
 	if err != nil {
-		return fmt.Errorf("bare consumer: %w", err)
-	}
-	defer client.Close()
-	seen := 0
-	for seen < p.produced {
-		fetches := client.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("bare consume saw %d of %d readings: %w", seen, p.produced, err)
-		}
-		fetches.EachError(func(_ string, _ int32, e error) { err = e })
-		if err != nil {
-			return fmt.Errorf("bare consume: %w", err)
-		}
-		seen += fetches.NumRecords()
+		return err
 	}
 	p.res.BareReadings = seen
-	p.res.BarePerSec = float64(seen) / time.Since(start).Seconds()
+	p.res.BarePerSec = float64(seen) / elapsed.Seconds()
 	p.res.Ratio = p.res.ReadingsPerSec / p.res.BarePerSec
 	return nil
 }

@@ -767,29 +767,7 @@ func (p *Postgres) ListClientDeliveries(ctx context.Context, clientID string, f 
 	if f.State != "" && !f.State.Valid() {
 		return nil, fmt.Errorf("listing deliveries: unknown state %q", f.State)
 	}
-	var from, to *time.Time
-	if !f.From.IsZero() {
-		from = &f.From
-	}
-	if !f.To.IsZero() {
-		to = &f.To
-	}
-	rows, err := p.pool.Query(ctx, `SELECT `+deliveryColumns+`
-		FROM deliveries d LEFT JOIN notifications n ON n.id = d.notification_id AND n.event_at = d.event_at
-		WHERE d.client_id = $1 AND d.id > $2
-		  AND ($3::timestamptz IS NULL OR d.event_at >= $3)
-		  AND ($4::timestamptz IS NULL OR d.event_at < $4)
-		  AND ($5 = '' OR d.state = $5)
-		ORDER BY d.id LIMIT $6`,
-		clientID, after, from, to, string(f.State), page.Limit)
-	if err != nil {
-		return nil, fmt.Errorf("listing deliveries of client %s: %w", clientID, err)
-	}
-	out, err := collectDeliveries(rows)
-	if err != nil {
-		return nil, fmt.Errorf("listing deliveries of client %s: %w", clientID, err)
-	}
-	return out, nil
+	return p.clientDeliveries(ctx, clientID, f, after, false, page.Limit)
 }
 
 // DeliveryTarget is what an attempt needs to know about the delivery's receiver,

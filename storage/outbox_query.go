@@ -37,6 +37,16 @@ func (p *Postgres) ListClientDeliveriesNewestFirst(ctx context.Context, clientID
 	if !exists {
 		return nil, fmt.Errorf("listing deliveries of client %s: %w", clientID, ErrNotFound)
 	}
+	return p.clientDeliveries(ctx, clientID, f, before, true, page.Limit)
+}
+
+// clientDeliveries reads up to limit of the client's deliveries matching f by id
+// from the cursor id on, cursor excluded: ascending, or descending when
+// newestFirst. deliveries_client_idx (client_id, id), read either way, serves the
+// order, so a page costs its own rows plus those the filters skip, not the whole
+// history.
+func (p *Postgres) clientDeliveries(ctx context.Context, clientID string, f DeliveryFilter, cursor string,
+	newestFirst bool, limit int) ([]Delivery, error) {
 	var from, to *time.Time
 	if !f.From.IsZero() {
 		from = &f.From
@@ -44,16 +54,18 @@ func (p *Postgres) ListClientDeliveriesNewestFirst(ctx context.Context, clientID
 	if !f.To.IsZero() {
 		to = &f.To
 	}
-	// deliveries_client_idx (client_id, id) read backwards serves the order, so a
-	// page costs its own rows plus those the filters skip, not the whole history.
+	past, order := `d.id > $2`, `d.id`
+	if newestFirst {
+		past, order = `d.id < $2`, `d.id DESC`
+	}
 	rows, err := p.pool.Query(ctx, `SELECT `+deliveryColumns+`
 		FROM deliveries d LEFT JOIN notifications n ON n.id = d.notification_id AND n.event_at = d.event_at
-		WHERE d.client_id = $1 AND d.id < $2
+		WHERE d.client_id = $1 AND `+past+`
 		  AND ($3::timestamptz IS NULL OR d.event_at >= $3)
 		  AND ($4::timestamptz IS NULL OR d.event_at < $4)
 		  AND ($5 = '' OR d.state = $5)
-		ORDER BY d.id DESC LIMIT $6`,
-		clientID, before, from, to, string(f.State), page.Limit)
+		ORDER BY `+order+` LIMIT $6`,
+		clientID, cursor, from, to, string(f.State), limit)
 	if err != nil {
 		return nil, fmt.Errorf("listing deliveries of client %s: %w", clientID, err)
 	}

@@ -6,11 +6,15 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/lockstream/lockstream/stream"
 	"github.com/lockstream/lockstream/stream/streamtest"
@@ -44,15 +48,18 @@ type recorder struct {
 	assigned map[int32]bool
 	hold     bool
 	held     []chan struct{}
+	client   *kgo.Client // the Group's, from Assigned
+	closed   int         // partition handlers closed
 }
 
 func newRecorder() *recorder {
 	return &recorder{offsets: map[int32][]int64{}, assigned: map[int32]bool{}}
 }
 
-func (r *recorder) Assigned(_ *kgo.Client, _ string, partition int32) stream.PartitionHandler {
+func (r *recorder) Assigned(client *kgo.Client, _ string, partition int32) stream.PartitionHandler {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.client = client
 	r.assigned[partition] = true
 	return &recorderPartition{r: r, partition: partition}
 }
@@ -80,6 +87,7 @@ func (p *recorderPartition) Close() {
 	p.r.mu.Lock()
 	defer p.r.mu.Unlock()
 	delete(p.r.assigned, p.partition)
+	p.r.closed++
 }
 
 func (r *recorder) handled() int {
@@ -243,6 +251,86 @@ func TestGroupRevokeCommitsWhatWasMarked(t *testing.T) {
 		if len(offsets) > 0 && offsets[0] < ends[p] {
 			t.Errorf("second member started partition %d at offset %d; the first had handled up to %d", p, offsets[0], ends[p])
 		}
+	}
+}
+
+// TestGroupLostCommitsNothing has the broker answer a member's heartbeat with
+// UNKNOWN_MEMBER_ID after it handled and marked a batch that autocommit has not
+// committed yet: the member's partitions are lost, and their marks are dropped,
+// not committed. The broker still counts the member in the group (only the
+// answer was forged), so a commit made on the loss would be accepted: the
+// committed offset staying put, and the member consuming the batch again before
+// a record produced after the loss, show that none was made.
+func TestGroupLostCommitsNothing(t *testing.T) {
+	t.Parallel()
+	// A kfake cluster of the test's own, whatever BrokersEnv says: the test forges
+	// a broker answer.
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	cfg := stream.Config{Brokers: cluster.ListenAddrs(), Partitions: 1}
+	client := streamtest.Client(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := stream.EnsureTopics(ctx, client, cfg); err != nil {
+		t.Fatal(err)
+	}
+	topic := cfg.EventsTopic()
+	produceN(t, client, topic, 10)
+	gcfg := stream.GroupConfig{Stream: cfg, Group: "g", Topics: []string{topic},
+		Opts: []kgo.Opt{kgo.AutoCommitInterval(time.Hour), kgo.HeartbeatInterval(100 * time.Millisecond)}}
+
+	r := newRecorder()
+	runGroup(t, gcfg, r)
+	waitFor(t, "the batch handled and marked", func() (bool, string) {
+		r.mu.Lock()
+		c := r.client
+		r.mu.Unlock()
+		if c == nil {
+			return false, "no partition assigned"
+		}
+		marked := c.MarkedOffsets()[topic][0].Offset
+		return marked == 10, fmt.Sprintf("marked up to %d of 10", marked)
+	})
+	if got := committedTotal(t, client, "g", topic); got != 0 {
+		t.Fatalf("committed %d before the loss; autocommit should not have run", got)
+	}
+
+	var forged atomic.Bool
+	cluster.ControlKey(int16(kmsg.Heartbeat), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		resp := req.ResponseKind().(*kmsg.HeartbeatResponse)
+		resp.ErrorCode = kerr.UnknownMemberID.Code
+		forged.Store(true)
+		return resp, nil, true // handled: this control answers one heartbeat only
+	})
+	waitFor(t, "the lost partition's worker to stop", func() (bool, string) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.closed == 1, fmt.Sprintf("heartbeat forged: %v; handlers closed: %d", forged.Load(), r.closed)
+	})
+	if got := committedTotal(t, client, "g", topic); got != 0 {
+		t.Errorf("committed offset %d after the loss, want 0: the lost marks were committed", got)
+	}
+	// The member rejoins and resumes at the committed offset: it consumes the
+	// lost batch again before offset 10.
+	produceN(t, client, topic, 1)
+	waitFor(t, "the record produced after the loss handled", func() (bool, string) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		got := r.offsets[0]
+		return slices.Contains(got, 10), fmt.Sprintf("handled offsets %v", got)
+	})
+	r.mu.Lock()
+	got := slices.Clone(r.offsets[0])
+	r.mu.Unlock()
+	want := []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	if !slices.Equal(got, want) {
+		t.Errorf("handled offsets %v, want the lost batch again before offset 10: %v", got, want)
+	}
+	if got := committedTotal(t, client, "g", topic); got != 0 {
+		t.Errorf("committed offset %d after the loss, want 0: the lost marks were committed", got)
 	}
 }
 

@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/lockstream/lockstream/bridge"
+	"github.com/lockstream/lockstream/stream"
 )
 
 // Bridge consumes the queue and republishes events. Build it with New.
@@ -40,7 +41,9 @@ type Bridge struct {
 	alerter  *bridge.Alerter
 	handlers map[string]Handler // by category, set up by Run
 	topics   bridge.Topics
-	client   *kgo.Client // set up by Run
+	client   *kgo.Client       // set up by Run
+	events   *stream.Group     // republishes lockstream.events; nil unless PublishEvents
+	pub      *confirmPublisher // what events publishes through
 }
 
 // New returns a bridge; Run starts it. recorder records free-form notifications;
@@ -72,6 +75,9 @@ func New(cfg Config, recorder NotificationRecorder, mailer bridge.Mailer, reg pr
 		if b.pubm, err = newPublishMetrics(reg); err != nil {
 			return nil, err
 		}
+		if b.events, err = newRepublisher(b, reg); err != nil {
+			return nil, err
+		}
 	}
 	return b, nil
 }
@@ -79,7 +85,8 @@ func New(cfg Config, recorder NotificationRecorder, mailer bridge.Mailer, reg pr
 // Run consumes (and republishes, when configured) until ctx is cancelled, then
 // stops taking messages, finishes those in hand and returns nil. It reconnects
 // with back-off whenever the broker goes away; it returns an error only when the
-// broker refuses the topology (an existing exchange or queue of another kind).
+// broker refuses the topology (an existing exchange or queue of another kind), or
+// when it republishes and Kafka cannot be reached at start (stream.Group.Run).
 func (b *Bridge) Run(ctx context.Context) error {
 	client, err := bridge.NewKafkaClient(b.cfg.Stream, b.cfg.HandleTimeout, b.logger)
 	if err != nil {

@@ -139,50 +139,54 @@ func newPublishMetrics(reg prometheus.Registerer) (*publishMetrics, error) {
 	return m, nil
 }
 
-// republish consumes lockstream.events in its own group and publishes each event
-// to the exchange as events.sensor.update.<type>, committing a batch's offsets
-// only once the broker confirmed all of it: at least once, in order per sensor.
-// A group without committed offsets starts at the topic's beginning.
-func (b *Bridge) republish(ctx context.Context) error {
-	topic := b.cfg.Stream.EventsTopic()
-	client, err := kgo.NewClient(append(stream.ClientOpts(b.cfg.Stream),
-		kgo.ConsumerGroup(b.cfg.EventsGroup),
-		kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.DisableAutoCommit(),
-		kgo.BlockRebalanceOnPoll(),
-		stream.WithLogger(b.logger),
-	)...)
+// newRepublisher returns the consumer group that republishes lockstream.events
+// (its own group, EventsGroup) and the publisher it publishes through.
+func newRepublisher(b *Bridge, reg prometheus.Registerer) (*stream.Group, error) {
+	b.pub = &confirmPublisher{url: b.cfg.URL, name: b.cfg.ConnectionName + " (events)", exchange: b.cfg.Exchange}
+	g, err := stream.NewGroup(stream.GroupConfig{Stream: b.cfg.Stream, Group: b.cfg.EventsGroup,
+		Topics: []string{b.cfg.Stream.EventsTopic()}, MaxPollRecords: publishBatch, DrainTimeout: publishTimeout,
+		ClientName: "amqp-events"}, republisher{b}, reg, b.logger)
 	if err != nil {
-		return fmt.Errorf("amqp republish: kafka client: %w", err)
+		return nil, fmt.Errorf("amqp republish: %w", err)
 	}
-	defer client.Close()
-	pub := &confirmPublisher{url: b.cfg.URL, name: b.cfg.ConnectionName + " (events)", exchange: b.cfg.Exchange}
-	defer pub.close()
-	b.logger.InfoContext(ctx, "republishing events to amqp", "topic", topic, "exchange", b.cfg.Exchange, "group", b.cfg.EventsGroup)
-	for {
-		fetches := client.PollRecords(ctx, publishBatch)
-		if fetches.IsClientClosed() || ctx.Err() != nil {
-			client.AllowRebalance()
-			return nil
-		}
-		fetches.EachError(func(t string, p int32, err error) {
-			b.logger.WarnContext(ctx, "fetching events failed", "topic", t, "partition", p, "err", err)
-		})
-		if records := fetches.Records(); len(records) > 0 {
-			if !b.publishEvents(ctx, pub, records) {
-				client.AllowRebalance()
-				return nil
-			}
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			if err := client.CommitRecords(cctx, records...); err != nil {
-				b.logger.WarnContext(ctx, "committing republished events failed; they will be published again", "err", err)
-			}
-			cancel()
-		}
-		client.AllowRebalance()
-	}
+	return g, nil
 }
+
+// republish consumes lockstream.events through the Group and publishes each
+// event to the exchange as events.sensor.update.<type>. A batch is marked for
+// commit only once the broker confirmed all of it, and a partition's batches are
+// published in order: at least once, in order per sensor. A group without
+// committed offsets starts at the topic's beginning.
+func (b *Bridge) republish(ctx context.Context) error {
+	defer b.pub.close()
+	b.logger.InfoContext(ctx, "republishing events to amqp", "topic", b.cfg.Stream.EventsTopic(),
+		"exchange", b.cfg.Exchange, "group", b.cfg.EventsGroup)
+	if err := b.events.Run(ctx); err != nil {
+		return fmt.Errorf("amqp republish: %w", err)
+	}
+	return nil
+}
+
+// republisher publishes each assigned partition's batches (stream.Handler and
+// stream.PartitionHandler). The partitions share one confirm channel; their
+// publishes take turns.
+type republisher struct{ b *Bridge }
+
+// Assigned returns the handler of a partition: the republisher itself.
+func (r republisher) Assigned(*kgo.Client, string, int32) stream.PartitionHandler { return r }
+
+// Handle publishes the batch's events and returns once the broker confirmed them
+// all, retrying until then; it fails only when ctx ends (the partition revoked or
+// lost, or the bridge stopping), and the batch is then not marked.
+func (r republisher) Handle(ctx context.Context, batch stream.Batch) (stream.Pending, error) {
+	if !r.b.publishEvents(ctx, r.b.pub, batch.Records) {
+		return nil, fmt.Errorf("republishing %d events: %w", len(batch.Records), ctx.Err())
+	}
+	return nil, nil
+}
+
+// Close does nothing: what was not confirmed is not marked.
+func (republisher) Close() {}
 
 // publishEvents publishes one batch until the broker confirmed it all; it
 // reports false if ctx ended first.

@@ -195,6 +195,24 @@ func TestRepublishesEvents(t *testing.T) {
 		v := b.value("lockstream_amqp_ignored_total", "category", "sensor")
 		return v >= n, fmt.Sprintf("ignored sensor %v", v)
 	})
+	// The confirmed events are marked, and committed by the group's next commit
+	// (stream.CommitInterval); its Kafka client reports as client="amqp-events".
+	bridgetest.WaitFor(t, wait, "the republished events committed", func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		committed, err := streamtest.Committed(ctx, client, b.cfg.EventsGroup, kafka.EventsTopic())
+		if err != nil {
+			return false, err.Error()
+		}
+		var sum int64
+		for _, o := range committed {
+			sum += o
+		}
+		return sum == n, fmt.Sprintf("committed %d of %d", sum, n)
+	})
+	if v := b.value("lockstream_kafka_fetch_bytes_total", "client", "amqp-events"); v <= 0 {
+		t.Errorf("lockstream_kafka_fetch_bytes_total{client=\"amqp-events\"} = %v, want the republisher's fetches counted", v)
+	}
 }
 
 // TestAlertEmails: unrecoverable messages are mailed to the alert address at most

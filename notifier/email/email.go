@@ -200,6 +200,13 @@ func New(cfg Config, logger *slog.Logger) (*Sender, error) {
 // Send makes one delivery attempt of n to the address to and classifies it.
 func (s *Sender) Send(ctx context.Context, to string, n notifier.Notification) notifier.Result {
 	msg, err := s.message(to, n)
+	return s.send(ctx, msg, err)
+}
+
+// send attempts msg, or, when building it failed with err, classifies that
+// failure: an address that cannot be used, or a notification that cannot be
+// rendered.
+func (s *Sender) send(ctx context.Context, msg *mail.Msg, err error) notifier.Result {
 	if err != nil {
 		var addrErr *addressError
 		if errors.As(err, &addrErr) {
@@ -401,17 +408,25 @@ func (s *Sender) message(to string, n notifier.Notification) (*mail.Msg, error) 
 		v.PreviousState = stateWord(n.Previous)
 	}
 
-	var subject, text, html bytes.Buffer
+	prefix := ""
 	if v.Severity == "critical" {
-		subject.WriteString("Critical: ")
+		prefix = "Critical: "
 	}
-	if err := s.text.ExecuteTemplate(&subject, n.Type+".subject", v); err != nil {
+	return s.render(to, n.ID, n.Type, prefix, v)
+}
+
+// render renders the templates name.subject, name.text and name.html with v into
+// a mail to the address to, its subject led by prefix, its Message-ID made of id.
+func (s *Sender) render(to, id, name, prefix string, v any) (*mail.Msg, error) {
+	var subject, text, html bytes.Buffer
+	subject.WriteString(prefix)
+	if err := s.text.ExecuteTemplate(&subject, name+".subject", v); err != nil {
 		return nil, fmt.Errorf("rendering email subject: %w", err)
 	}
-	if err := s.text.ExecuteTemplate(&text, n.Type+".text", v); err != nil {
+	if err := s.text.ExecuteTemplate(&text, name+".text", v); err != nil {
 		return nil, fmt.Errorf("rendering email text: %w", err)
 	}
-	if err := s.html.ExecuteTemplate(&html, n.Type+".html", v); err != nil {
+	if err := s.html.ExecuteTemplate(&html, name+".html", v); err != nil {
 		return nil, fmt.Errorf("rendering email HTML: %w", err)
 	}
 
@@ -424,7 +439,7 @@ func (s *Sender) message(to string, n notifier.Notification) (*mail.Msg, error) 
 	}
 	// One line, whatever the data held: a header cannot be split by a newline.
 	m.Subject(strings.Join(strings.Fields(subject.String()), " "))
-	m.SetMessageIDWithValue(n.ID + "@lockstream")
+	m.SetMessageIDWithValue(id + "@lockstream")
 	m.SetDate()
 	// RFC 3834: tells auto-responders (vacation replies) not to answer.
 	m.SetGenHeader("Auto-Submitted", "auto-generated")

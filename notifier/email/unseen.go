@@ -1,10 +1,8 @@
 package email
 
 import (
-	"bytes"
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -41,14 +39,7 @@ type unseenItem struct {
 // classifies it as Send does.
 func (s *Sender) SendUnseen(ctx context.Context, to string, u notifier.Unseen) notifier.Result {
 	msg, err := s.unseenMessage(to, u)
-	if err != nil {
-		var addrErr *addressError
-		if errors.As(err, &addrErr) {
-			return failed(ErrorTypeInvalidAddress, err)
-		}
-		return failed(ErrorTypeInvalidNotification, err)
-	}
-	return s.attempt(ctx, msg)
+	return s.send(ctx, msg, err)
 }
 
 // unseenMessage renders u into a mail to the address to.
@@ -77,30 +68,7 @@ func (s *Sender) unseenMessage(to string, u notifier.Unseen) (*mail.Msg, error) 
 	case u.Digest:
 		name = "digest"
 	}
-	var subject, text, html bytes.Buffer
-	if err := s.text.ExecuteTemplate(&subject, name+".subject", v); err != nil {
-		return nil, fmt.Errorf("rendering email subject: %w", err)
-	}
-	if err := s.text.ExecuteTemplate(&text, name+".text", v); err != nil {
-		return nil, fmt.Errorf("rendering email text: %w", err)
-	}
-	if err := s.html.ExecuteTemplate(&html, name+".html", v); err != nil {
-		return nil, fmt.Errorf("rendering email HTML: %w", err)
-	}
-	m := mail.NewMsg()
-	if err := m.From(s.cfg.From); err != nil {
-		return nil, fmt.Errorf("setting From %q: %w", s.cfg.From, err)
-	}
-	if err := m.To(to); err != nil {
-		return nil, &addressError{fmt.Errorf("recipient %q: %w", to, err)}
-	}
-	m.Subject(strings.Join(strings.Fields(subject.String()), " "))
-	m.SetMessageIDWithValue(u.ID + "@lockstream")
-	m.SetDate()
-	m.SetGenHeader("Auto-Submitted", "auto-generated")
-	m.SetBodyString(mail.TypeTextPlain, text.String())
-	m.AddAlternativeString(mail.TypeTextHTML, html.String())
-	return m, nil
+	return s.render(to, u.ID, name, "", v)
 }
 
 // unseenAbout names what a message is about: its sensor, or its type.
