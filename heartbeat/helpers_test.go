@@ -88,11 +88,11 @@ func (b *bundle) newTracker(t *testing.T, reg prometheus.Registerer) *heartbeat.
 	return b.newTrackerWith(t, b.stores.Postgres, reg, discard())
 }
 
-// newTrackerWith returns a Tracker reading timeouts from timeouts and logging to
-// logger.
-func (b *bundle) newTrackerWith(t *testing.T, timeouts heartbeat.Timeouts, reg prometheus.Registerer, logger *slog.Logger) *heartbeat.Tracker {
+// newTrackerWith returns a Tracker reading timeouts and coverage from registry
+// and logging to logger.
+func (b *bundle) newTrackerWith(t *testing.T, registry heartbeat.TrackerRegistry, reg prometheus.Registerer, logger *slog.Logger) *heartbeat.Tracker {
 	t.Helper()
-	tr, err := heartbeat.NewTracker(b.cfg, b.stores.Redis, timeouts, reg, logger)
+	tr, err := heartbeat.NewTracker(b.cfg, b.stores.Redis, registry, reg, logger)
 	if err != nil {
 		t.Fatal(err)
 	}

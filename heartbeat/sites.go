@@ -15,7 +15,8 @@ import (
 // whichever daemon opens it.
 type Sites interface {
 	SiteMembers(ctx context.Context, sites []string) (map[string][]string, error)
-	OpenSiteOutages(ctx context.Context, outages []storage.SiteOutage) (opened, open []storage.SiteOutage, err error)
+	OpenSiteOutages(ctx context.Context, outages []storage.SiteOutage) (opened []storage.SiteOutage, err error)
+	SiteOutagesListing(ctx context.Context, losses []storage.HeartbeatDeadline) (map[string]string, error)
 	MarkSiteEventsPublished(ctx context.Context, ids []string, restored bool) error
 	UnpublishedSiteEvents(ctx context.Context, before time.Time, limit int, restored bool) ([]storage.SiteOutage, error)
 	OpenSiteOutagesPublished(ctx context.Context, limit int) ([]storage.SiteOutage, error)
@@ -76,12 +77,14 @@ func (d *Daemon) judge(ctx context.Context, losses []storage.HeartbeatDeadline) 
 		return j, err
 	}
 	sites := map[string]bool{}
+	var sited []storage.HeartbeatDeadline
 	for _, l := range j.ready {
 		if site := facts[l.SensorID].Site; site != "" && d.sitesOn() && maintained[l.SensorID] == "" {
 			sites[site] = true
+			sited = append(sited, l)
 		}
 	}
-	covered, siteEvents, opened, err := d.judgeSites(ctx, slices.Sorted(maps.Keys(sites)))
+	covered, siteEvents, opened, err := d.judgeSites(ctx, slices.Sorted(maps.Keys(sites)), sited)
 	if err != nil {
 		return j, err
 	}
@@ -107,10 +110,13 @@ func (d *Daemon) judge(ctx context.Context, losses []storage.HeartbeatDeadline) 
 
 func (d *Daemon) sitesOn() bool { return d.deps.Sites != nil && d.deps.SiteStore != nil }
 
-// judgeSites opens the outages of sites that qualify and returns, for every
-// sensor an open outage of those sites lists, the outage's id; the
-// site_outage events of the outages this daemon opened; and their ids.
-func (d *Daemon) judgeSites(ctx context.Context, sites []string) (map[string]string, []event.Event, []string, error) {
+// judgeSites opens the outages of sites that qualify and returns, for each
+// of losses (of sensors of those sites) that an outage lists and that fell
+// while it was open, the outage's id; the site_outage events of the outages
+// this daemon opened; and their ids. An outage covers its losses even when
+// its site no longer qualifies by the time they are judged (sensors back
+// while a killed daemon's claims ran out): it is delivered instead of them.
+func (d *Daemon) judgeSites(ctx context.Context, sites []string, losses []storage.HeartbeatDeadline) (map[string]string, []event.Event, []string, error) {
 	if len(sites) == 0 {
 		return nil, nil, nil, nil
 	}
@@ -132,15 +138,15 @@ func (d *Daemon) judgeSites(ctx context.Context, sites []string) (map[string]str
 			candidates = append(candidates, o)
 		}
 	}
-	opened, open, err := d.deps.Sites.OpenSiteOutages(ctx, candidates)
+	opened, err := d.deps.Sites.OpenSiteOutages(ctx, candidates)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	covered := map[string]string{}
-	for _, o := range open {
-		for _, id := range o.Sensors {
-			covered[id] = o.ID
-		}
+	// After the insert: it sees the outages that this daemon and any other
+	// opened meanwhile.
+	covered, err := d.deps.Sites.SiteOutagesListing(ctx, losses)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	events := make([]event.Event, len(opened))
 	ids := make([]string, len(opened))

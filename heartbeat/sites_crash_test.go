@@ -3,6 +3,7 @@ package heartbeat_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -106,6 +107,15 @@ func siteOutageDecidedByADyingDaemon(t *testing.T, reached bool) {
 		t.Fatalf("unpublished outages %+v (%v), want hq's, decided by the dead daemon", open, err)
 	}
 
+	// a3 comes back before anyone published its loss: the consumer's tracker
+	// publishes it, covered by the outage like the sweep's copy (or its
+	// client would be told of a loss the outage stands for).
+	back := b.record(t, b.tracker, "a3")
+	if len(back) != 2 || back[0].Type != event.ConnectionLost || back[0].SensorID != "a3" || back[0].CoveredBy != open[0].ID ||
+		back[1].Type != event.ConnectionRestored {
+		t.Fatalf("a3 back: the tracker returned %+v, want its loss covered by %s, then its restore", back, open[0].ID)
+	}
+
 	// The survivor sweeps on, its clock 2 × PublishTimeout past the decision
 	// (the row's created_at, on the database's clock: this machine's), when a
 	// site event still unpublished is taken for one whose publisher died.
@@ -117,7 +127,7 @@ func siteOutageDecidedByADyingDaemon(t *testing.T, reached bool) {
 	if open, err := b.stores.Postgres.UnpublishedSiteEvents(ctx, time.Now().Add(time.Hour), 10, false); err != nil || len(open) != 0 {
 		t.Fatalf("unpublished outages after the survivor's sweeps: %+v (%v)", open, err)
 	}
-	b.record(t, b.tracker, "a1", "a2", "a4")
+	back = append(back, b.record(t, b.tracker, "a1", "a2", "a4")...)
 	for range 2 {
 		sweep(t, d2)
 	}
@@ -170,10 +180,11 @@ func siteOutageDecidedByADyingDaemon(t *testing.T, reached bool) {
 		t.Fatalf("site_restored %+v, want one for hq", restores)
 	}
 
-	// Through the fan-out's write: the client of a2 gets one site_outage and
-	// one site_restored, and no loss (covered).
+	// Through the fan-out's write (the tracker's events reach the topic too):
+	// the client of a2 gets one site_outage and one site_restored, and no loss
+	// (covered).
 	var inputs []storage.NotificationInput
-	for _, e := range events {
+	for _, e := range append(back, events...) {
 		if e.CoveredBy != "" {
 			continue
 		}
@@ -189,11 +200,47 @@ func siteOutageDecidedByADyingDaemon(t *testing.T, reached bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var types []string
+	types := map[string]int{}
 	for _, e := range feed {
-		types = append(types, e.Type)
+		types[e.Type]++
 	}
-	if !slices.Equal(types, []string{"site_outage", "site_restored"}) {
-		t.Fatalf("the client of a2 was notified of %v, want one site_outage then one site_restored", types)
+	if want := map[string]int{"site_outage": 1, "site_restored": 1, "connection_restored": 1}; !maps.Equal(types, want) {
+		t.Fatalf("the client of a2 was notified of %v, want %v (a2's restore, and no loss: covered)", types, want)
+	}
+}
+
+// A loss its sweep failed to publish, of a sensor back before the next sweep,
+// is published by the tracker as the sweep would have: covered by the
+// maintenance_ended of the window it fell in; a loss outside any window
+// uncovered.
+func TestTrackerPublishesAnUnpublishedLossCovered(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.register(t, storage.Sensor{ID: "m1"})
+	b.register(t, storage.Sensor{ID: "plain"})
+	win, err := b.stores.Postgres.SetMaintenance(ctx, storage.MaintenanceWindow{SensorID: "m1", From: b.t0, To: b.at(60)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := b.newDaemon(t, &flakyPublisher{next: b.publisher(t), failures: 1 << 20})
+	b.record(t, b.tracker, "m1", "plain")
+	sweep(t, d) // builds the sets
+	b.advance(4)
+	if err := d.Sweep(ctx); !errors.Is(err, errBrokerDown) {
+		t.Fatalf("sweep = %v, want the publication of both losses failed", err)
+	}
+	b.advance(5)
+	lost := map[string]event.Event{}
+	for _, e := range b.record(t, b.tracker, "m1", "plain") {
+		if e.Type == event.ConnectionLost {
+			lost[e.SensorID] = e
+		}
+	}
+	if l, ok := lost["m1"]; !ok || l.CoveredBy != event.MaintenanceEndedID(win.ID) || l.ID != event.ConnectionLostID("m1", b.at(3)) {
+		t.Errorf("m1's loss from the tracker %+v (%v), want it covered by its window's maintenance_ended", l, ok)
+	}
+	if l, ok := lost["plain"]; !ok || l.CoveredBy != "" {
+		t.Errorf("plain's loss from the tracker %+v (%v), want it uncovered", l, ok)
 	}
 }

@@ -39,6 +39,23 @@ type Timeouts interface {
 	HeartbeatTimeouts(ctx context.Context) (map[string]time.Duration, error)
 }
 
+// Coverage tells what covers a loss (storage.Postgres): the maintenance
+// window it fell in, or the site outage that lists it. The Tracker asks it
+// about the losses it publishes itself, so they carry covered_by as the
+// sweep's judgement would have marked them.
+type Coverage interface {
+	SensorFacts(ctx context.Context, ids []string) (map[string]storage.SensorFact, error)
+	CoverByMaintenance(ctx context.Context, sensors, sites []string, deadlines []time.Time) (map[string]string, error)
+	SiteOutagesListing(ctx context.Context, losses []storage.HeartbeatDeadline) (map[string]string, error)
+}
+
+// TrackerRegistry is what the Tracker reads of the registry
+// (storage.Postgres).
+type TrackerRegistry interface {
+	Timeouts
+	Coverage
+}
+
 // LostSensor is a sensor that is lost now.
 type LostSensor struct {
 	// SensorID names the sensor.
@@ -57,6 +74,7 @@ type Tracker struct {
 	tm       timing
 	store    TrackerStore
 	timeouts Timeouts
+	coverage Coverage
 	logger   *slog.Logger
 
 	mu       sync.Mutex // guards coalesce and emitted
@@ -78,8 +96,8 @@ type Tracker struct {
 }
 
 // NewTracker returns a Tracker storing deadlines in store and reading per-sensor
-// timeouts from timeouts. A nil logger logs nothing.
-func NewTracker(cfg Config, store TrackerStore, timeouts Timeouts, reg prometheus.Registerer, logger *slog.Logger) (*Tracker, error) {
+// timeouts and coverage from registry. A nil logger logs nothing.
+func NewTracker(cfg Config, store TrackerStore, registry TrackerRegistry, reg prometheus.Registerer, logger *slog.Logger) (*Tracker, error) {
 	cfg = cfg.WithDefaults()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -91,7 +109,8 @@ func NewTracker(cfg Config, store TrackerStore, timeouts Timeouts, reg prometheu
 		cfg:      cfg,
 		tm:       newTiming(cfg),
 		store:    store,
-		timeouts: timeouts,
+		timeouts: registry,
+		coverage: registry,
 		logger:   logger,
 		coalesce: newCoalescer(cfg.CoalesceCapacity),
 		emitted:  newCoalescer(cfg.EmittedCapacity),
@@ -170,8 +189,18 @@ func (t *Tracker) Record(ctx context.Context, seen map[string]time.Time) ([]even
 	}
 	slices.SortFunc(restores, func(a, b storage.HeartbeatRestore) int { return cmp.Compare(a.SensorID, b.SensorID) })
 	timeouts := make([]time.Duration, len(restores))
+	var unpublished []storage.HeartbeatDeadline
 	for i, r := range restores {
 		timeouts[i] = t.timeout(r.SensorID)
+		if r.Unpublished {
+			unpublished = append(unpublished, storage.HeartbeatDeadline{SensorID: r.SensorID, Deadline: r.Missed})
+		}
+	}
+	// Redis remembers these restores: should this fail, the retried batch
+	// gets them again.
+	covered, err := t.cover(ctx, unpublished)
+	if err != nil {
+		return nil, fmt.Errorf("recording sightings: %w", err)
 	}
 	events := make([]event.Event, 0, len(restores))
 	fresh, replayed := 0, 0
@@ -188,7 +217,9 @@ func (t *Tracker) Record(ctx context.Context, seen map[string]time.Time) ([]even
 			fresh++
 		}
 		if r.Unpublished {
-			events = append(events, lostEvent(r.SensorID, r.Missed))
+			lost := lostEvent(r.SensorID, r.Missed)
+			lost.CoveredBy = covered[r.SensorID]
+			events = append(events, lost)
 		}
 		events = append(events, restoredEvent(r.SensorID, r.Missed, r.RestoredAt, t.tm.lastSeen(r.Missed, timeouts[i])))
 		t.emitted.put(id, r.RestoredAt.UnixMilli())
@@ -196,6 +227,45 @@ func (t *Tracker) Record(ctx context.Context, seen map[string]time.Time) ([]even
 	t.restored.Add(float64(fresh))
 	t.replayed.Add(float64(replayed))
 	return events, nil
+}
+
+// cover returns, for the losses the Tracker publishes itself (their sweep
+// claimed them but had not published them when the sensor came back: a slow
+// or killed heartbeat), the event delivered instead of each, as the sweep's
+// judgement marks it: the maintenance window's maintenance_ended, else the
+// site_outage that lists it. Without this, a site outage decided by a
+// heartbeat killed before publishing its losses would be followed by their
+// connection_lost notifications. A few statements, only when there are such
+// losses.
+func (t *Tracker) cover(ctx context.Context, losses []storage.HeartbeatDeadline) (map[string]string, error) {
+	if len(losses) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(losses))
+	for i, l := range losses {
+		ids[i] = l.SensorID
+	}
+	facts, err := t.coverage.SensorFacts(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("reading the sites of %d lost sensors: %w", len(ids), err)
+	}
+	sites := make([]string, len(losses))
+	deadlines := make([]time.Time, len(losses))
+	for i, l := range losses {
+		sites[i], deadlines[i] = facts[l.SensorID].Site, l.Deadline
+	}
+	covered, err := t.coverage.SiteOutagesListing(ctx, losses)
+	if err != nil {
+		return nil, err
+	}
+	maintained, err := t.coverage.CoverByMaintenance(ctx, ids, sites, deadlines)
+	if err != nil {
+		return nil, err
+	}
+	for sensor, window := range maintained {
+		covered[sensor] = event.MaintenanceEndedID(window)
+	}
+	return covered, nil
 }
 
 // Status is what the heartbeat knows of one sensor's connection.

@@ -55,13 +55,11 @@ func (p *Postgres) SiteMembers(ctx context.Context, sites []string) (map[string]
 // OpenSiteOutages opens the outages given, one per site at most: a site that
 // has an open outage already keeps it (the partial unique index on open
 // outages decides between heartbeat processes racing for the same site). It
-// returns the outages this call opened — whose events the caller publishes —
-// and every outage open now for the sites given, its own included. Two
-// statements in one transaction: the second sees what concurrent callers
-// committed meanwhile.
-func (p *Postgres) OpenSiteOutages(ctx context.Context, outages []SiteOutage) (opened, open []SiteOutage, err error) {
+// returns the outages this call opened, whose events the caller publishes;
+// SiteOutagesListing then tells which losses the open ones cover.
+func (p *Postgres) OpenSiteOutages(ctx context.Context, outages []SiteOutage) ([]SiteOutage, error) {
 	if len(outages) == 0 {
-		return nil, nil, nil
+		return nil, nil
 	}
 	ids := make([]string, len(outages))
 	sites := make([]string, len(outages))
@@ -71,33 +69,21 @@ func (p *Postgres) OpenSiteOutages(ctx context.Context, outages []SiteOutage) (o
 		ids[i], sites[i], starts[i] = o.ID, o.Site, o.StartedAt
 		sensors[i] = joinIDs(o.Sensors)
 	}
-	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
-			INSERT INTO site_outages (id, site, started_at, sensors)
-			SELECT id, site, started_at, string_to_array(sensors, ',')
-			FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[]) AS x (id, site, started_at, sensors)
-			ORDER BY site
-			ON CONFLICT DO NOTHING
-			RETURNING id, site, started_at, sensors, NULL::timestamptz`, ids, sites, starts, sensors)
-		if err != nil {
-			return err
-		}
-		if opened, err = collectOutages(rows); err != nil {
-			return err
-		}
-		rows, err = tx.Query(ctx, `
-			SELECT id, site, started_at, sensors, restored_at FROM site_outages
-			WHERE site = ANY ($1::text[]) AND restored_at IS NULL`, sites)
-		if err != nil {
-			return err
-		}
-		open, err = collectOutages(rows)
-		return err
-	})
+	rows, err := p.pool.Query(ctx, `
+		INSERT INTO site_outages (id, site, started_at, sensors)
+		SELECT id, site, started_at, string_to_array(sensors, ',')
+		FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[]) AS x (id, site, started_at, sensors)
+		ORDER BY site
+		ON CONFLICT DO NOTHING
+		RETURNING id, site, started_at, sensors, NULL::timestamptz`, ids, sites, starts, sensors)
 	if err != nil {
-		return nil, nil, fmt.Errorf("opening %d site outages: %w", len(outages), err)
+		return nil, fmt.Errorf("opening %d site outages: %w", len(outages), err)
 	}
-	return opened, open, nil
+	opened, err := collectOutages(rows)
+	if err != nil {
+		return nil, fmt.Errorf("opening %d site outages: %w", len(outages), err)
+	}
+	return opened, nil
 }
 
 // joinIDs joins sensor ids with commas (ids are letters and digits), for a
@@ -188,6 +174,46 @@ func (p *Postgres) CloseSiteOutages(ctx context.Context, ids []string, at time.T
 	out, err := collectOutages(rows)
 	if err != nil {
 		return nil, fmt.Errorf("closing %d site outages: %w", len(ids), err)
+	}
+	return out, nil
+}
+
+// SiteOutagesListing returns, for each loss whose sensor an outage of its site
+// lists and which fell while that outage was open (at or after its start,
+// before its end), the outage's id: the site_outage delivered instead of the
+// loss. One statement. The sweep's judgement asks it about the losses it
+// publishes, and the tracker about those it publishes itself (a sensor back
+// before the sweep that claimed its loss published it).
+func (p *Postgres) SiteOutagesListing(ctx context.Context, losses []HeartbeatDeadline) (map[string]string, error) {
+	out := map[string]string{}
+	if len(losses) == 0 {
+		return out, nil
+	}
+	ids := make([]string, len(losses))
+	deadlines := make([]time.Time, len(losses))
+	for i, l := range losses {
+		ids[i], deadlines[i] = l.SensorID, l.Deadline
+	}
+	rows, err := p.pool.Query(ctx, `
+		SELECT DISTINCT ON (x.sensor_id) x.sensor_id, o.id
+		FROM unnest($1::text[], $2::timestamptz[]) AS x (sensor_id, at)
+		JOIN sensors s ON s.id = x.sensor_id
+		JOIN site_outages o ON o.site = s.site AND x.sensor_id = ANY (o.sensors)
+		 AND o.started_at <= x.at AND (o.restored_at IS NULL OR x.at < o.restored_at)
+		ORDER BY x.sensor_id, o.started_at DESC`, ids, deadlines)
+	if err != nil {
+		return nil, fmt.Errorf("looking up the site outages of %d losses: %w", len(losses), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var sensor, id string
+		if err := rows.Scan(&sensor, &id); err != nil {
+			return nil, fmt.Errorf("looking up the site outages of %d losses: %w", len(losses), err)
+		}
+		out[sensor] = id
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("looking up the site outages of %d losses: %w", len(losses), err)
 	}
 	return out, nil
 }

@@ -190,6 +190,9 @@ func (b *Bridge) session(ctx context.Context, conn *amqp091.Connection) (bool, e
 		dispatched <- n
 		cause = errors.New("the broker cancelled the consumer")
 	}
+	// Not consuming any more, though the messages in hand may take a while
+	// to finish (a Kafka produce up to HandleTimeout).
+	b.metrics.Connected.Set(0)
 	n := <-dispatched
 	s.wait(b.cfg.HandleTimeout + b.cfg.RetryPause + 5*time.Second)
 	s.acks.close()

@@ -35,13 +35,12 @@ type bundle struct {
 	stop     func()
 }
 
-// setup starts a bridge on a fresh exchange and queue; edit may change its config.
+// setup starts a bridge on a fresh exchange and queue; edit may change its
+// config, its URL among it (the shared test broker's by default).
 func setup(t *testing.T, kafka stream.Config, recorder amqp.NotificationRecorder, mailer bridge.Mailer, edit func(*amqp.Config)) *bundle {
 	t.Helper()
-	broker := bridgetest.DialAMQP(t)
 	suffix := bridgetest.Suffix(t)
 	cfg := amqp.Config{
-		URL:            broker.URL,
 		Exchange:       "lstest." + suffix,
 		Queue:          "lstest.recorder." + suffix,
 		ConnectionName: "lockstream test " + suffix,
@@ -55,6 +54,10 @@ func setup(t *testing.T, kafka stream.Config, recorder amqp.NotificationRecorder
 	if edit != nil {
 		edit(&cfg)
 	}
+	if cfg.URL == "" {
+		cfg.URL = bridgetest.AMQPURL(t)
+	}
+	broker := bridgetest.DialAMQPURL(t, cfg.URL)
 	broker.Exchange(cfg.Exchange)
 	broker.DeleteQueueAtEnd(cfg.Queue)
 	b := &bundle{t: t, cfg: cfg, kafka: kafka, broker: broker, reg: prometheus.NewRegistry()}

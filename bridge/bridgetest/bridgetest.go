@@ -96,7 +96,12 @@ type AMQP struct {
 // DialAMQP connects to the test broker.
 func DialAMQP(t testing.TB) *AMQP {
 	t.Helper()
-	u := AMQPURL(t)
+	return DialAMQPURL(t, AMQPURL(t))
+}
+
+// DialAMQPURL connects to the broker at u (a Node's).
+func DialAMQPURL(t testing.TB, u string) *AMQP {
+	t.Helper()
 	conn, err := amqp091.Dial(u)
 	if err != nil {
 		t.Fatalf("connecting to RabbitMQ: %v", err)
@@ -289,7 +294,12 @@ func Rabbitmqctl(t testing.TB, args ...string) string {
 // together (rabbitmqctl's "messages").
 func QueueMessages(t testing.TB, queue string) int {
 	t.Helper()
-	out := Rabbitmqctl(t, "list_queues", "--quiet", "--no-table-headers", "name", "messages")
+	return queueMessages(t, Rabbitmqctl(t, "list_queues", "--quiet", "--no-table-headers", "name", "messages"), queue)
+}
+
+// queueMessages reads queue's count from list_queues' output out.
+func queueMessages(t testing.TB, out, queue string) int {
+	t.Helper()
 	for line := range strings.SplitSeq(out, "\n") {
 		f := strings.Fields(line)
 		if len(f) == 2 && f[0] == queue {
@@ -307,7 +317,12 @@ func QueueMessages(t testing.TB, queue string) int {
 // QueueType returns the type rabbitmqctl gives queue (classic, quorum).
 func QueueType(t testing.TB, queue string) string {
 	t.Helper()
-	out := Rabbitmqctl(t, "list_queues", "--quiet", "--no-table-headers", "name", "type")
+	return queueType(t, Rabbitmqctl(t, "list_queues", "--quiet", "--no-table-headers", "name", "type"), queue)
+}
+
+// queueType reads queue's type from list_queues' output out.
+func queueType(t testing.TB, out, queue string) string {
+	t.Helper()
 	for line := range strings.SplitSeq(out, "\n") {
 		if f := strings.Fields(line); len(f) == 2 && f[0] == queue {
 			return f[1]
