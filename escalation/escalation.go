@@ -53,9 +53,6 @@ type Config struct {
 	Limit int
 	// Timeout bounds one round. Defaults to DefaultTimeout (1m).
 	Timeout time.Duration
-	// PushPrototype is the Swrve message prototype of the pushes. Defaults to
-	// storage.UnseenPushPrototype ("sensor.unseen").
-	PushPrototype string
 	// Now returns the current time: it decides what is due and when digest
 	// times come. Defaults to time.Now.
 	Now func() time.Time
@@ -68,7 +65,6 @@ func (c Config) WithDefaults() Config {
 	c.PushAfter = cmp.Or(c.PushAfter, DefaultPushAfter)
 	c.Limit = cmp.Or(c.Limit, DefaultLimit)
 	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
-	c.PushPrototype = cmp.Or(c.PushPrototype, storage.UnseenPushPrototype)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -163,7 +159,7 @@ func (e *Escalator) RunRound(ctx context.Context) (storage.EscalationResult, err
 	start := time.Now()
 	res, err := e.store.RunEscalationRound(rctx, storage.EscalationRound{
 		Now: e.cfg.Now(), EmailAfter: e.cfg.EmailAfter, PushAfter: e.cfg.PushAfter,
-		Limit: e.cfg.Limit, PushPrototype: e.cfg.PushPrototype,
+		Limit: e.cfg.Limit,
 	})
 	e.m.duration.Observe(time.Since(start).Seconds())
 	switch {

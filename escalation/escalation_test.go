@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -263,5 +265,75 @@ func TestRoundBackfillAndFreeForm(t *testing.T) {
 	}
 	if invoice == "" {
 		t.Fatal("no email lists the two invoices")
+	}
+}
+
+// What a round's deliveries carry: distinct UUIDv7 ids of the round's time;
+// and an episode about a sensor, which has neither a member_emails nor a
+// pushes row, still has an email that lists its message and a push request
+// naming the device, the prototype and the sensor, as a free-form episode's
+// rows do.
+func TestRoundDeliveriesSayWhatToSend(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "door1")
+	c := f.client(t, "door1")
+	hana := f.member(t, c.ID, "hana", nil)
+	f.flip(t, "state_changed", 1, "door1")
+	if _, err := f.pg.RecordNotification(f.ctx, storage.FreeFormNotification{MemberID: hana.ID, Type: "invoice",
+		Subject: "about invoice"}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(time.Hour)
+	e := f.escalator(t, &now)
+	before := time.Now().Truncate(time.Millisecond)
+	if res := f.round(t, e); res.Emails != 2 || res.Pushes != 2 {
+		t.Fatalf("round: %+v, want an email and a push for door1 and for the invoice", res)
+	}
+	after := time.Now()
+	var emailIDs, pushIDs []string
+	seen := map[uuid.UUID]bool{}
+	for _, d := range f.escalations(t, c.ID) {
+		id, err := uuid.Parse(d.ID)
+		if err != nil || id.Version() != 7 || id.Variant() != uuid.RFC4122 || seen[id] {
+			t.Fatalf("delivery id %s (version %d, variant %v, seen before %v): %v", d.ID, id.Version(), id.Variant(), seen[id], err)
+		}
+		seen[id] = true
+		if at := time.Unix(id.Time().UnixTime()); at.Before(before) || at.After(after) {
+			t.Fatalf("delivery id %s is of %v, the round ran between %v and %v", d.ID, at, before, after)
+		}
+		if d.Channel == storage.ChannelEmail {
+			emailIDs = append(emailIDs, d.ID)
+		} else {
+			pushIDs = append(pushIDs, d.ID)
+		}
+	}
+	emails, err := f.pg.MemberEmails(f.ctx, emailIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, me := range emails {
+		if me.Email != "hana@example.com" || len(me.Messages) != 1 {
+			t.Fatalf("email %+v, want one message to hana", me)
+		}
+		listed[me.Messages[0].SensorID+me.Messages[0].Type] = true
+	}
+	if len(emails) != 2 || !listed["door1state_changed"] || !listed["invoice"] {
+		t.Fatalf("emails list %v, want door1's flip and the invoice", listed)
+	}
+	reqs, err := f.pg.PushRequests(f.ctx, pushIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	said := map[string]bool{}
+	for _, r := range reqs {
+		if r.Platform != storage.PlatformIOS || r.PushKey != "dev-hana" || r.MessagePrototypeKey != storage.UnseenPushPrototype {
+			t.Fatalf("push request %+v, want hana's device and %s", r, storage.UnseenPushPrototype)
+		}
+		said[r.Message] = true
+	}
+	if len(reqs) != 2 || !said["You have unseen notifications about sensor door1"] ||
+		!said["You have unseen notifications: invoice"] {
+		t.Fatalf("pushes say %v", said)
 	}
 }

@@ -71,6 +71,36 @@ const episodeWrite = `, g AS (
 // UnseenPushPrototype is the Swrve message prototype of escalation pushes.
 const UnseenPushPrototype = "sensor.unseen"
 
+// escalationPushRequests selects (delivery id, then pushColumns' order) the
+// requests of the escalation pushes about a sensor among the deliveries $1,
+// which have no pushes row: the device is the delivery's target, $2 the
+// prototype. NOT EXISTS skips the ones queued before the round stopped
+// writing those rows.
+const escalationPushRequests = `
+	SELECT d.id::text, split_part(d.target, ':', 1), $2::text, substr(d.target, strpos(d.target, ':') + 1),
+	       'You have unseen notifications about sensor ' || d.sensor_id, '', d.event_at, d.event_at
+	FROM deliveries d
+	WHERE d.id = ANY ($1::uuid[]) AND d.channel = 'swrve' AND d.notification_id IS NULL
+	  AND d.event_type = 'unseen' AND d.sensor_id IS NOT NULL
+	  AND NOT EXISTS (SELECT 1 FROM pushes p WHERE p.delivery_id = d.id)`
+
+// memberEmailRows is what the member emails among the deliveries $1 list, as
+// member_emails rows: theirs, and for an episode's email about a sensor (which
+// has none) the member of its target and the sensor as key, from seq 0 — the
+// member's unseen messages about the sensor are the episode's, since an
+// episode opens only when every earlier one is seen or deleted (messages
+// marked unseen by the member are left out either way).
+const memberEmailRows = `(
+		SELECT delivery_id, kind, member_id, key, from_seq, to_seq FROM member_emails
+		WHERE delivery_id = ANY ($1::uuid[])
+		UNION ALL
+		SELECT d.id, 'unseen', substr(d.target, length('member:') + 1)::uuid, d.sensor_id, 0, NULL
+		FROM deliveries d
+		WHERE d.id = ANY ($1::uuid[]) AND d.channel = 'email' AND d.notification_id IS NULL
+		  AND d.event_type = 'unseen' AND d.sensor_id IS NOT NULL AND d.target LIKE 'member:%'
+		  AND NOT EXISTS (SELECT 1 FROM member_emails e WHERE e.delivery_id = d.id)
+	)`
+
 // EscalationRound is what one escalation round does.
 type EscalationRound struct {
 	// Now is the round's clock.
@@ -80,9 +110,6 @@ type EscalationRound struct {
 	EmailAfter, PushAfter time.Duration
 	// Limit bounds the episodes and the digest members one round handles.
 	Limit int
-	// PushPrototype is the message prototype of the pushes; defaults to
-	// UnseenPushPrototype.
-	PushPrototype string
 }
 
 // EscalationResult says what a round did.
@@ -115,12 +142,13 @@ const escalationLock = 0x6c6b_7374_6573_6331 // "lkstesc1"
 // an email delivery (once_per_unread) and a push delivery per target, marks the
 // episodes handled, and does the same for the digest members whose digest time
 // came. Deliveries and marks commit together: a crash loses or repeats none.
+// An episode about a sensor costs its deliveries alone: what its email lists
+// and what its push says are read from the delivery when it is sent
+// (MemberEmails, PushRequests); a free-form one's and a digest's also have a
+// member_emails or pushes row.
 func (p *Postgres) RunEscalationRound(ctx context.Context, r EscalationRound) (EscalationResult, error) {
 	if r.Limit <= 0 {
 		return EscalationResult{}, fmt.Errorf("escalation round: limit %d must be positive", r.Limit)
-	}
-	if r.PushPrototype == "" {
-		r.PushPrototype = UnseenPushPrototype
 	}
 	res := EscalationResult{Statements: 2} // BEGIN, COMMIT
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
@@ -139,7 +167,7 @@ func (p *Postgres) RunEscalationRound(ctx context.Context, r EscalationRound) (E
 		res.Statements++
 		return tx.QueryRow(ctx, escalationRoundSQL,
 			r.Now, r.Now.Add(-r.EmailAfter), r.Now.Add(-r.PushAfter), r.Now.Add(-r.EmailAfter/4),
-			r.Now.Add(-r.PushAfter/4), r.Limit, r.PushPrototype,
+			r.Now.Add(-r.PushAfter/4), r.Limit, UnseenPushPrototype,
 		).Scan(&res.Episodes, &res.Emails, &res.Pushes, &res.Digests, &res.DigestMembers)
 	})
 	if err != nil {
@@ -149,9 +177,28 @@ func (p *Postgres) RunEscalationRound(ctx context.Context, r EscalationRound) (E
 	return res, nil
 }
 
+// escalationIDs is the round's CTE ids: what its delivery ids are made of.
+// Each is a UUIDv7 (RFC 9562) of the round's millisecond whose last 62 bits
+// count up from a random start (the standard's "monotonic random" method):
+// prefix holds the time, the version and 12 random bits, base the random start
+// of the last 64 bits (variant 10, two bits of headroom), and row n of a CTE
+// gets prefix || hex(base + offset + n), the offsets keeping the CTEs' ranges
+// apart. Made once per round, this costs a fifth of a lockstream_uuid_v7() per
+// row, and ids that rise within the round land at the right edge of the
+// outbox's primary key. Two rounds in one millisecond share 72 random bits by
+// chance only; should they, the primary key refuses the second round whole.
+const escalationIDs = `SELECT lpad(to_hex(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
+	       || '7' || substr(r.hex, 1, 3) AS prefix,
+	       -9223372036854775808 + ('x' || substr(r.hex, 4, 15))::bit(60)::bigint AS base
+	FROM (SELECT replace(gen_random_uuid()::text, '-', '') AS hex) r`
+
 // escalationRoundSQL is the round's one statement. $1 now, $2/$3 the latest
 // opening of a due email/push, $4/$5 the same from a critical message, $6 the
-// limit, $7 the push prototype.
+// limit, $7 the push prototype. Its cost is the rows it writes (bench/RESULTS.md
+// "Escalation round"): two deliveries per episode, each in five indexes of the
+// outbox, and the episode's new version; so an episode about a sensor gets no
+// member_emails or pushes row (its delivery says what they would), and the ids
+// are made once per round rather than once per row (escalationIDs).
 const escalationRoundSQL = `
 WITH cand AS (
 	(SELECT member_id, key FROM escalation_episodes WHERE email_at IS NULL AND opened_at <= $2
@@ -175,16 +222,24 @@ WITH cand AS (
 	                                       WHERE l.client_id = e.client_id AND l.sensor_id = e.sensor_id)) AS access
 	FROM escalation_episodes e JOIN cand c ON c.member_id = e.member_id AND c.key = e.key
 	ORDER BY e.opened_at LIMIT $6
+), ids AS MATERIALIZED (
+	` + escalationIDs + `
 ), live AS (
-	SELECT d.*, m.email, m.preferences FROM due d JOIN members m ON m.id = d.member_id
+	-- Preferences are read once per member, not once per episode.
+	SELECT d.*, m.wants_email, m.wants_push FROM due d JOIN (
+		SELECT id, preferences ->> 'email' = 'once_per_unread' AND coalesce(email, '') <> '' AS wants_email,
+		       (preferences ->> 'push')::boolean IS NOT FALSE AS wants_push
+		FROM members
+	) m ON m.id = d.member_id
 	WHERE d.unseen AND d.access
 ), mail AS MATERIALIZED (
-	SELECT lockstream_uuid_v7() AS id, l.* FROM live l
-	WHERE l.email_due AND l.preferences ->> 'email' = 'once_per_unread' AND coalesce(l.email, '') <> ''
+	SELECT (i.prefix || to_hex(i.base + row_number() OVER ()))::uuid AS id, l.*
+	FROM live l, ids i
+	WHERE l.email_due AND l.wants_email
 ), push AS MATERIALIZED (
-	SELECT lockstream_uuid_v7() AS id, l.*, t.platform, t.push_key
-	FROM live l JOIN member_push_targets t ON t.member_id = l.member_id
-	WHERE l.push_due AND (l.preferences ->> 'push')::boolean IS NOT FALSE
+	SELECT (i.prefix || to_hex(i.base + 2 * $6::bigint + row_number() OVER ()))::uuid AS id, l.*, t.platform, t.push_key
+	FROM live l JOIN member_push_targets t ON t.member_id = l.member_id, ids i
+	WHERE l.push_due AND l.wants_push
 ), dg AS MATERIALIZED (
 	SELECT m.id AS member_id, m.client_id, m.email, mi.last_seq, coalesce(md.digest_seq, 0) AS from_seq, s.slot
 	FROM members m
@@ -199,7 +254,7 @@ WITH cand AS (
 	WHERE m.preferences ->> 'email' = 'digest' AND s.slot > coalesce(md.slot, m.updated_at)
 	LIMIT $6
 ), dmail AS MATERIALIZED (
-	SELECT lockstream_uuid_v7() AS id, g.* FROM dg g
+	SELECT (i.prefix || to_hex(i.base + $6::bigint + row_number() OVER ()))::uuid AS id, g.* FROM dg g, ids i
 	WHERE coalesce(g.email, '') <> '' AND EXISTS (
 		SELECT 1 FROM inbox_messages x
 		WHERE x.member_id = g.member_id AND x.seq > g.from_seq AND x.seq <= g.last_seq AND ` + episodeUnseen + `
@@ -217,17 +272,16 @@ WITH cand AS (
 	UNION ALL
 	SELECT id, client_id, NULL, 'digest', 'email', 'member:' || member_id, 'PENDING', $1, $1 FROM dmail
 ), emails_added AS (
+	-- Only free-form episodes (their delivery has no sensor to name the key) and digests.
 	INSERT INTO member_emails (delivery_id, event_at, member_id, kind, key, from_seq, to_seq)
-	SELECT id, $1, member_id, 'unseen', key, first_seq - 1, NULL FROM mail
+	SELECT id, $1, member_id, 'unseen', key, first_seq - 1, NULL FROM mail WHERE sensor_id IS NULL
 	UNION ALL
 	SELECT id, $1, member_id, 'digest', NULL, from_seq, last_seq FROM dmail
 ), pushes_added AS (
+	-- Only free-form episodes: PushRequests reads a sensor's from its delivery.
 	INSERT INTO pushes (delivery_id, platform, message_prototype_key, push_key, message, window_at, received_at)
-	SELECT id, platform, $7, push_key,
-	       CASE WHEN sensor_id IS NOT NULL THEN 'You have unseen notifications about sensor ' || sensor_id
-	            ELSE 'You have unseen notifications: ' || type END,
-	       $1, $1
-	FROM push
+	SELECT id, platform, $7, push_key, 'You have unseen notifications: ' || type, $1, $1
+	FROM push WHERE sensor_id IS NULL
 ), marked AS (
 	UPDATE escalation_episodes e
 	SET email_at = CASE WHEN d.email_due THEN $1 ELSE e.email_at END,
@@ -290,7 +344,7 @@ func (p *Postgres) MemberEmails(ctx context.Context, deliveryIDs []string) (map[
 	rows, err := p.pool.Query(ctx, `
 		SELECT me.delivery_id::text, me.kind, mb.id IS NOT NULL, coalesce(mb.name, ''), coalesce(mb.email, ''),
 		       coalesce(mb.timezone, 'UTC'), m.id IS NOT NULL, `+inboxColumns+`
-		FROM member_emails me
+		FROM `+memberEmailRows+` me
 		LEFT JOIN members mb ON mb.id = me.member_id
 		LEFT JOIN LATERAL (
 			SELECT x.* FROM inbox_messages x
@@ -303,7 +357,6 @@ func (p *Postgres) MemberEmails(ctx context.Context, deliveryIDs []string) (map[
 			LIMIT CASE WHEN me.kind = 'digest' THEN $2::int ELSE $3::int END
 		) m ON true
 		LEFT JOIN sensors s ON s.id = m.sensor_id
-		WHERE me.delivery_id = ANY ($1::uuid[])
 		ORDER BY me.delivery_id, m.seq DESC`, ids, MaxDigestListed, MaxUnseenListed)
 	if err != nil {
 		return nil, fmt.Errorf("reading member emails: %w", err)

@@ -149,9 +149,10 @@ func (p *Postgres) GetPush(ctx context.Context, id string) (Push, error) {
 	return push, nil
 }
 
-// PushRequests returns the requests of the standalone pushes among the
-// deliveries, by delivery id, in one query; the retrier reads them for the
-// deliveries it claimed. Ids of other deliveries are missing from the map.
+// PushRequests returns the requests of the standalone pushes and of the
+// escalation pushes among the deliveries, by delivery id, in one query; the
+// retrier reads them for the deliveries it claimed. Ids of other deliveries
+// are missing from the map.
 func (p *Postgres) PushRequests(ctx context.Context, deliveryIDs []string) (map[string]PushRequest, error) {
 	out := make(map[string]PushRequest, len(deliveryIDs))
 	ids := validUUIDs(deliveryIDs)
@@ -160,7 +161,8 @@ func (p *Postgres) PushRequests(ctx context.Context, deliveryIDs []string) (map[
 	}
 	rows, err := p.pool.Query(ctx, `
 		SELECT p.delivery_id::text, `+pushColumns+`
-		FROM pushes p WHERE p.delivery_id = ANY ($1::uuid[])`, ids)
+		FROM pushes p WHERE p.delivery_id = ANY ($1::uuid[])
+		UNION ALL`+escalationPushRequests, ids, UnseenPushPrototype)
 	if err != nil {
 		return nil, fmt.Errorf("reading push requests: %w", err)
 	}
