@@ -2,9 +2,12 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eclipse/paho.golang/paho"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -62,7 +66,7 @@ func benchAMQP(b *testing.B, perMessage int) {
 	before, start := bridgeCPU(), time.Now()
 	b.StartTimer()
 	stop, reg := runAMQPBridge(b, cfg)
-	waitProduced(b, reg, "lockstream_amqp_produced_total", readings)
+	waitProduced(b, newProgress(b, reg, "lockstream_amqp", readings, nil))
 	b.StopTimer()
 	wall, after := time.Since(start), bridgeCPU()
 	stop()
@@ -161,6 +165,13 @@ func runAMQPBridge(b *testing.B, cfg amqp.Config) (stop func(), reg *prometheus.
 // That needs a Mosquitto whose max_queued_messages exceeds b.N
 // (LOCKSTREAM_TEST_MQTT_URL can point at one).
 //
+// Should Mosquitto drop messages all the same, the readings it dropped never
+// reach Kafka: the benchmark follows Mosquitto's own count of dropped messages
+// ($SYS/broker/publish/messages/dropped) and fails, naming the cause, once the
+// bridge's produced count stands still while that count has risen; and fails
+// when the produced count stops moving for LOCKSTREAM_BENCH_STALL (default 30s)
+// in any case, instead of waiting for readings that will not come.
+//
 //	go test -run '^$' -bench MQTTBridge -benchtime 200000x -timeout 30m ./bench/
 func BenchmarkMQTTBridge(b *testing.B) {
 	ctx := context.Background()
@@ -172,6 +183,7 @@ func BenchmarkMQTTBridge(b *testing.B) {
 		Inflight: envInt(b, "LOCKSTREAM_BENCH_MQTT_INFLIGHT", 0), Stream: kafka}
 	prefill := os.Getenv("LOCKSTREAM_BENCH_MQTT_PREFILL") != ""
 	ahead := int64(envInt(b, "LOCKSTREAM_BENCH_MQTT_AHEAD", 900))
+	drops := watchMosquittoDrops(b, cfg.URL, "lsbench/"+suffix+"/marker")
 	bridgetest.EndSession(b, cfg.ClientID)
 	stop, reg := runMQTTBridge(b, cfg)
 	pub, err := mqtt.NewPublisher(ctx, cfg.URL, prefix, 4)
@@ -185,25 +197,181 @@ func BenchmarkMQTTBridge(b *testing.B) {
 	if prefill {
 		b.StopTimer()
 		stop()
+		// The publishers alone, for comparison with the live mode (untimed).
+		cpu, t0 := bridgeCPU(), time.Now()
 		publishMQTTReadings(b, pub, readings, nil)
+		took, after := time.Since(t0), bridgeCPU()
+		b.Logf("prefill: %d readings published in %.2fs (%.0f/s); cpu: this process %.2fs, mosquitto %.2fs",
+			readings, took.Seconds(), float64(readings)/took.Seconds(), after.self-cpu.self, after.mosquitto-cpu.mosquitto)
 		b.StartTimer()
 	}
 	before, start := bridgeCPU(), time.Now()
 	var waited time.Duration
 	if prefill {
 		stop, reg = runMQTTBridge(b, cfg)
-	} else {
+	}
+	progress := newProgress(b, reg, "lockstream_mqtt", readings, drops)
+	if !prefill {
 		waited = publishMQTTReadings(b, pub, readings, func(i int) bool {
-			return int64(i)-int64(bridgetest.Value(b, reg, "lockstream_mqtt_produced_total")) > ahead
+			return int64(i)-int64(progress.produced()) > ahead
 		})
 	}
-	waitProduced(b, reg, "lockstream_mqtt_produced_total", readings)
+	waitProduced(b, progress)
 	b.StopTimer()
 	wall, after := time.Since(start), bridgeCPU()
 	stop()
 	b.Logf("%d readings (prefilled %v) in Kafka after %.2fs (publishers waited %.2fs for the bridge); cpu: this process %.2fs (publishers and bridge), mosquitto %.2fs",
 		readings, prefill, wall.Seconds(), waited.Seconds(), after.self-before.self, after.mosquitto-before.mosquitto)
 	b.ReportMetric(float64(readings)/wall.Seconds(), "readings/s")
+}
+
+// mosquittoDrops follows Mosquitto's count of messages it dropped because a
+// session's queue was full ($SYS/broker/publish/messages/dropped: retained,
+// sent every sys_interval, 10 s by default, and only once it is not 0). The
+// count is the broker's, over all its clients.
+type mosquittoDrops struct {
+	mu       sync.Mutex
+	baseline int64
+	last     int64
+	ready    bool
+}
+
+const mosquittoDroppedTopic = "$SYS/broker/publish/messages/dropped"
+
+// watchMosquittoDrops subscribes to Mosquitto's dropped count and returns once
+// it knows the count before the run: it then publishes to marker, which it
+// subscribed to in the same request, and the retained count (if any) comes
+// before the marker does.
+func watchMosquittoDrops(b *testing.B, rawURL, marker string) *mosquittoDrops {
+	b.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+	if err != nil {
+		b.Fatalf("connecting to Mosquitto: %v", err)
+	}
+	d := &mosquittoDrops{}
+	marked := make(chan struct{})
+	var once sync.Once
+	c := paho.NewClient(paho.ClientConfig{Conn: conn, OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+		func(r paho.PublishReceived) (bool, error) {
+			if r.Packet.Topic == marker {
+				once.Do(func() { close(marked) })
+				return true, nil
+			}
+			n, err := strconv.ParseInt(strings.TrimSpace(string(r.Packet.Payload)), 10, 64)
+			if err == nil {
+				d.observe(n)
+			}
+			return true, nil
+		}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.Connect(ctx, &paho.Connect{ClientID: "lsbench-drops-" + bridgetest.Suffix(b), CleanStart: true, KeepAlive: 30}); err != nil {
+		b.Fatalf("MQTT connect: %v", err)
+	}
+	b.Cleanup(func() { _ = c.Disconnect(&paho.Disconnect{}) })
+	if _, err := c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{
+		{Topic: mosquittoDroppedTopic, QoS: 0}, {Topic: marker, QoS: 0}}}); err != nil {
+		b.Fatalf("subscribing to %s: %v", mosquittoDroppedTopic, err)
+	}
+	if _, err := c.Publish(ctx, &paho.Publish{Topic: marker, QoS: 0, Payload: []byte("x")}); err != nil {
+		b.Fatalf("publishing to %s: %v", marker, err)
+	}
+	select {
+	case <-marked:
+	case <-ctx.Done():
+		b.Fatalf("the marker published to %s did not come back", marker)
+	}
+	d.mu.Lock()
+	d.ready = true
+	d.mu.Unlock()
+	return d
+}
+
+func (d *mosquittoDrops) observe(n int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.ready {
+		d.baseline = n
+	}
+	d.last = n
+}
+
+// since returns how many messages Mosquitto dropped since the watch began.
+func (d *mosquittoDrops) since() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.last - d.baseline
+}
+
+// progress follows a bridge benchmark's produced count and fails it, saying
+// why, once the count cannot reach its target: it stands still while
+// Mosquitto reports dropped messages, or it stopped moving for the stall
+// limit.
+type progress struct {
+	b      *testing.B
+	reg    prometheus.Gatherer
+	prefix string // lockstream_amqp, lockstream_mqtt
+	target int
+	drops  *mosquittoDrops // nil for RabbitMQ, which drops nothing from a quorum queue
+	stall  time.Duration
+	last   float64
+	moved  time.Time
+}
+
+func newProgress(b *testing.B, reg prometheus.Gatherer, prefix string, target int, drops *mosquittoDrops) *progress {
+	stall, err := time.ParseDuration(cmp.Or(os.Getenv("LOCKSTREAM_BENCH_STALL"), "30s"))
+	if err != nil {
+		b.Fatalf("LOCKSTREAM_BENCH_STALL: %v", err)
+	}
+	return &progress{b: b, reg: reg, prefix: prefix, target: target, drops: drops, stall: stall, last: -1, moved: time.Now()}
+}
+
+// dropIdle is how long the produced count must stand still, below its
+// target, before a rise of Mosquitto's dropped count is taken for this run's
+// loss: the count is the broker's, over all its clients, so a rise while the
+// bridge still makes progress proves nothing.
+const dropIdle = 2 * time.Second
+
+// produced returns the produced count, failing the benchmark as progress says.
+func (p *progress) produced() float64 {
+	got := bridgetest.Value(p.b, p.reg, p.prefix+"_produced_total")
+	if got != p.last {
+		p.last, p.moved = got, time.Now()
+		return got
+	}
+	idle := time.Since(p.moved)
+	if got >= float64(p.target) || idle < dropIdle {
+		return got
+	}
+	if p.drops != nil {
+		if n := p.drops.since(); n > 0 {
+			p.b.Fatalf("%s_produced_total stands at %.0f of %d and Mosquitto has reported %d QoS 1 messages dropped since "+
+				"the run began (%s, updated every sys_interval): a session more than max_queued_messages behind "+
+				"loses them, so the rest will never come. "+
+				"Use a Mosquitto with a larger max_queued_messages (LOCKSTREAM_TEST_MQTT_URL) or a smaller "+
+				"LOCKSTREAM_BENCH_MQTT_AHEAD", p.prefix, got, p.target, n, mosquittoDroppedTopic)
+		}
+	}
+	if idle > p.stall {
+		received := bridgetest.Value(p.b, p.reg, p.prefix+"_received_total")
+		p.b.Fatalf("%s_produced_total stuck at %.0f of %d for %v (the bridge received %.0f; the broker reported no "+
+			"drop): the bridge or the broker is stuck (LOCKSTREAM_BENCH_STALL sets the limit)",
+			p.prefix, got, p.target, p.stall, received)
+	}
+	return got
+}
+
+// waitProduced waits until the produced count reaches its target, or p fails
+// the benchmark.
+func waitProduced(b *testing.B, p *progress) {
+	bridgetest.WaitFor(b, bridgeBenchWait, fmt.Sprintf("%d readings in Kafka", p.target), func() (bool, string) {
+		got := p.produced()
+		return got >= float64(p.target), fmt.Sprintf("%.0f", got)
+	})
 }
 
 // publishMQTTReadings publishes n readings through pub and waits for every
@@ -275,21 +443,6 @@ func benchKafka(b *testing.B) stream.Config {
 	}
 	b.Cleanup(broker.Close)
 	return stream.Config{Brokers: broker.Addrs(), Partitions: stream.DefaultPartitions}
-}
-
-// waitProduced waits until the counter name reaches n, failing if it stops
-// moving for a minute (Mosquitto dropped messages: see max_queued_messages).
-func waitProduced(b *testing.B, reg prometheus.Gatherer, name string, n int) {
-	last, since := -1.0, time.Now()
-	bridgetest.WaitFor(b, bridgeBenchWait, fmt.Sprintf("%d readings in Kafka", n), func() (bool, string) {
-		got := bridgetest.Value(b, reg, name)
-		if got != last {
-			last, since = got, time.Now()
-		} else if time.Since(since) > time.Minute {
-			b.Fatalf("%s stuck at %.0f of %d for a minute: the broker dropped messages (Mosquitto: max_queued_messages)", name, got, n)
-		}
-		return got >= float64(n), fmt.Sprintf("%.0f", got)
-	})
 }
 
 // brokerCPU is CPU seconds used so far by this process and by the local
