@@ -432,8 +432,9 @@ const createNotificationsSQL = `
 					UNION ALL SELECT 'swrve', t.platform || ':' || t.push_key FROM push_targets t WHERE t.client_id = c.id
 				) AS ch (channel, target)
 				-- Inserted in the events' order, so seq (the column default) follows it.
+				-- No conflict is possible: n holds only the notifications just
+				-- inserted (migration 00141).
 				ORDER BY ev.ord
-				ON CONFLICT (notification_id, channel, target, event_at) DO NOTHING
 				RETURNING notification_id, client_id, sensor_id, event_type, channel, target, event_at
 			)
 			SELECT (SELECT count(*) FROM n), (SELECT count(*) FROM linked WHERE NOT subscribed),

@@ -21,6 +21,7 @@ import (
 	"github.com/lockstream/lockstream/notifier/swrve"
 	"github.com/lockstream/lockstream/notifier/swrve/swrvetest"
 	"github.com/lockstream/lockstream/retrier"
+	"github.com/lockstream/lockstream/storage"
 )
 
 // The push process tests run `lockstream api` and `lockstream retrier` as
@@ -658,20 +659,21 @@ func TestPushesSurviveSIGKILL(t *testing.T) {
 	}
 	t.Logf("accepted twice by Swrve (the answer came, the outcome was not recorded before the kill): %d", twice)
 
-	// The pushes cut short: sent again by the new retrier, as attempt 2, the
-	// only one on record.
+	// The pushes cut short: attempt 1 logged by the lease's expiry (its
+	// outcome unknown), sent again by the new retrier as attempt 2.
 	for _, msg := range cut {
 		id := byMessage[msg]
 		if after.received[msg] < 2 {
 			t.Errorf("push %s (%q) was cut short by the crash but Swrve received it %d times, want it sent again",
 				id, msg, after.received[msg])
 		}
-		detail := waitPushLog(n, id, 1)
+		detail := waitPushLog(n, id, 2)
 		log := attemptLog(t, detail)
-		if detail["attempts"] != float64(2) || len(log) != 1 || log[0]["attempt"] != float64(2) ||
-			log[0]["status"] != "SENT" || detail["last_error"] != nil {
+		if detail["attempts"] != float64(2) || len(log) != 2 ||
+			log[0]["attempt"] != float64(1) || log[0]["error_type"] != storage.ErrorTypeLeaseExpired ||
+			log[1]["attempt"] != float64(2) || log[1]["status"] != "SENT" || detail["last_error"] != nil {
 			t.Errorf("push %s cut short by the crash: %v attempts, last_error %v, attempt_log %v; want 2 attempts, "+
-				"the second SENT and the only one logged, no error", id, detail["attempts"], detail["last_error"], log)
+				"the first logged at its lease's expiry, the second SENT, no error", id, detail["attempts"], detail["last_error"], log)
 		}
 	}
 

@@ -2,9 +2,6 @@ package swrve_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -77,32 +74,3 @@ func TestNotificationsEveryEventType(t *testing.T) {
 	}
 }
 
-// The demo's push keys file (deploy/local/demo.sh writes it) maps the
-// prototype of every event type on both platforms, so `make demo` pushes each.
-func TestDemoPushKeysMapEveryEventType(t *testing.T) {
-	t.Parallel()
-	script, err := os.ReadFile(filepath.Join("..", "..", "deploy", "local", "demo.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(script), "<<'YAML'\n")
-	yaml, _, closed := strings.Cut(rest, "\nYAML\n")
-	if !ok || !closed {
-		t.Fatal("deploy/local/demo.sh has no <<'YAML' ... YAML here-document of push keys")
-	}
-	path := filepath.Join(t.TempDir(), "push-keys.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	keys, err := swrve.LoadPushKeys(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, typ := range event.Types() {
-		for _, platform := range []storage.Platform{storage.PlatformIOS, storage.PlatformAndroid} {
-			if _, ok := keys.Lookup(swrve.PrototypePrefix+string(typ), platform); !ok {
-				t.Errorf("the demo maps no push key for %s%s on %s", swrve.PrototypePrefix, typ, platform)
-			}
-		}
-	}
-}
