@@ -73,4 +73,3 @@ func TestNotificationsEveryEventType(t *testing.T) {
 		}
 	}
 }
-
