@@ -261,6 +261,26 @@ func newFanoutBatch(events []NotificationInput) fanoutBatch {
 	return fb
 }
 
+// queueClientLocks queues the statement that takes a KEY SHARE lock on the
+// clients of the batch's new notifications, in id order, before the inbox
+// write locks their members' counters and the seq statement their counters:
+// DeleteClient locks the client first and then deletes its members, so taking
+// the client last deadlocked the two. KEY SHARE locks do not conflict with
+// each other, so fan-out writers do not wait on one another here.
+func queueClientLocks(b *pgx.Batch, created []newNotification) {
+	if len(created) == 0 {
+		return
+	}
+	clients := make([]string, len(created))
+	for i, n := range created {
+		clients[i] = n.clientID
+	}
+	queueExec(b, "locking the batch's clients", `
+		SELECT count(*) FROM (
+			SELECT 1 FROM clients WHERE id = ANY ($1::uuid[]) ORDER BY id FOR KEY SHARE
+		) AS locked`, clients)
+}
+
 // supersedeKey is the (client, sensor, channel, target) of deliveries that go
 // out in event order.
 type supersedeKey struct{ client, sensor, channel, target string }
@@ -274,7 +294,7 @@ type fanoutRows struct {
 }
 
 // writeFanout writes the batch in one transaction of three round trips: BEGIN
-// with the outbox insert; then, pipelined, the site annotations, the inbox
+// with the outbox insert; then, pipelined, the clients' locks, the site annotations, the inbox
 // messages, the retriers' wake-up, the superseding and the client seqs (last:
 // its counter lock is held to commit); then COMMIT. When members got
 // messages, their NOTIFY (built from the inserted rows) takes one more round
@@ -301,6 +321,7 @@ func (p *Postgres) writeFanout(ctx context.Context, fb fanoutBatch, created *Not
 	}
 	var added []addedMessage
 	then := &pgx.Batch{}
+	queueClientLocks(then, r.newNotifs)
 	queueSiteAnnotations(then, fb.unique)
 	queueEventMessages(then, fb.unique, r.newNotifs, &added)
 	queueOutboxNotify(then, created.Deliveries)
