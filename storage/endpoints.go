@@ -31,7 +31,8 @@ type WebhookOutcome struct {
 // health, in one statement: an accepted attempt makes the endpoint healthy
 // (failing since the first failure after it, if any), a failure starts the
 // failing period (webhook_failing_since) if none is running and counts. Client
-// rows are locked in id order, so concurrent batches never deadlock.
+// rows are locked in id order, so concurrent batches never deadlock, and only
+// those whose health changes are locked and written.
 func (p *Postgres) RecordWebhookHealth(ctx context.Context, outcomes []WebhookOutcome) error {
 	if len(outcomes) == 0 {
 		return nil
@@ -59,7 +60,13 @@ func (p *Postgres) RecordWebhookHealth(ctx context.Context, outcomes []WebhookOu
 			FROM h JOIN o ON o.client_id = h.client_id
 			GROUP BY h.client_id, h.last_ok
 		), locked AS (
-			SELECT c.id FROM clients c JOIN agg ON agg.client_id = c.id ORDER BY c.id FOR UPDATE OF c
+			-- Only the rows that change (an endpoint that stays healthy is not
+			-- written at every batch), in id order; NO KEY UPDATE leaves the
+			-- fan-out's KEY SHARE on the client free.
+			SELECT c.id FROM clients c JOIN agg ON agg.client_id = c.id
+			WHERE agg.last_ok IS NULL OR c.webhook_failing_since IS DISTINCT FROM agg.first_fail
+			   OR c.webhook_failures <> agg.fails
+			ORDER BY c.id FOR NO KEY UPDATE OF c
 		)
 		UPDATE clients c
 		SET webhook_failing_since = CASE WHEN agg.last_ok IS NOT NULL THEN agg.first_fail
