@@ -30,7 +30,7 @@ const (
 	DefaultRetryBackoff  = time.Second
 	DefaultCommitTimeout = 10 * time.Second
 	DefaultQueueBatches  = 64
-	DefaultWriters       = 2
+	DefaultWriters       = 1
 )
 
 // Config configures a Fanout.
@@ -68,8 +68,9 @@ type Config struct {
 
 	// Writers is how many transactions the process writes at once; each
 	// partition has one writer, so its order holds. Defaults to
-	// DefaultWriters (2: one writer per process leaves Postgres a core idle
-	// during a burst; more queue on the clients' seq locks).
+	// DefaultWriters (1: on 2 cores, two writers delivered no more webhooks a
+	// second in the pipeline benchmark and raised the latency, as the writers
+	// queue on a client's seq lock; more cores may want more).
 	Writers int
 }
 

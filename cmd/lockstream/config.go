@@ -73,7 +73,7 @@ func settingTable() map[string]setting {
 			"a webhook endpoint whose every attempt failed for this long (with at least LOCKSTREAM_ENDPOINT_DISABLE_MIN_FAILURES failures) is disabled"},
 		"endpoint-disable-min-failures": {"endpoint-disable-min-failures", "LOCKSTREAM_ENDPOINT_DISABLE_MIN_FAILURES", "10",
 			"the fewest failed attempts that disable a webhook endpoint"},
-		"fanout-writers": {"fanout-writers", "LOCKSTREAM_FANOUT_WRITERS", "2",
+		"fanout-writers": {"fanout-writers", "LOCKSTREAM_FANOUT_WRITERS", "1",
 			"fan-out transactions written at once in this process (each partition always goes to the same one, which keeps its order)"},
 		"retry-workers": {"retry-workers", "LOCKSTREAM_RETRY_WORKERS", "256",
 			"webhook and email attempts in flight at once in this process (Swrve pushes have a pool of their own)"},
