@@ -7,16 +7,13 @@ import (
 	"time"
 )
 
-// The fan-out refreshes the planner statistics of the outbox month it fills
-// after large inserts (see outboxAnalyzer).
-const (
-	// OutboxAnalyzeRows is how many deliveries one process creates in a month
-	// partition before it analyzes the partition.
-	OutboxAnalyzeRows = 10_000
-	// OutboxAnalyzeGap is the least time between two analyses of one month by
-	// one process: after the first, autovacuum keeps the statistics fresh.
-	OutboxAnalyzeGap = 10 * time.Minute
-)
+// OutboxAnalyzeRows is how many deliveries one process creates in a month
+// partition before it first analyzes the partition; it analyzes it again each
+// time its deliveries there have doubled since (2,000, 4,000, 8,000, ...), so
+// the statistics keep up with a burst at a cost that grows with the log of the
+// month's size (an ANALYZE samples at most 30,000 rows a table), and
+// autovacuum does the rest.
+const OutboxAnalyzeRows = 1_000
 
 // outboxAnalyzer counts the deliveries CreateNotifications created per month
 // partition, and says when a partition has grown enough since its last ANALYZE
@@ -30,13 +27,13 @@ type outboxAnalyzer struct {
 }
 
 type monthStats struct {
-	created  int
-	analyzed time.Time
+	created int // by this process, since it started
+	next    int // created at which the month is analyzed next
 }
 
 // note adds the deliveries created per month ("200601") and returns the
 // months to analyze now.
-func (a *outboxAnalyzer) note(created map[string]int, now time.Time) []string {
+func (a *outboxAnalyzer) note(created map[string]int) []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.months == nil {
@@ -46,12 +43,12 @@ func (a *outboxAnalyzer) note(created map[string]int, now time.Time) []string {
 	for month, n := range created {
 		m := a.months[month]
 		if m == nil {
-			m = &monthStats{}
+			m = &monthStats{next: OutboxAnalyzeRows}
 			a.months[month] = m
 		}
 		m.created += n
-		if m.created >= OutboxAnalyzeRows && (m.analyzed.IsZero() || now.Sub(m.analyzed) >= OutboxAnalyzeGap) {
-			m.created, m.analyzed = 0, now
+		if m.created >= m.next {
+			m.next = 2 * m.created
 			due = append(due, month)
 		}
 	}
