@@ -120,6 +120,9 @@ func (c Config) Validate() error {
 // NotificationStore creates the outbox rows for events (storage.Postgres).
 type NotificationStore interface {
 	CreateNotifications(ctx context.Context, events []storage.NotificationInput) (storage.NotificationsCreated, error)
+	// AnalyzeOutboxMonth refreshes the planner statistics of a month's outbox
+	// partitions, which CreateNotifications says are due after a burst.
+	AnalyzeOutboxMonth(ctx context.Context, month string) error
 }
 
 // Fanout consumes lockstream.events in its own consumer group and creates, in
@@ -152,6 +155,9 @@ type Fanout struct {
 	batchDuration prometheus.Histogram
 	group         *stream.Group
 	queues        []chan submission // the partitions' batches, one queue per writer
+	// analyze holds the months to analyze, for analyzeLoop: an ANALYZE takes
+	// tens of milliseconds, which a writer would add to every event behind it.
+	analyze chan string
 }
 
 // submission is a partition's batch handed to the writer: done is closed once
@@ -181,7 +187,7 @@ func New(cfg Config, store NotificationStore, reg prometheus.Registerer, logger 
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	f := &Fanout{cfg: cfg, store: store, logger: logger}
+	f := &Fanout{cfg: cfg, store: store, logger: logger, analyze: make(chan string, 16)}
 	for range cfg.Writers {
 		f.queues = append(f.queues, make(chan submission, cfg.QueueBatches))
 	}
@@ -269,13 +275,15 @@ func (f *Fanout) Run(ctx context.Context) error {
 	// The writers outlive the group: the group's shutdown waits for the
 	// batches it handed over.
 	writerCtx, stopWriters := context.WithCancel(context.WithoutCancel(ctx))
-	var writers sync.WaitGroup
+	var writers, analyzer sync.WaitGroup
 	for _, queue := range f.queues {
 		writers.Go(func() { f.writeLoop(writerCtx, queue) })
 	}
+	analyzer.Go(func() { f.analyzeLoop(writerCtx) })
 	err := f.group.Run(ctx)
 	stopWriters()
 	writers.Wait()
+	analyzer.Wait()
 	return err
 }
 
@@ -422,10 +430,30 @@ func (f *Fanout) count(ctx context.Context, created storage.NotificationsCreated
 	for ch, n := range created.Superseded {
 		f.deliveries.WithLabelValues(string(ch), "superseded").Add(float64(n))
 	}
-	if created.AnalyzeErr != nil {
-		f.logger.WarnContext(ctx, "refreshing the outbox statistics after a large insert failed; autovacuum will",
-			"err", created.AnalyzeErr)
+	for _, month := range created.AnalyzeDue {
+		select {
+		case f.analyze <- month:
+		default: // analyses are queued already; a later doubling asks again
+		}
 	}
 	// Last, so that whoever sees the events counted sees what they made.
 	f.events.Add(float64(events))
+}
+
+// analyzeLoop analyzes the outbox months the writers found due, one at a time,
+// until ctx is cancelled.
+func (f *Fanout) analyzeLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case month := <-f.analyze:
+			actx, cancel := context.WithTimeout(ctx, f.cfg.WriteTimeout)
+			if err := f.store.AnalyzeOutboxMonth(actx, month); err != nil && ctx.Err() == nil {
+				f.logger.WarnContext(ctx, "refreshing the outbox statistics after a burst failed; autovacuum will",
+					"month", month, "err", err)
+			}
+			cancel()
+		}
+	}
 }

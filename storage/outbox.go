@@ -105,13 +105,11 @@ type NotificationsCreated struct {
 	// Filtered counts the (event, linked client) pairs left out because the
 	// client is not subscribed to the event's type (replays count again).
 	Filtered int
-	// Analyzed lists the months ("200601") whose outbox partitions were
-	// analyzed after the batch: at OutboxAnalyzeRows of this process's
-	// deliveries, then each time they doubled.
-	Analyzed []string
-	// AnalyzeErr is why analyzing them failed. The batch itself is committed:
-	// a failed analysis only leaves the statistics to autovacuum.
-	AnalyzeErr error
+	// AnalyzeDue lists the months ("200601") whose outbox partitions this
+	// process has filled enough to analyze now (AnalyzeOutboxMonth): at
+	// OutboxAnalyzeRows of its deliveries, then each time they doubled. The
+	// caller runs it, off the path of its next batch.
+	AnalyzeDue []string
 }
 
 // Delivery is one channel's job of delivering one notification, with the event it
@@ -212,10 +210,10 @@ func outboxInt16Ptr(v *int) *int16 {
 // and one more statement (insertEventMessages), so a replayed event adds no
 // message either. When it created deliveries, it notifies OutboxChannel in the
 // same transaction (one statement more), so listening retriers hear of them on
-// commit. After the commit, a month partition this process has put
-// OutboxAnalyzeRows deliveries into, and again each time they doubled, is
-// analyzed (see NotificationsCreated.Analyzed), so the statements that read a
-// burst do not wait for autovacuum to learn of it.
+// commit. It names the month partitions this process has put
+// OutboxAnalyzeRows deliveries into, and again each time they doubled
+// (NotificationsCreated.AnalyzeDue), for the caller to analyze, so the
+// statements that read a burst do not wait for autovacuum to learn of it.
 func (p *Postgres) CreateNotifications(ctx context.Context, events []NotificationInput) (NotificationsCreated, error) {
 	created := NotificationsCreated{Deliveries: map[Channel]int{}, Superseded: map[Channel]int{}}
 	if len(events) == 0 {
@@ -226,13 +224,7 @@ func (p *Postgres) CreateNotifications(ctx context.Context, events []Notificatio
 	if err := p.writeFanout(ctx, fb, &created, months); err != nil {
 		return NotificationsCreated{}, fmt.Errorf("creating notifications for %d events: %w", len(fb.unique), err)
 	}
-	for _, month := range p.analyzer.note(months) {
-		if err := p.analyzeOutboxMonth(ctx, month); err != nil {
-			created.AnalyzeErr = err
-			continue
-		}
-		created.Analyzed = append(created.Analyzed, month)
-	}
+	created.AnalyzeDue = p.analyzer.note(months)
 	return created, nil
 }
 

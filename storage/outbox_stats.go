@@ -55,10 +55,10 @@ func (a *outboxAnalyzer) note(created map[string]int) []string {
 	return due
 }
 
-// analyzeOutboxMonth analyzes the deliveries and notifications partitions of
+// AnalyzeOutboxMonth analyzes the deliveries and notifications partitions of
 // the month ("200601"), or the DEFAULT partitions where the month has none, and
 // the month's delivery_attempts partition.
-func (p *Postgres) analyzeOutboxMonth(ctx context.Context, month string) error {
+func (p *Postgres) AnalyzeOutboxMonth(ctx context.Context, month string) error {
 	if _, err := time.Parse("200601", month); err != nil {
 		return fmt.Errorf("analyzing the outbox: month %q: %w", month, err)
 	}
