@@ -159,9 +159,14 @@ func TestRoundDigestAtDigestTimes(t *testing.T) {
 		m.PushTargets = nil
 	})
 	f.markAll(t, ivan.ID, storage.ActionSeen)
-	// The next 09:00 in Paris, a day or so ahead.
+	// The first 09:00 in Paris at least an hour ahead: no other 09:00 Paris
+	// falls between the message and the round just before it, whatever the
+	// hour the test runs at.
 	p := time.Now().In(paris)
-	nine := time.Date(p.Year(), p.Month(), p.Day(), 9, 0, 0, 0, paris).AddDate(0, 0, 1)
+	nine := time.Date(p.Year(), p.Month(), p.Day(), 9, 0, 0, 0, paris)
+	for nine.Before(p.Add(time.Hour)) {
+		nine = nine.AddDate(0, 0, 1)
+	}
 	now := nine.Add(-time.Minute)
 	e := f.escalator(t, &now)
 	f.flip(t, "state_changed", 1, "door1")
