@@ -129,7 +129,10 @@ type UnseenMessage struct {
 	// Subject says what it is about.
 	SensorID      string
 	SensorAddress string
-	Subject       string
+	// SensorSite is the sensor's site, empty when it has none: a site event
+	// names it.
+	SensorSite string
+	Subject    string
 	// Severity is info, warning or critical.
 	Severity string
 	Data     *int

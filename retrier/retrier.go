@@ -549,7 +549,7 @@ func (r *Retrier) sendMemberEmail(ctx context.Context, d storage.Delivery, me st
 		Notification: me.Kind == storage.MemberEmailMessage, MemberName: me.MemberName, Timezone: me.Timezone}
 	for _, m := range me.Messages {
 		e.Messages = append(e.Messages, notifier.UnseenMessage{Type: m.Type, SensorID: m.SensorID,
-			SensorAddress: m.SensorAddress, Subject: m.Subject, Severity: m.Severity, Data: m.Data,
+			SensorAddress: m.SensorAddress, SensorSite: m.SensorSite, Subject: m.Subject, Severity: m.Severity, Data: m.Data,
 			Previous: m.Previous, At: m.At})
 	}
 	return u.SendUnseen(ctx, me.Email, e)

@@ -373,7 +373,7 @@ func (p *Postgres) MemberEmails(ctx context.Context, deliveryIDs []string) (map[
 		if err := rows.Scan(&e.DeliveryID, &kind, &e.MemberExists, &e.MemberName, &e.Email, &e.Timezone, &hasMsg,
 			&msg.id, &msg.memberID, &msg.seq, &msg.clientID, &msg.typ, &msg.sensorID, &msg.address, &msg.data,
 			&msg.previous, &msg.at, &msg.severity, &msg.cause, &msg.subject, &message, &msg.seenAt,
-			&msg.createdAt); err != nil {
+			&msg.createdAt, &msg.site); err != nil {
 			return nil, fmt.Errorf("reading member emails: %w", err)
 		}
 		e.Kind = MemberEmailKind(kind)
@@ -393,10 +393,10 @@ func (p *Postgres) MemberEmails(ctx context.Context, deliveryIDs []string) (map[
 
 // memberEmailMessage scans the nullable message columns of MemberEmails.
 type memberEmailMessage struct {
-	id, memberID, clientID, typ, sensorID, address, severity, cause, subject *string
-	seq                                                                      *int64
-	data, previous                                                           *int16
-	at, createdAt, seenAt                                                    *time.Time
+	id, memberID, clientID, typ, sensorID, address, site, severity, cause, subject *string
+	seq                                                                            *int64
+	data, previous                                                                 *int16
+	at, createdAt, seenAt                                                          *time.Time
 }
 
 func (m memberEmailMessage) inbox(message []byte) InboxMessage {
@@ -407,7 +407,7 @@ func (m memberEmailMessage) inbox(message []byte) InboxMessage {
 		return *s
 	}
 	out := InboxMessage{ID: str(m.id), MemberID: str(m.memberID), ClientID: str(m.clientID), Type: str(m.typ),
-		SensorID: str(m.sensorID), SensorAddress: str(m.address), Severity: str(m.severity), Cause: str(m.cause),
+		SensorID: str(m.sensorID), SensorAddress: str(m.address), SensorSite: str(m.site), Severity: str(m.severity), Cause: str(m.cause),
 		Subject: str(m.subject), Data: outboxIntPtr(m.data), Previous: outboxIntPtr(m.previous), SeenAt: m.seenAt}
 	if m.seq != nil {
 		out.Seq = *m.seq

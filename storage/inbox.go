@@ -46,8 +46,11 @@ type InboxMessage struct {
 	// sensor's address now, empty when it was deleted.
 	SensorID      string
 	SensorAddress string
-	Data          *int
-	Previous      *int
+	// SensorSite is the sensor's site now, empty when it has none (or was
+	// deleted): a site event's message names it.
+	SensorSite string
+	Data       *int
+	Previous   *int
 	// At is when the event happened (when the notification was recorded, for a
 	// free-form one).
 	At       time.Time
@@ -66,7 +69,7 @@ type InboxMessage struct {
 // sensors LEFT JOINed), in scanInboxMessage's order.
 const inboxColumns = `m.id::text, m.member_id::text, m.seq, m.client_id::text, m.type, coalesce(m.sensor_id, ''),
 	coalesce(s.address, ''), m.data, m.previous, m.event_at, m.severity, m.cause, coalesce(m.subject, ''), m.message,
-	m.seen_at, m.created_at`
+	m.seen_at, m.created_at, coalesce(s.site, '')`
 
 func scanInboxMessage(row pgx.Row, extra ...any) (InboxMessage, error) {
 	var (
@@ -75,7 +78,7 @@ func scanInboxMessage(row pgx.Row, extra ...any) (InboxMessage, error) {
 		message        []byte
 	)
 	dest := append(extra, &m.ID, &m.MemberID, &m.Seq, &m.ClientID, &m.Type, &m.SensorID, &m.SensorAddress,
-		&data, &previous, &m.At, &m.Severity, &m.Cause, &m.Subject, &message, &m.SeenAt, &m.CreatedAt)
+		&data, &previous, &m.At, &m.Severity, &m.Cause, &m.Subject, &message, &m.SeenAt, &m.CreatedAt, &m.SensorSite)
 	if err := row.Scan(dest...); err != nil {
 		return InboxMessage{}, err
 	}

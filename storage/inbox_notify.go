@@ -40,6 +40,7 @@ type payloadMessage struct {
 	Type          string          `json:"t"`
 	SensorID      string          `json:"s,omitempty"`
 	SensorAddress string          `json:"a,omitempty"`
+	SensorSite    string          `json:"ss,omitempty"`
 	Data          *int            `json:"d,omitempty"`
 	Previous      *int            `json:"p,omitempty"`
 	At            time.Time       `json:"at"`
@@ -114,7 +115,7 @@ func inboxPayloads(added []addedMessage) []string {
 	for _, group := range groups {
 		first := group[0]
 		shared := payloadMessage{ClientID: first.ClientID, Type: first.Type, SensorID: first.SensorID,
-			SensorAddress: first.SensorAddress, Data: first.Data, Previous: first.Previous, At: first.At,
+			SensorAddress: first.SensorAddress, SensorSite: first.SensorSite, Data: first.Data, Previous: first.Previous, At: first.At,
 			Severity: first.Severity, Cause: first.Cause, Subject: first.Subject, Message: first.Message,
 			CreatedAt: first.CreatedAt}
 		sharedJSON, err := json.Marshal(shared)
@@ -173,7 +174,7 @@ func ParseInboxNews(payload string) InboxNews {
 		s := p.Shared
 		for i, member := range p.Members {
 			news.Messages = append(news.Messages, InboxMessage{ID: p.IDs[i], MemberID: member, Seq: p.Seqs[i],
-				ClientID: s.ClientID, Type: s.Type, SensorID: s.SensorID, SensorAddress: s.SensorAddress, Data: s.Data,
+				ClientID: s.ClientID, Type: s.Type, SensorID: s.SensorID, SensorAddress: s.SensorAddress, SensorSite: s.SensorSite, Data: s.Data,
 				Previous: s.Previous, At: s.At, Severity: s.Severity, Cause: s.Cause, Subject: s.Subject,
 				Message: s.Message, CreatedAt: s.CreatedAt})
 		}

@@ -21,8 +21,10 @@ import (
 func TestInboxAndStreamOfEveryEventType(t *testing.T) {
 	t.Parallel()
 	a := newInboxAPI(t, webapi.InboxConfig{StreamPing: 50 * time.Millisecond})
-	a.createSensor("s1", "1 A Street")
-	a.createSensor("s2", "2 A Street")
+	for id, address := range map[string]string{"s1": "1 A Street", "s2": "2 A Street"} {
+		a.request("POST", "/v1/sensors", map[string]any{"id": id, "address": address, "site": "yard-b"}).
+			expect(http.StatusCreated)
+	}
 	acme, yard := a.createClient("acme"), a.createClient("yard")
 	a.request("PUT", "/v1/clients/"+acme.ID+"/sensors/s1", nil).expect(http.StatusNoContent)
 	a.request("PUT", "/v1/clients/"+yard.ID+"/sensors/s2", nil).expect(http.StatusNoContent)
@@ -48,9 +50,10 @@ func TestInboxAndStreamOfEveryEventType(t *testing.T) {
 		{event.ConnectionRestored, new(1), false, "info", "s1 is back online", "The lock at " + where + " reports again."},
 		{event.SensorOpenTooLong, new(0), false, "critical", "s1 unlocked too long",
 			"The lock at " + where + " has been unlocked for longer than its alert allows."},
-		{event.SiteOutage, nil, true, "warning", "site of s1 is out",
-			"Several locks of the site of " + where + " lost their connection at once."},
-		{event.SiteRestored, nil, true, "info", "site of s1 is back", "Most locks of the site of " + where + " report again."},
+		{event.SiteOutage, nil, true, "warning", "site yard-b is out",
+			"Several locks of site yard-b lost their connection at once, among them the lock at " + where + "."},
+		{event.SiteRestored, nil, true, "info", "site yard-b is back",
+			"Most locks of site yard-b report again, among them the lock at " + where + "."},
 		{event.MaintenanceEnded, nil, true, "info", "maintenance of s1 ended",
 			"A maintenance window of the lock at " + where + " (or its site) ended."},
 		{event.SensorUnstable, new(0), false, "info", "s1 is unstable",
@@ -72,7 +75,7 @@ func TestInboxAndStreamOfEveryEventType(t *testing.T) {
 		in := storage.NotificationInput{EventID: fmt.Sprintf("every-%d", i), Type: string(tc.typ), SensorID: "s1",
 			Data: tc.data, At: inboxT0.Add(time.Duration(i) * time.Minute)}
 		if tc.site {
-			in.Site, in.Sensors = "Yard B", []string{"s1", "s2"}
+			in.Site, in.Sensors = "yard-b", []string{"s1", "s2"}
 		}
 		a.fanout(in)
 		if sev := string(event.SeverityOf(tc.typ, tc.data)); sev != tc.severity {

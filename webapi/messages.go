@@ -101,11 +101,13 @@ func describeSensorMessage(m storage.InboxMessage) (string, json.RawMessage) {
 		subject = fmt.Sprintf("%s is back online", m.SensorID)
 		text = fmt.Sprintf("The lock at %s reports again.", where)
 	case "site_outage":
-		subject = fmt.Sprintf("site of %s is out", m.SensorID)
-		text = fmt.Sprintf("Several locks of the site of %s lost their connection at once.", where)
+		site := siteName(m)
+		subject = fmt.Sprintf("%s is out", site)
+		text = fmt.Sprintf("Several locks of %s lost their connection at once, among them the lock at %s.", site, where)
 	case "site_restored":
-		subject = fmt.Sprintf("site of %s is back", m.SensorID)
-		text = fmt.Sprintf("Most locks of the site of %s report again.", where)
+		site := siteName(m)
+		subject = fmt.Sprintf("%s is back", site)
+		text = fmt.Sprintf("Most locks of %s report again, among them the lock at %s.", site, where)
 	case "sensor_unstable":
 		subject = fmt.Sprintf("%s is unstable", m.SensorID)
 		text = fmt.Sprintf("The lock at %s changes too often; its changes are held until it settles.", where)
@@ -124,6 +126,15 @@ func describeSensorMessage(m storage.InboxMessage) (string, json.RawMessage) {
 	}
 	encoded, _ := json.Marshal(text) // a string always encodes
 	return subject, encoded
+}
+
+// siteName names the site of a site event's message: the inbox keeps the
+// event's first sensor, whose site is read with the message.
+func siteName(m storage.InboxMessage) string {
+	if m.SensorSite == "" {
+		return "the site of " + m.SensorID
+	}
+	return "site " + m.SensorSite
 }
 
 // messagesBody is the answer of GET /v1/messages; Messages is absent with

@@ -79,6 +79,14 @@ func unseenAbout(m notifier.UnseenMessage) string {
 	return "sensor " + m.SensorID
 }
 
+// unseenSite names the site of a site event's message.
+func unseenSite(m notifier.UnseenMessage) string {
+	if m.SensorSite == "" {
+		return "The site of sensor " + m.SensorID
+	}
+	return "Site " + m.SensorSite
+}
+
 // unseenTitle says in a sentence what a message was.
 func unseenTitle(m notifier.UnseenMessage) string {
 	if m.SensorID == "" {
@@ -94,11 +102,11 @@ func unseenTitle(m notifier.UnseenMessage) string {
 		return fmt.Sprintf("Sensor %s (%s) is back online, %s", m.SensorID, where, stateWord(m.Data))
 	case "sensor_open_too_long":
 		return fmt.Sprintf("Sensor %s (%s) has been unlocked too long", m.SensorID, where)
-	// A site event's message names its first sensor (the inbox keeps no site).
+	// A site event's message is kept under its first sensor, whose site names it.
 	case "site_outage":
-		return fmt.Sprintf("The site of sensor %s (%s) lost several sensors at once", m.SensorID, where)
+		return fmt.Sprintf("%s lost several sensors at once, among them sensor %s (%s)", unseenSite(m), m.SensorID, where)
 	case "site_restored":
-		return fmt.Sprintf("The site of sensor %s (%s) is back", m.SensorID, where)
+		return fmt.Sprintf("%s is back, among them sensor %s (%s)", unseenSite(m), m.SensorID, where)
 	case "maintenance_ended":
 		return fmt.Sprintf("A maintenance window of sensor %s (%s) or its site ended", m.SensorID, where)
 	case "sensor_unstable":

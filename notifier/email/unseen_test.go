@@ -85,8 +85,8 @@ func TestUnseenTitleOfEveryEventType(t *testing.T) {
 		event.ConnectionLost:     "Sensor d1 (Gate) lost its connection while unlocked",
 		event.ConnectionRestored: "Sensor d1 (Gate) is back online, unlocked",
 		event.SensorOpenTooLong:  "Sensor d1 (Gate) has been unlocked too long",
-		event.SiteOutage:         "The site of sensor d1 (Gate) lost several sensors at once",
-		event.SiteRestored:       "The site of sensor d1 (Gate) is back",
+		event.SiteOutage:         "Site yard-b lost several sensors at once, among them sensor d1 (Gate)",
+		event.SiteRestored:       "Site yard-b is back, among them sensor d1 (Gate)",
 		event.MaintenanceEnded:   "A maintenance window of sensor d1 (Gate) or its site ended",
 		event.SensorUnstable:     "Sensor d1 (Gate) changes too often, unlocked now",
 		event.SensorStable:       "Sensor d1 (Gate) settled, unlocked",
@@ -100,7 +100,7 @@ func TestUnseenTitleOfEveryEventType(t *testing.T) {
 		}
 		u := notifier.Unseen{ID: "esc-" + string(typ), MemberName: "Alice", Timezone: "UTC",
 			Messages: []notifier.UnseenMessage{{Type: string(typ), SensorID: "d1", SensorAddress: "Gate",
-				Severity: string(event.SeverityOf(typ, intp(0))), Data: intp(0), At: at}}}
+				SensorSite: "yard-b", Severity: string(event.SeverityOf(typ, intp(0))), Data: intp(0), At: at}}}
 		if res := s.SendUnseen(t.Context(), "alice@example.com", u); res.Outcome != notifier.Sent {
 			t.Fatalf("%s: result = %+v, want Sent", typ, res)
 		}
