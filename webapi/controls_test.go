@@ -11,10 +11,13 @@ import (
 	"github.com/lockstream/lockstream/webapi"
 )
 
+// controlsRetention is the outbox retention the controls API is given.
+const controlsRetention = 90 * 24 * time.Hour
+
 func controlsAPI(t *testing.T) *testAPI {
 	t.Helper()
 	return newDeliveryAPI(t, func(s *storagetest.Stores) []webapi.Option {
-		return []webapi.Option{webapi.WithDeliveryControls(s.Postgres, 90*24*time.Hour)}
+		return []webapi.Option{webapi.WithDeliveryControls(s.Postgres, controlsRetention)}
 	})
 }
 
@@ -59,10 +62,16 @@ func TestRecoverAndEndpointRoutes(t *testing.T) {
 		Recovered, Superseded int
 		Since                 time.Time
 	}
+	// A since older than the retention is raised to now − retention: bracket
+	// "now" by the clock read before and after the call.
+	const retention = controlsRetention
+	before := time.Now().Truncate(time.Second)
 	api.request("POST", path+"/deliveries/recover", map[string]any{"since": "2000-01-01T00:00:00Z"}).
 		expect(http.StatusAccepted).decode(&res)
-	if res.Recovered != 0 || time.Since(res.Since) > 91*24*time.Hour {
-		t.Fatalf("recover of nothing: %+v; since must be bounded by the retention", res)
+	after := time.Now()
+	if res.Recovered != 0 || res.Since.Before(before.Add(-retention)) || res.Since.After(after.Add(-retention)) {
+		t.Fatalf("recover of nothing: %+v; since must be raised to now − %s (between %s and %s)",
+			res, retention, before.Add(-retention), after.Add(-retention))
 	}
 	api.request("POST", "/v1/clients/01a2139f-2d98-77de-b0b4-28ffad389d12/deliveries/recover",
 		map[string]any{"since": "2026-01-01T00:00:00Z"}).expectProblem(http.StatusNotFound, "not-found")
