@@ -31,3 +31,11 @@ func queueQuery(b *pgx.Batch, what, sql string, collect func(pgx.Rows) error, ar
 		return nil
 	}
 }
+
+// QueueExec is queueExec for the boxes that own their statements.
+func QueueExec(b *pgx.Batch, what, sql string, args ...any) { queueExec(b, what, sql, args...) }
+
+// QueueQuery is queueQuery for the boxes that own their statements.
+func QueueQuery(b *pgx.Batch, what, sql string, collect func(pgx.Rows) error, args ...any) {
+	queueQuery(b, what, sql, collect, args...)
+}

@@ -73,3 +73,7 @@ func (c *ClickHouse) Ping(ctx context.Context) error {
 func (c *ClickHouse) Close() error {
 	return c.conn.Close()
 }
+
+// Conn returns the ClickHouse connection, for the boxes that own their
+// statements (history, analytics, heartbeat's rebuild).
+func (c *ClickHouse) Conn() driver.Conn { return c.conn }

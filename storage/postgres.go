@@ -125,3 +125,12 @@ func mapError(err error) error {
 	}
 	return err
 }
+
+// Pool returns the connection pool, for the boxes that own their statements
+// (registry, inbox, fanout, …): plumbing is shared, statements are not.
+func (p *Postgres) Pool() *pgxpool.Pool { return p.pool }
+
+// MapError turns pgx's errors into the domain's sentinels (no rows →
+// ErrNotFound, a unique violation → ErrConflict, a foreign key violation →
+// ErrNotFound), keeping the cause.
+func MapError(err error) error { return mapError(err) }

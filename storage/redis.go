@@ -44,3 +44,10 @@ func (r *Redis) Close() error {
 func (r *Redis) key(name string) string {
 	return r.prefix + name
 }
+
+// Client returns the Redis client, for the boxes that own their scripts
+// (heartbeat, inbox, console, the rate limits).
+func (r *Redis) Client() *redis.Client { return r.client }
+
+// Key returns name inside this store's namespace (its prefix first).
+func (r *Redis) Key(name string) string { return r.key(name) }

@@ -16,34 +16,26 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/google/uuid"
+
+	"github.com/lockstream/lockstream/domain"
 )
 
-// ErrNotFound is returned when the row asked for does not exist.
-var ErrNotFound = errors.New("not found")
+// ErrNotFound is domain.ErrNotFound: the row asked for does not exist.
+var ErrNotFound = domain.ErrNotFound
 
-// ErrConflict is returned when a row with the same identity already exists.
-var ErrConflict = errors.New("already exists")
+// ErrConflict is domain.ErrConflict: a row with the same identity already exists.
+var ErrConflict = domain.ErrConflict
 
-// ErrUnavailable is matched (errors.Is) by every UnavailableError: a store could
-// not be reached, as opposed to one that answered with an error. Callers may
-// answer "try again later" to it.
-var ErrUnavailable = errors.New("store unavailable")
+// ErrUnavailable is domain.ErrUnavailable, matched by every UnavailableError.
+var ErrUnavailable = domain.ErrUnavailable
 
-// UnavailableError reports that a store could not be reached (connection refused
-// or reset, a timeout, no free connection); Err is the cause.
-type UnavailableError struct {
-	// Store names the store: "clickhouse", "postgres", "redis".
-	Store string
-	Err   error
-}
+// UnavailableError is domain.UnavailableError: a store could not be reached.
+type UnavailableError = domain.UnavailableError
 
-func (e *UnavailableError) Error() string { return e.Store + " unreachable: " + e.Err.Error() }
-
-// Unwrap returns the cause.
-func (e *UnavailableError) Unwrap() error { return e.Err }
-
-// Is makes errors.Is(err, ErrUnavailable) true.
-func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+// Unreachable is unreachable for the boxes that own their statements: it wraps
+// err in an UnavailableError for store when it says the store could not be
+// reached, and returns any other error as it is.
+func Unreachable(store string, err error) error { return unreachable(store, err) }
 
 // unreachable wraps err in an UnavailableError for store when it says the store
 // could not be reached, and returns any other error (a query the store refused)
