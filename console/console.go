@@ -31,6 +31,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/storage"
 )
@@ -144,24 +145,21 @@ type Sessions interface {
 }
 
 // HeartbeatCounts counts the sensors the heartbeat tracks (online) and those it
-// declared lost, in constant time (storage.Redis: ZCARD and HLEN).
+// declared lost, in constant time (heartbeat.RedisStore: ZCARD and HLEN).
 type HeartbeatCounts interface {
 	CountHeartbeats(ctx context.Context) (tracked, lost int64, err error)
 }
 
 // Connection states, as the admin API names them.
 const (
-	ConnectionOnline  = "online"
-	ConnectionLost    = "lost"
-	ConnectionUnknown = "unknown"
+	ConnectionOnline  = domain.ConnectionOnline
+	ConnectionLost    = domain.ConnectionLost
+	ConnectionUnknown = domain.ConnectionUnknown
 )
 
-// LostSensor is a sensor whose connection is lost.
-type LostSensor struct {
-	ID string
-	// LastSeen is when it last reported; LostAt the deadline it missed.
-	LastSeen, LostAt time.Time
-}
+// LostSensor is a sensor whose connection is lost: when it last reported
+// (LastSeen) and the deadline it missed (LostAt).
+type LostSensor = domain.LostSensor
 
 // Connections is the heartbeat's view of sensors.
 type Connections interface {

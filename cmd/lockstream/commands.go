@@ -366,8 +366,7 @@ func apiDaemon(ctx context.Context, n *node) (daemon, error) {
 	if err != nil {
 		return daemon{}, err
 	}
-	hooks := heartbeatHooks{tracker: tracker, pg: n.pg}
-	con, err := newConsole(n, token, hooks)
+	con, err := newConsole(n, token, tracker)
 	if err != nil {
 		return daemon{}, err
 	}
@@ -375,9 +374,9 @@ func apiDaemon(ctx context.Context, n *node) (daemon, error) {
 	if err != nil {
 		return daemon{}, err
 	}
-	opts := []webapi.Option{webapi.WithHistory(n.ch), webapi.WithDeliveries(n.pg, n.pg), webapi.WithClientEvents(n.pg), webapi.WithMaintenance(n.pg), webapi.WithPushes(n.pg, n.pg),
-		webapi.WithSensorStatus(hooks),
-		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks), webapi.WithConsole(con.Handler()),
+	opts := []webapi.Option{webapi.WithHistory(n.ch), webapi.WithDeliveries(n.pg, n.pg), webapi.WithClientEvents(n.pg), webapi.WithMaintenance(n.heartbeatStores().Postgres), webapi.WithPushes(n.pg, n.pg),
+		webapi.WithSensorStatus(tracker),
+		webapi.WithSensorObserver(tracker), webapi.WithLostSensors(tracker), webapi.WithConsole(con.Handler()),
 		webapi.WithInbox(n.pg, n.pg, n.redis, inboxCfg), webapi.WithUnregistered(n.pg)}
 	retention, err := maintain.ParseRetention(n.v.str("retention"))
 	if err != nil {

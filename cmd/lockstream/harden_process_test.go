@@ -20,6 +20,7 @@ import (
 
 	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/reading"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
@@ -81,7 +82,7 @@ func countHeartbeats(t *testing.T, r *storage.Redis) (tracked, lost int64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tracked, lost, err := r.CountHeartbeats(ctx)
+	tracked, lost, err := heartbeat.NewRedisStore(r).CountHeartbeats(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
