@@ -55,7 +55,7 @@ func BenchmarkIngest(b *testing.B) {
 		}
 		cfg.Stream.Brokers = broker.Addrs()
 		cfg.History = stores.ClickHouse
-		run, err := newIngestRun(ctx, cfg, stores.Postgres, slog.New(slog.DiscardHandler))
+		run, err := newIngestRun(ctx, cfg, NewPostgresStore(stores.Postgres), slog.New(slog.DiscardHandler))
 		if err != nil {
 			b.Fatal(err)
 		}

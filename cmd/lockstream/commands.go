@@ -377,7 +377,7 @@ func apiDaemon(ctx context.Context, n *node) (daemon, error) {
 	opts := []webapi.Option{webapi.WithHistory(n.ch), webapi.WithDeliveries(n.pg, n.pg), webapi.WithClientEvents(n.pg), webapi.WithMaintenance(n.heartbeatStores().Postgres), webapi.WithPushes(n.pg, n.pg),
 		webapi.WithSensorStatus(tracker),
 		webapi.WithSensorObserver(tracker), webapi.WithLostSensors(tracker), webapi.WithConsole(con.Handler()),
-		webapi.WithInbox(n.pg, n.pg, n.redis, inboxCfg), webapi.WithUnregistered(n.pg)}
+		webapi.WithInbox(n.pg, n.pg, n.redis, inboxCfg), webapi.WithUnregistered(consumer.NewPostgresStore(n.pg))}
 	retention, err := maintain.ParseRetention(n.v.str("retention"))
 	if err != nil {
 		return daemon{}, fmt.Errorf("--retention: %w", err)
@@ -463,8 +463,9 @@ func consumerDaemon(_ context.Context, n *node) (daemon, error) {
 	if err != nil {
 		return daemon{}, err
 	}
+	store := consumer.NewPostgresStore(n.pg)
 	c, err := consumer.New(consumer.Config{Stream: n.stream, FlapChanges: flapChanges, FlapWindow: flapWindow},
-		consumer.Deps{States: n.pg, Sightings: tracker, Unregistered: n.pg}, n.reg, n.logger.With("daemon", "consumer"))
+		consumer.Deps{States: store, Sightings: tracker, Unregistered: store}, n.reg, n.logger.With("daemon", "consumer"))
 	if err != nil {
 		return daemon{}, err
 	}

@@ -143,7 +143,7 @@ func runBenchIngest(ctx context.Context, v *values, ingest bench.IngestConfig, s
 	}
 	defer ch.Close()
 	ingest.History = ch
-	_, err = bench.Ingest(ctx, ingest, pg, logger, stdout)
+	_, err = bench.Ingest(ctx, ingest, bench.NewPostgresStore(pg), logger, stdout)
 	return err
 }
 
