@@ -18,6 +18,7 @@ import (
 
 	"github.com/lockstream/lockstream/console"
 	"github.com/lockstream/lockstream/heartbeat"
+	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -225,7 +226,7 @@ func seedConsoleHistory(b *testing.B, ch *storage.ClickHouse, now time.Time) {
 		events = append(events, storage.HistoryEvent{ID: fmt.Sprintf("%s-%d", sensorID(i), j), Type: "state_changed",
 			SensorID: sensorID(i), Data: &data, Previous: &previous, At: at})
 		if len(events) == batch {
-			if err := ch.InsertEvents(context.Background(), events); err != nil {
+			if err := history.NewClickHouseStore(ch).InsertEvents(context.Background(), events); err != nil {
 				b.Fatal(err)
 			}
 			events = events[:0]

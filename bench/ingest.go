@@ -54,7 +54,7 @@ type IngestConfig struct {
 	// partition), so ChangeRate holds for every reading.
 	ColdStart bool
 	// History is where the history writer's phase stores rows (a
-	// storage.ClickHouse). Defaults to nil: the history writer is not measured.
+	// history.ClickHouseStore). Defaults to nil: the history writer is not measured.
 	History history.Store
 	// MaxPollRecords is the full consumer's consumer.Config.MaxPollRecords.
 	// Defaults to 0, the consumer's own default.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lockstream/lockstream/bench"
 	"github.com/lockstream/lockstream/consumer"
+	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream/streamtest"
 )
@@ -22,7 +23,7 @@ func TestIngest(t *testing.T) {
 			t.Parallel()
 			stores := storagetest.New(t)
 			cfg := bench.IngestConfig{Readings: 3000, Sensors: 300, ChangeRate: 0.1, ColdStart: cold,
-				History: stores.ClickHouse}
+				History: history.NewClickHouseStore(stores.ClickHouse)}
 			cfg.Stream.Brokers = streamtest.Cluster(t)
 			cfg.Stream.Partitions = 4
 			var out bytes.Buffer

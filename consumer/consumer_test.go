@@ -96,7 +96,7 @@ func runKnownPattern(t *testing.T, p knownPattern) {
 	ccfg.Stream, hcfg.Stream = cfg, cfg
 	c, reg := startConsumer(t, ccfg, consumer.NewPostgresStore(stores.Postgres), sightings)
 	historyReg := prometheus.NewRegistry()
-	hw, err := history.New(hcfg, stores.ClickHouse, historyReg, testLogger())
+	hw, err := history.New(hcfg, history.NewClickHouseStore(stores.ClickHouse), historyReg, testLogger())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -168,7 +169,7 @@ func TestSensorChangesPerHour(t *testing.T) {
 	}
 	// Twice: a replay counts once.
 	for range 2 {
-		if err := ch.InsertEvents(ctx, events); err != nil {
+		if err := history.NewClickHouseStore(ch).InsertEvents(ctx, events); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -40,7 +41,7 @@ func TestSensorEventsFiltersOrdersAndCollapsesReplays(t *testing.T) {
 		storage.HistoryEvent{ID: "b-lost", Type: "connection_lost", SensorID: "b", At: t0.Add(time.Minute)},
 		storage.HistoryEvent{ID: "b-01", Type: "state_changed", SensorID: "b", Data: &one, At: t0.Add(2 * time.Minute)})
 	for range 2 { // the second insert is a replay, in a separate part
-		if err := ch.InsertEvents(ctx, events); err != nil {
+		if err := history.NewClickHouseStore(ch).InsertEvents(ctx, events); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -119,7 +120,7 @@ func TestSensorReadingsFiltersOrdersAndCollapsesReplays(t *testing.T) {
 		storage.HistoryReading{SensorID: "a", Data: 1, ReceivedAt: last, Partition: 3, Offset: 120},
 		storage.HistoryReading{SensorID: "a", Data: 0, ReceivedAt: last, Partition: 3, Offset: 121})
 	for range 2 { // the second insert is a replay
-		if err := ch.InsertReadings(ctx, readings); err != nil {
+		if err := history.NewClickHouseStore(ch).InsertReadings(ctx, readings); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -191,4 +192,11 @@ func readingOffsets(readings []storage.HistoryReading) []int64 {
 		offs[i] = r.Offset
 	}
 	return offs
+}
+
+func sameInt(a, b *int) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }

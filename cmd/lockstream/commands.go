@@ -476,7 +476,7 @@ func historyDaemon(_ context.Context, n *node) (daemon, error) {
 	if err := n.requireBrokers(); err != nil {
 		return daemon{}, err
 	}
-	h, err := history.New(history.Config{Stream: n.stream}, n.ch, n.reg, n.logger.With("daemon", "history"))
+	h, err := history.New(history.Config{Stream: n.stream}, history.NewClickHouseStore(n.ch), n.reg, n.logger.With("daemon", "history"))
 	if err != nil {
 		return daemon{}, err
 	}
