@@ -68,7 +68,7 @@ func BenchmarkConsolePages(b *testing.B) {
 	}
 	const token = "console-bench-admin"
 	con, err := console.New(console.Config{AdminToken: token}, console.Deps{Registry: stores.Postgres,
-		Members: stores.Postgres, Inbox: stores.Postgres, Deliveries: stores.Postgres, Sessions: stores.Redis,
+		Members: stores.Postgres, Inbox: stores.Postgres, Deliveries: stores.Postgres, Sessions: console.NewRedisStore(stores.Redis),
 		Heartbeat: hb.Redis, Connections: tracker, History: stores.ClickHouse},
 		prometheus.NewRegistry(), discardLogger())
 	if err != nil {

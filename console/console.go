@@ -137,10 +137,10 @@ type Inbox interface {
 	MarkInbox(ctx context.Context, memberID string, action storage.InboxAction, ids []string, all bool) (int, error)
 }
 
-// Sessions stores console sessions (storage.Redis).
+// Sessions stores console sessions (RedisStore).
 type Sessions interface {
-	CreateConsoleSession(ctx context.Context, id string, s storage.ConsoleSession, ttl time.Duration) error
-	ConsoleSession(ctx context.Context, id string) (storage.ConsoleSession, error)
+	CreateConsoleSession(ctx context.Context, id string, s StoredSession, ttl time.Duration) error
+	ConsoleSession(ctx context.Context, id string) (StoredSession, error)
 	DeleteConsoleSession(ctx context.Context, id string) error
 }
 

@@ -80,7 +80,7 @@ func newFixture(t *testing.T, token string, stores *storagetest.Stores, live boo
 	}
 	f := &fixture{stores: stores}
 	deps := console.Deps{Registry: stores.Postgres, Members: stores.Postgres, Inbox: stores.Postgres,
-		Deliveries: stores.Postgres, Sessions: stores.Redis,
+		Deliveries: stores.Postgres, Sessions: console.NewRedisStore(stores.Redis),
 		Heartbeat: heartbeat.NewRedisStore(stores.Redis), Connections: connections{heartbeat.NewRedisStore(stores.Redis)},
 		History: stores.ClickHouse}
 	if live {

@@ -16,7 +16,7 @@ import (
 // heartbeat's view through hooks, and the events topic for the live view when
 // Kafka is configured.
 func newConsole(n *node, adminToken string, tracker *heartbeat.Tracker) (*console.Console, error) {
-	deps := console.Deps{Registry: n.pg, Members: n.pg, Inbox: n.pg, Deliveries: n.pg, Sessions: n.redis,
+	deps := console.Deps{Registry: n.pg, Members: n.pg, Inbox: n.pg, Deliveries: n.pg, Sessions: console.NewRedisStore(n.redis),
 		Heartbeat: n.heartbeatStores().Redis, Connections: tracker, History: n.ch}
 	if len(n.stream.Brokers) > 0 {
 		deps.Events = eventTail{cfg: n.stream, logger: n.logger.With("daemon", "console")}
