@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/lockstream/lockstream/analytics"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -181,16 +182,20 @@ func (c *Console) sensor(w http.ResponseWriter, r *http.Request, s *session) err
 
 	now := time.Now().UTC()
 	from, to := chartRange(now)
-	hours, err := c.deps.History.SensorChangesPerHour(ctx, id, from, to)
+	hours, err := c.deps.History.Summary(ctx, analytics.SummaryQuery{Scope: analytics.Scope{Kind: analytics.ScopeSensor, ID: id},
+		From: from, To: to, Bucket: analytics.Bucket1h, Location: time.UTC})
 	if err == nil {
-		d.Events, err = c.deps.History.SensorEvents(ctx, id, now.Add(-sensorEventsRange), now.Add(time.Minute), sensorEventsShown)
+		var page analytics.EventPage
+		page, err = c.deps.History.SensorEvents(ctx, analytics.ListQuery{SensorID: id, From: now.Add(-sensorEventsRange),
+			To: now.Add(time.Minute), Limit: sensorEventsShown})
+		d.Events = page.Items
 	}
 	if err != nil {
 		// The registry's view still helps when ClickHouse is down.
 		c.logger.WarnContext(ctx, "console: sensor history unavailable", "sensor", id, "err", err)
 		d.HistoryErr = "The history (ClickHouse) does not answer; events and the chart are missing."
 	}
-	d.Chart = changesChart(hours, from)
+	d.Chart = changesChart(hours.Buckets, from)
 	c.render(w, r, http.StatusOK, "sensor", view{Title: "Sensor " + id, Active: "fleet", Session: s, Data: d})
 	return nil
 }

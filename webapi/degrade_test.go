@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/analytics"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/webapi"
@@ -111,7 +112,7 @@ func newDegradedAPI(t *testing.T, cfg webapi.Config, ch *storage.ClickHouse, sto
 	cfg.AdminToken = testToken
 	checks := map[string]webapi.Pinger{"postgres": stores.Postgres, "redis": stores.Redis, "clickhouse": ch}
 	server, err := webapi.New(cfg, stores.Postgres, checks, reg, reg, slog.New(slog.NewTextHandler(io.Discard, nil)),
-		webapi.WithHistory(ch), webapi.WithDeliveries(stores.Postgres, ch))
+		webapi.WithHistory(analytics.New(ch.Conn(), nil)), webapi.WithDeliveries(stores.Postgres, ch))
 	if err != nil {
 		t.Fatal(err)
 	}
