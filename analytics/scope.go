@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockstream/lockstream/storage"
@@ -122,4 +124,33 @@ func (p *PostgresScopes) ScopeSensors(ctx context.Context, scope Scope) ([]strin
 		return nil, fmt.Errorf("reading the sensors of %s: %w", scope, storage.MapError(err))
 	}
 	return ids, nil
+}
+
+// ClientSiteOutages implements Outages: the outages of the sites of the
+// client's linked sensors that overlap [from, to).
+func (p *PostgresScopes) ClientSiteOutages(ctx context.Context, clientID string, from, to time.Time) ([]SiteOutage, error) {
+	rows, err := p.pool.Query(ctx, `
+		SELECT o.site, o.started_at, o.restored_at, cardinality(o.sensors)
+		FROM site_outages o
+		WHERE o.site IN (SELECT DISTINCT s.site FROM client_sensors cs JOIN sensors s ON s.id = cs.sensor_id
+		                 WHERE cs.client_id = $1::uuid AND s.site IS NOT NULL)
+		  AND o.started_at < $3 AND (o.restored_at IS NULL OR o.restored_at > $2)
+		ORDER BY o.started_at, o.site`, clientID, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("reading site outages: %w", storage.MapError(err))
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (SiteOutage, error) {
+		var o SiteOutage
+		err := row.Scan(&o.Site, &o.StartedAt, &o.RestoredAt, &o.Sensors)
+		o.StartedAt = o.StartedAt.UTC()
+		if o.RestoredAt != nil {
+			t := o.RestoredAt.UTC()
+			o.RestoredAt = &t
+		}
+		return o, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading site outages: %w", storage.MapError(err))
+	}
+	return out, nil
 }

@@ -40,11 +40,21 @@ func (s *Store) Summary(ctx context.Context, q SummaryQuery) (Summary, error) {
 	if err != nil {
 		return Summary{}, fmt.Errorf("%w: %w", ErrBadQuery, err)
 	}
-	ids, err := s.scopeSensors(ctx, q.Scope)
+	out, err := s.summarize(ctx, q.Scope, edges)
 	if err != nil {
 		return Summary{}, err
 	}
-	out := Summary{Scope: q.Scope, From: from, To: to, Bucket: q.Bucket, Location: q.Location, Sensors: len(ids)}
+	out.Bucket, out.Location = q.Bucket, q.Location
+	return out, nil
+}
+
+// summarize computes the figures of the buckets between edges.
+func (s *Store) summarize(ctx context.Context, scope Scope, edges []time.Time) (Summary, error) {
+	ids, err := s.scopeSensors(ctx, scope)
+	if err != nil {
+		return Summary{}, err
+	}
+	out := Summary{Scope: scope, From: edges[0], To: edges[len(edges)-1], Sensors: len(ids)}
 	var (
 		units []unit
 		in    carry
