@@ -2,7 +2,6 @@ package webapi
 
 import (
 	"context"
-	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -122,22 +121,6 @@ func renderFigures(f analytics.Figures, loc *time.Location) figuresBody {
 		MeanRestoreSeconds: f.MeanRestoreSeconds, Availability: f.Availability}
 }
 
-// figuresHeader is the CSV header of a summary: the JSON names.
-var figuresHeader = []string{"start", "end", "readings", "changes", "unlocks", "unlocked_seconds", "losses", "lost_seconds",
-	"restores", "mean_restore_seconds", "availability"}
-
-func (f figuresBody) csv() []string {
-	opt := func(v *float64) string {
-		if v == nil {
-			return ""
-		}
-		return strconv.FormatFloat(*v, 'f', -1, 64)
-	}
-	i := func(v int64) string { return strconv.FormatInt(v, 10) }
-	return []string{f.Start.Format(time.RFC3339), f.End.Format(time.RFC3339), i(f.Readings), i(f.Changes), i(f.Unlocks),
-		i(f.UnlockedSeconds), i(f.Losses), i(f.LostSeconds), i(f.Restores), opt(f.MeanRestoreSeconds), opt(f.Availability)}
-}
-
 // summaryBody is GET /v1/analytics/summary's answer.
 type summaryBody struct {
 	Scope   string        `json:"scope"`
@@ -180,13 +163,8 @@ func (s *Server) analyticsSummary(w http.ResponseWriter, r *http.Request) error 
 	}
 	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
 	w.Header().Set("Content-Disposition", `attachment; filename="summary.csv"`)
-	cw := csv.NewWriter(w)
-	_ = cw.Write(figuresHeader)
-	for _, b := range body.Buckets {
-		_ = cw.Write(b.csv())
-	}
-	cw.Flush()
-	return nil
+	sum.Location = q.loc
+	return analytics.WriteCSV(w, sum)
 }
 
 // topBody is GET /v1/analytics/top's answer.
