@@ -51,7 +51,7 @@ func (s *Store) Export(ctx context.Context, q ExportQuery, row func(ExportRow) e
 	if err != nil || len(ids) == 0 {
 		return err
 	}
-	sc := scopeSet{ids: ids}
+	sc := scopeSet{ids: ids, fleet: q.Scope.Kind == ScopeFleet}
 	for start := from; start.Before(to); start = start.Add(exportChunk) {
 		end := start.Add(exportChunk)
 		if end.After(to) {

@@ -34,10 +34,28 @@ const rollupEventSums = `
 // sent with the query (a list of 100,000 ids would not fit in its text).
 type scopeSet struct {
 	ids []string
+	// fleet reads every sensor history holds, unfiltered: the fleet-wide
+	// rollups have no sensor to filter on, and the raw rows and per-sensor
+	// rollups must agree with them. Only registered sensors have events, so
+	// this changes no figure but readings (those of ids nobody registered, and
+	// of deleted sensors, count).
+	fleet bool
+}
+
+// rollup names the rollup table of kind ("events" or "readings") to read:
+// the fleet-wide one when nothing is filtered or grouped by sensor.
+func (sc scopeSet) rollup(kind string, bySensor bool) string {
+	if sc.fleet && !bySensor {
+		return "fleet_" + kind + "_hourly"
+	}
+	return kind + "_hourly"
 }
 
 // filter returns the condition on col and its arguments.
 func (sc scopeSet) filter(col string) (string, []any) {
+	if sc.fleet {
+		return "1", nil
+	}
 	if len(sc.ids) == 1 {
 		return col + " = ?", []any{sc.ids[0]}
 	}
@@ -46,7 +64,7 @@ func (sc scopeSet) filter(col string) (string, []any) {
 
 // with returns ctx carrying the external table the filter names, if any.
 func (sc scopeSet) with(ctx context.Context) (context.Context, error) {
-	if len(sc.ids) == 1 {
+	if sc.fleet || len(sc.ids) == 1 {
 		return ctx, nil
 	}
 	table, err := ext.NewTable("scope_sensors", ext.Column("sensor_id", "String"))
@@ -223,7 +241,7 @@ func (s *Store) rollupUnits(ctx context.Context, sc scopeSet, p plan, at func(st
 	}
 	err := s.query(ctx, sc, `
 		SELECT `+key+`, toInt64(toUInt32(hour)) AS h,`+rollupEventSums+`
-		FROM events_hourly
+		FROM `+sc.rollup("events", p.bySensor)+`
 		WHERE `+scope+` AND hour >= toDateTime(?) AND hour < toDateTime(?)
 		GROUP BY k, h`, args, func(scan func(...any) error) error {
 		var (
@@ -237,12 +255,12 @@ func (s *Store) rollupUnits(ctx context.Context, sc scopeSet, p plan, at func(st
 		at(k, h).add(e)
 		return nil
 	})
-	if err != nil {
+	if err != nil || p.bySensor { // top lists rank no readings
 		return err
 	}
 	return s.query(ctx, sc, `
 		SELECT `+key+`, toInt64(toUInt32(hour)) AS h, toInt64(sum(readings))
-		FROM readings_hourly
+		FROM `+sc.rollup("readings", p.bySensor)+`
 		WHERE `+scope+` AND hour >= toDateTime(?) AND hour < toDateTime(?)
 		GROUP BY k, h`, args, func(scan func(...any) error) error {
 		var (
@@ -276,7 +294,7 @@ func (s *Store) rawUnits(ctx context.Context, sc scopeSet, p plan, at func(strin
 		at(k, u).add(e)
 		return nil
 	})
-	if err != nil {
+	if err != nil || p.bySensor { // top lists rank no readings
 		return err
 	}
 	scope, args = sc.filter("sensor_id")
@@ -340,7 +358,7 @@ func (s *Store) carryIn(ctx context.Context, sc scopeSet, from int64, src Source
 	if src != SourceRaw {
 		rawFrom = from / 3600 * 3600
 		err := s.query(ctx, sc, `
-			SELECT `+key+`, sum(unlocked_n), sum(lost_n) FROM events_hourly
+			SELECT `+key+`, sum(unlocked_n), sum(lost_n) FROM `+sc.rollup("events", bySensor)+`
 			WHERE `+scope+` AND hour < toDateTime(?) GROUP BY k`, append(args, rawFrom), add)
 		if err != nil || rawFrom == from {
 			return out, err
@@ -362,34 +380,42 @@ func (s *Store) carryIn(ctx context.Context, sc scopeSet, from int64, src Source
 // those few sensors only). Raw rows: a rollup cannot pair.
 func (s *Store) restoreTimes(ctx context.Context, sc scopeSet, p plan, at func(string, int64) *sums) error {
 	scope, args := sc.filter("sensor_id")
-	// ev is the sensor's (time, is a restore) in time order, a loss before a
-	// restore of the same second; the outer query keeps restores, with the
-	// time since the loss before them, or -1 when the first is a restore.
+	// Per sensor, its losses ls and restores rs in the range, each sorted: a
+	// restore pairs with the loss of its rank, or of the rank before when the
+	// first restore comes before the first loss (its loss is before from: an
+	// orphan, d = -1). Sorting two arrays of integers per sensor is what 18.16
+	// does fast (lambdas there cannot read other columns, so the losses are
+	// aligned with the restores by arrayPushFront/arrayResize). The outer
+	// query sums paired restores per unit and lists orphans by sensor.
 	orphans := map[string]int64{}
 	err := s.query(ctx, sc, fmt.Sprintf(`
-		SELECT sensor_id, t, d FROM (
-			SELECT sensor_id, arraySort(groupUniqArray((toUInt32(at), type = 'connection_restored'))) AS ev
-			FROM events
-			WHERE %s AND type IN ('connection_lost', 'connection_restored') AND at >= toDateTime(?) AND at < toDateTime(?)
-			GROUP BY sensor_id)
-		ARRAY JOIN arrayMap(i -> ev[i].1, arrayEnumerate(ev)) AS t,
-			arrayMap(i -> if(ev[i].2 = 0, -2, if(i = 1, -1, if(ev[i-1].2 = 0, toInt64(ev[i].1) - ev[i-1].1, -2))), arrayEnumerate(ev)) AS d
-		WHERE d != -2`, scope), append(args, p.from, p.to), func(scan func(...any) error) error {
+		SELECT if(d < 0, sensor_id, '') AS k, toInt64(if(d < 0, r, intDiv(r, %d) * %[1]d)) AS u, toInt64(count()), toInt64(sum(d))
+		FROM (
+			SELECT sensor_id, rs, arrayMap((r, l) -> if(l = 0, toInt64(-1), toInt64(r) - l), rs,
+				arrayResize(if(length(rs) > 0 AND (length(ls) = 0 OR rs[1] < ls[1]), arrayPushFront(ls, toUInt32(0)), ls), length(rs))) AS ds
+			FROM (
+				SELECT sensor_id,
+				       arraySort(groupUniqArrayIf(toUInt32(at), type = 'connection_lost')) AS ls,
+				       arraySort(groupUniqArrayIf(toUInt32(at), type = 'connection_restored')) AS rs
+				FROM events
+				WHERE %s AND type IN ('connection_lost', 'connection_restored') AND at >= toDateTime(?) AND at < toDateTime(?)
+				GROUP BY sensor_id))
+		ARRAY JOIN rs AS r, ds AS d
+		GROUP BY k, u`, p.width, scope), append(args, p.from, p.to), func(scan func(...any) error) error {
 		var (
-			sensor string
-			t      uint32
-			d      int64
+			k          string
+			u, n, secs int64
 		)
-		if err := scan(&sensor, &t, &d); err != nil {
+		if err := scan(&k, &u, &n, &secs); err != nil {
 			return err
 		}
-		if d == -1 {
-			orphans[sensor] = int64(t)
+		if k != "" {
+			orphans[k] = u
 			return nil
 		}
-		u := at("", int64(t)/p.width*p.width)
-		u.restoreSeconds += d
-		u.restoresPaired++
+		x := at("", u)
+		x.restoreSeconds += secs
+		x.restoresPaired += n
 		return nil
 	})
 	if err != nil || len(orphans) == 0 {

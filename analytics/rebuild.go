@@ -23,6 +23,16 @@ var rollups = []struct {
 		FROM events FINAL
 		WHERE toYYYYMM(toDateTime(intDiv(toUInt32(at), 3600) * 3600)) = %d
 		GROUP BY sensor_id, hour`},
+	{"fleet_readings_hourly", "hour, readings", `
+		SELECT toDateTime(intDiv(toUInt32(received_at), 3600) * 3600) AS hour, count() AS readings
+		FROM readings FINAL
+		WHERE toYYYYMM(toDateTime(intDiv(toUInt32(received_at), 3600) * 3600)) = %d
+		GROUP BY hour`},
+	{"fleet_events_hourly", "hour, changes, unlocks, unlocked_n, unlocked_t, losses, restores, lost_n, lost_t", `
+		SELECT toDateTime(intDiv(toUInt32(at), 3600) * 3600) AS hour,` + rawEventSums + `
+		FROM events FINAL
+		WHERE toYYYYMM(toDateTime(intDiv(toUInt32(at), 3600) * 3600)) = %d
+		GROUP BY hour`},
 }
 
 // RebuildRollups recomputes the rollups of every month partition that

@@ -60,7 +60,7 @@ func (s *Store) summarize(ctx context.Context, scope Scope, edges []time.Time) (
 		in    carry
 	)
 	if len(ids) > 0 {
-		sc := scopeSet{ids: ids}
+		sc := scopeSet{ids: ids, fleet: scope.Kind == ScopeFleet}
 		unix := make([]int64, len(edges))
 		for i, e := range edges {
 			unix[i] = e.Unix()

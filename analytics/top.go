@@ -58,7 +58,7 @@ func (s *Store) Top(ctx context.Context, q TopQuery) ([]TopItem, error) {
 	if err != nil || len(ids) == 0 {
 		return []TopItem{}, err
 	}
-	sc := scopeSet{ids: ids}
+	sc := scopeSet{ids: ids, fleet: q.Scope.Kind == ScopeFleet}
 	p := newPlan([]int64{from.Unix(), to.Unix()}, s.source)
 	p.bySensor = true
 	carried, err := s.carryIn(ctx, sc, p.from, s.source, true)
