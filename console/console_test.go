@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/analytics"
 	"github.com/lockstream/lockstream/console"
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/heartbeat"
@@ -82,7 +83,7 @@ func newFixture(t *testing.T, token string, stores *storagetest.Stores, live boo
 	deps := console.Deps{Registry: stores.Postgres, Members: stores.Postgres, Inbox: stores.Postgres,
 		Deliveries: stores.Postgres, Sessions: console.NewRedisStore(stores.Redis),
 		Heartbeat: heartbeat.NewRedisStore(stores.Redis), Connections: connections{heartbeat.NewRedisStore(stores.Redis)},
-		History: stores.ClickHouse}
+		History: analytics.New(stores.ClickHouse.Conn(), analytics.NewPostgresScopes(stores.Postgres.Pool()))}
 	if live {
 		f.stream = streamtest.Config(t, 2)
 		deps.Events = tail{f.stream}

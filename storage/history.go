@@ -30,11 +30,3 @@ type HistoryEvent struct {
 	Previous *int
 	At       time.Time
 }
-
-func intPtr(v *int8) *int {
-	if v == nil {
-		return nil
-	}
-	i := int(*v)
-	return &i
-}

@@ -374,7 +374,8 @@ func apiDaemon(ctx context.Context, n *node) (daemon, error) {
 	if err != nil {
 		return daemon{}, err
 	}
-	opts := []webapi.Option{webapi.WithHistory(n.ch), webapi.WithDeliveries(n.pg, n.pg), webapi.WithClientEvents(n.pg), webapi.WithMaintenance(n.heartbeatStores().Postgres), webapi.WithPushes(n.pg, n.pg),
+	a := n.analytics()
+	opts := []webapi.Option{webapi.WithHistory(a), webapi.WithAnalytics(a), webapi.WithDeliveries(n.pg, n.pg), webapi.WithClientEvents(n.pg), webapi.WithMaintenance(n.heartbeatStores().Postgres), webapi.WithPushes(n.pg, n.pg),
 		webapi.WithSensorStatus(tracker),
 		webapi.WithSensorObserver(tracker), webapi.WithLostSensors(tracker), webapi.WithConsole(con.Handler()),
 		webapi.WithInbox(n.pg, n.pg, n.redis, inboxCfg), webapi.WithUnregistered(consumer.NewPostgresStore(n.pg))}

@@ -12,12 +12,12 @@ import (
 )
 
 // newConsole builds the operator console of an API process: the registry and the
-// outbox in Postgres, sessions and counts in Redis, history in ClickHouse, the
-// heartbeat's view through hooks, and the events topic for the live view when
-// Kafka is configured.
+// outbox in Postgres, its sessions in Redis, the analysts' reads of the history,
+// the heartbeat's counts and tracker, and the events topic for the live view
+// when Kafka is configured.
 func newConsole(n *node, adminToken string, tracker *heartbeat.Tracker) (*console.Console, error) {
 	deps := console.Deps{Registry: n.pg, Members: n.pg, Inbox: n.pg, Deliveries: n.pg, Sessions: console.NewRedisStore(n.redis),
-		Heartbeat: n.heartbeatStores().Redis, Connections: tracker, History: n.ch}
+		Heartbeat: n.heartbeatStores().Redis, Connections: tracker, History: n.analytics()}
 	if len(n.stream.Brokers) > 0 {
 		deps.Events = eventTail{cfg: n.stream, logger: n.logger.With("daemon", "console")}
 	}

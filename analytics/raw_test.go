@@ -1,11 +1,13 @@
-package storage_test
+package analytics_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/analytics"
 	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
@@ -17,6 +19,7 @@ func TestSensorEventsFiltersOrdersAndCollapsesReplays(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	ch := stores.ClickHouse
+	st := analytics.New(stores.ClickHouse.Conn(), nil)
 	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	one, zero := 1, 0
 
@@ -47,7 +50,7 @@ func TestSensorEventsFiltersOrdersAndCollapsesReplays(t *testing.T) {
 	}
 
 	// The whole range: every event of "a" once, newest first, with its fields.
-	got, err := ch.SensorEvents(ctx, "a", t0, t0.Add(time.Hour), 100)
+	got, err := listEvents(ctx, st, "a", t0, t0.Add(time.Hour), 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,14 +66,14 @@ func TestSensorEventsFiltersOrdersAndCollapsesReplays(t *testing.T) {
 	}
 
 	// from is inclusive, to exclusive; limit keeps the newest.
-	got, err = ch.SensorEvents(ctx, "a", t0.Add(2*time.Minute), t0.Add(7*time.Minute), 3)
+	got, err = listEvents(ctx, st, "a", t0.Add(2*time.Minute), t0.Add(7*time.Minute), 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ids := eventIDs(got); fmt.Sprint(ids) != "[a-06 a-05 a-04]" {
 		t.Fatalf("events in [2m, 7m) limit 3 = %v, want [a-06 a-05 a-04]", ids)
 	}
-	got, err = ch.SensorEvents(ctx, "a", t0.Add(2*time.Minute), t0.Add(7*time.Minute), 100)
+	got, err = listEvents(ctx, st, "a", t0.Add(2*time.Minute), t0.Add(7*time.Minute), 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +89,7 @@ func TestSensorEventsFiltersOrdersAndCollapsesReplays(t *testing.T) {
 		{"nobody", t0, t0.Add(time.Hour)},
 		{"a", t0.Add(-time.Hour), t0},
 	} {
-		got, err := ch.SensorEvents(ctx, q.sensor, q.from, q.to, 100)
+		got, err := listEvents(ctx, st, q.sensor, q.from, q.to, 100)
 		if err != nil || len(got) != 0 {
 			t.Fatalf("SensorEvents(%s, %s, %s) = %+v, %v; want nothing", q.sensor, q.from, q.to, got, err)
 		}
@@ -99,6 +102,7 @@ func TestSensorReadingsFiltersOrdersAndCollapsesReplays(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	ch := stores.ClickHouse
+	st := analytics.New(stores.ClickHouse.Conn(), nil)
 	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 
 	// Sensor "a": one reading a second for 20 s on partition 3, every other one
@@ -125,7 +129,7 @@ func TestSensorReadingsFiltersOrdersAndCollapsesReplays(t *testing.T) {
 		}
 	}
 
-	got, err := ch.SensorReadings(ctx, "a", t0, t0.Add(time.Minute), 1000)
+	got, err := listReadings(ctx, st, "a", t0, t0.Add(time.Minute), 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,14 +161,14 @@ func TestSensorReadingsFiltersOrdersAndCollapsesReplays(t *testing.T) {
 	}
 
 	// [5 s, 10 s) holds offsets 109 down to 105; a limit of 2 keeps 109 and 108.
-	got, err = ch.SensorReadings(ctx, "a", t0.Add(5*time.Second), t0.Add(10*time.Second), 2)
+	got, err = listReadings(ctx, st, "a", t0.Add(5*time.Second), t0.Add(10*time.Second), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if offs := readingOffsets(got); fmt.Sprint(offs) != "[109 108]" {
 		t.Fatalf("offsets in [5s, 10s) limit 2 = %v, want [109 108]", offs)
 	}
-	got, err = ch.SensorReadings(ctx, "a", t0.Add(5*time.Second), t0.Add(10*time.Second), 100)
+	got, err = listReadings(ctx, st, "a", t0.Add(5*time.Second), t0.Add(10*time.Second), 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +176,7 @@ func TestSensorReadingsFiltersOrdersAndCollapsesReplays(t *testing.T) {
 		t.Fatalf("offsets in [5s, 10s) = %v, want [109 108 107 106 105]", offs)
 	}
 
-	got, err = ch.SensorReadings(ctx, "nobody", t0, t0.Add(time.Hour), 100)
+	got, err = listReadings(ctx, st, "nobody", t0, t0.Add(time.Hour), 100)
 	if err != nil || len(got) != 0 {
 		t.Fatalf("readings of a sensor without history = %+v, %v; want nothing", got, err)
 	}
@@ -194,9 +198,138 @@ func readingOffsets(readings []storage.HistoryReading) []int64 {
 	return offs
 }
 
+// listEvents and listReadings are the first page of a list, newest first.
+func listEvents(ctx context.Context, st *analytics.Store, sensor string, from, to time.Time, limit int) ([]storage.HistoryEvent, error) {
+	page, err := st.SensorEvents(ctx, analytics.ListQuery{SensorID: sensor, From: from, To: to, Limit: limit})
+	return page.Items, err
+}
+
+func listReadings(ctx context.Context, st *analytics.Store, sensor string, from, to time.Time, limit int) ([]storage.HistoryReading, error) {
+	page, err := st.SensorReadings(ctx, analytics.ListQuery{SensorID: sensor, From: from, To: to, Limit: limit})
+	return page.Items, err
+}
+
 func sameInt(a, b *int) bool {
-	if a == nil || b == nil {
-		return a == b
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
+}
+
+// TestCursorsWalkEveryOldRowOnce walks 10,000 readings in pages of 1,000,
+// newest first and then oldest first, while new readings arrive between
+// pages: after the walk's end, in the very second of the page's last row
+// (a higher offset) and in seconds already walked. Every reading that was
+// there before the walk comes back exactly once, and no page is larger than
+// asked.
+func TestCursorsWalkEveryOldRowOnce(t *testing.T) {
+	t.Parallel()
+	stores := storagetest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st := analytics.New(stores.ClickHouse.Conn(), nil)
+	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+
+	// Three readings a second: ties on the second are broken by offset.
+	old := make([]storage.HistoryReading, 10_000)
+	for i := range old {
+		old[i] = storage.HistoryReading{SensorID: "c", Data: i % 2, ReceivedAt: t0.Add(time.Duration(i/3) * time.Second),
+			Partition: 2, Offset: int64(i)}
 	}
-	return *a == *b
+	if err := history.NewClickHouseStore(stores.ClickHouse).InsertReadings(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	next := int64(len(old))
+	arrive := func(last storage.HistoryReading) {
+		var rows []storage.HistoryReading
+		for _, at := range []time.Time{last.ReceivedAt, t0.Add(-time.Minute), t0.Add(4 * time.Hour), t0.Add(time.Hour)} {
+			rows = append(rows, storage.HistoryReading{SensorID: "c", Data: 1, ReceivedAt: at, Partition: 2, Offset: next})
+			next++
+		}
+		if err := history.NewClickHouseStore(stores.ClickHouse).InsertReadings(ctx, rows); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, asc := range []bool{false, true} {
+		seen := map[int64]int{}
+		q := analytics.ListQuery{SensorID: "c", From: t0.Add(-time.Hour), To: t0.Add(5 * time.Hour), Limit: 1000, Asc: asc}
+		pages := 0
+		for {
+			page, err := st.SensorReadings(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page.Items) > 1000 {
+				t.Fatalf("a page of %d readings, asked for 1000", len(page.Items))
+			}
+			for _, r := range page.Items {
+				seen[r.Offset]++
+			}
+			pages++
+			if page.NextCursor == "" {
+				break
+			}
+			arrive(page.Items[len(page.Items)-1])
+			q.Cursor = page.NextCursor
+		}
+		for i := range old {
+			if seen[int64(i)] != 1 {
+				t.Fatalf("asc=%v: reading at offset %d came back %d times in %d pages", asc, i, seen[int64(i)], pages)
+			}
+		}
+		if pages < 10 {
+			t.Fatalf("asc=%v: %d pages, want at least 10", asc, pages)
+		}
+	}
+}
+
+func TestEventListsFilterOrderAndRefuseForeignCursors(t *testing.T) {
+	t.Parallel()
+	stores := storagetest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st := analytics.New(stores.ClickHouse.Conn(), nil)
+	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	one := 1
+	var events []storage.HistoryEvent
+	for i := range 9 {
+		typ := []string{"state_changed", "connection_lost", "connection_restored"}[i%3]
+		// Two events share each second: the id breaks the tie.
+		events = append(events, storage.HistoryEvent{ID: fmt.Sprintf("e%d", i), Type: typ, SensorID: "a", Data: &one,
+			At: t0.Add(time.Duration(i/2) * time.Second)})
+	}
+	if err := history.NewClickHouseStore(stores.ClickHouse).InsertEvents(ctx, events); err != nil {
+		t.Fatal(err)
+	}
+	q := analytics.ListQuery{SensorID: "a", From: t0, To: t0.Add(time.Hour), Limit: 2, Asc: true,
+		Types: []string{"connection_lost", "connection_restored"}}
+	var ids []string
+	for {
+		page, err := st.SensorEvents(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, eventIDs(page.Items)...)
+		if page.NextCursor == "" {
+			break
+		}
+		q.Cursor = page.NextCursor
+	}
+	if fmt.Sprint(ids) != "[e1 e2 e4 e5 e7 e8]" {
+		t.Fatalf("losses and restores oldest first = %v, want [e1 e2 e4 e5 e7 e8]", ids)
+	}
+	// A cursor of the other order, of the other list, or of nothing is refused.
+	page, err := st.SensorEvents(ctx, analytics.ListQuery{SensorID: "a", From: t0, To: t0.Add(time.Hour), Limit: 2})
+	if err != nil || page.NextCursor == "" {
+		t.Fatalf("first page: %v, %v", page, err)
+	}
+	for _, q := range []analytics.ListQuery{
+		{SensorID: "a", From: t0, To: t0.Add(time.Hour), Limit: 2, Asc: true, Cursor: page.NextCursor},
+		{SensorID: "a", From: t0, To: t0.Add(time.Hour), Limit: 2, Cursor: "not-a-cursor"},
+	} {
+		if _, err := st.SensorEvents(ctx, q); !errors.Is(err, analytics.ErrBadCursor) {
+			t.Errorf("SensorEvents(cursor %q, asc %v) = %v, want ErrBadCursor", q.Cursor, q.Asc, err)
+		}
+	}
+	if _, err := st.SensorReadings(ctx, analytics.ListQuery{SensorID: "a", From: t0, To: t0.Add(time.Hour), Limit: 2,
+		Cursor: page.NextCursor}); !errors.Is(err, analytics.ErrBadCursor) {
+		t.Errorf("an events cursor given to readings: %v, want ErrBadCursor", err)
+	}
 }
