@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/analytics"
 	"github.com/lockstream/lockstream/console"
 	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/storage"
@@ -84,7 +85,8 @@ func BenchmarkConsolePages(b *testing.B) {
 	const token = "console-bench-admin"
 	con, err := console.New(console.Config{AdminToken: token}, console.Deps{Registry: stores.Postgres,
 		Members: stores.Postgres, Inbox: stores.Postgres, Deliveries: stores.Postgres, Sessions: stores.Redis,
-		Heartbeat: stores.Redis, Connections: consoleConnections{tracker}, History: stores.ClickHouse},
+		Heartbeat: stores.Redis, Connections: consoleConnections{tracker},
+		History: analytics.New(stores.ClickHouse.Conn(), analytics.NewPostgresScopes(stores.Postgres.Pool()))},
 		prometheus.NewRegistry(), discardLogger())
 	if err != nil {
 		b.Fatal(err)

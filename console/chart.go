@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/analytics"
 )
 
 // The changes chart: one bar per hour over the last 7 days, drawn as SVG on the
@@ -47,16 +47,16 @@ func chartRange(now time.Time) (from, to time.Time) {
 	return to.Add(-chartHours * time.Hour), to
 }
 
-// changesChart lays out the hourly counts (hours without changes are absent) from
-// from on.
-func changesChart(counts []storage.HourCount, from time.Time) chart {
-	byHour := make(map[int64]int, len(counts))
+// changesChart lays out the changes of hourly buckets (analytics' summary of
+// the sensor, the API's figures) from from on.
+func changesChart(buckets []analytics.Figures, from time.Time) chart {
+	byHour := make(map[int64]int, len(buckets))
 	ch := chart{Width: chartHours * chartBarWidth, Height: chartTopMargin + chartHeight + chartAxis,
 		Top: chartTopMargin, Plot: chartTopMargin + chartHeight, LabelY: chartTopMargin + chartHeight + chartAxis - 4, Max: 1}
-	for _, hc := range counts {
-		byHour[hc.Hour.Unix()] += hc.Count
-		ch.Total += hc.Count
-		ch.Max = max(ch.Max, byHour[hc.Hour.Unix()])
+	for _, b := range buckets {
+		byHour[b.Start.Unix()] += int(b.Changes)
+		ch.Total += int(b.Changes)
+		ch.Max = max(ch.Max, byHour[b.Start.Unix()])
 	}
 	for i := range chartHours {
 		hour := from.Add(time.Duration(i) * time.Hour)

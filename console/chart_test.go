@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/analytics"
 )
 
 func TestChangesChartLaysOutAWeekOfHours(t *testing.T) {
@@ -13,7 +13,7 @@ func TestChangesChartLaysOutAWeekOfHours(t *testing.T) {
 	if to != time.Date(2026, 11, 22, 11, 0, 0, 0, time.UTC) || to.Sub(from) != 7*24*time.Hour {
 		t.Fatalf("range %s to %s", from, to)
 	}
-	ch := changesChart([]storage.HourCount{{Hour: from, Count: 8}, {Hour: to.Add(-time.Hour), Count: 1}}, from)
+	ch := changesChart([]analytics.Figures{{Start: from, Changes: 8}, {Start: to.Add(-time.Hour), Changes: 1}}, from)
 	if len(ch.Bars) != chartHours || ch.Total != 9 || ch.Max != 8 || len(ch.Days) != 7 {
 		t.Fatalf("chart: %d bars, total %d, max %d, %d days", len(ch.Bars), ch.Total, ch.Max, len(ch.Days))
 	}

@@ -31,6 +31,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/analytics"
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/storage"
 )
@@ -173,10 +174,12 @@ type Connections interface {
 	LostSensors(ctx context.Context, page storage.Page) ([]LostSensor, error)
 }
 
-// History is the part of storage.ClickHouse the sensor page reads.
+// History is the part of analytics.Store the console reads: the sensor page's
+// events and chart, the site and fleet pages' figures — the API's own
+// figures, from the same code.
 type History interface {
-	SensorEvents(ctx context.Context, sensorID string, from, to time.Time, limit int) ([]storage.HistoryEvent, error)
-	SensorChangesPerHour(ctx context.Context, sensorID string, from, to time.Time) ([]storage.HourCount, error)
+	SensorEvents(ctx context.Context, q analytics.ListQuery) (analytics.EventPage, error)
+	Summary(ctx context.Context, q analytics.SummaryQuery) (analytics.Summary, error)
 }
 
 // EventTail follows the events topic: it calls fn with every event appended from

@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/analytics"
 	"github.com/lockstream/lockstream/console"
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/storage"
@@ -80,7 +81,7 @@ func newFixture(t *testing.T, token string, stores *storagetest.Stores, live boo
 	f := &fixture{stores: stores}
 	deps := console.Deps{Registry: stores.Postgres, Members: stores.Postgres, Inbox: stores.Postgres,
 		Deliveries: stores.Postgres, Sessions: stores.Redis,
-		Heartbeat: stores.Redis, Connections: connections{stores.Redis}, History: stores.ClickHouse}
+		Heartbeat: stores.Redis, Connections: connections{stores.Redis}, History: analytics.New(stores.ClickHouse.Conn(), analytics.NewPostgresScopes(stores.Postgres.Pool()))}
 	if live {
 		f.stream = streamtest.Config(t, 2)
 		deps.Events = tail{f.stream}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/lockstream/lockstream/analytics"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -33,6 +34,10 @@ func (c *Console) routes() http.Handler {
 	mux.HandleFunc("GET /console/inbox", c.page([]string{roleMember}, c.inbox))
 	mux.HandleFunc("POST /console/inbox/{id}/seen", c.page([]string{roleMember}, c.markSeen))
 	mux.HandleFunc("GET /console/sensors/{id}", c.page(admin, c.sensor))
+	mux.HandleFunc("GET /console/history", c.page(admin, c.history))
+	mux.HandleFunc("GET /console/history.csv", c.page(admin, c.historyCSV))
+	mux.HandleFunc("GET /console/sites/{site}", c.page(admin, c.history))
+	mux.HandleFunc("GET /console/sites/{site}/history.csv", c.page(admin, c.historyCSV))
 	mux.HandleFunc("GET /console/clients", c.page(admin, c.clients))
 	mux.HandleFunc("GET /console/clients/{id}", c.page(admin, c.client))
 	mux.HandleFunc("POST /console/deliveries/{id}/redeliver", c.page(admin, c.redeliver))
@@ -181,16 +186,20 @@ func (c *Console) sensor(w http.ResponseWriter, r *http.Request, s *session) err
 
 	now := time.Now().UTC()
 	from, to := chartRange(now)
-	hours, err := c.deps.History.SensorChangesPerHour(ctx, id, from, to)
+	hours, err := c.deps.History.Summary(ctx, analytics.SummaryQuery{Scope: analytics.Scope{Kind: analytics.ScopeSensor, ID: id},
+		From: from, To: to, Bucket: analytics.Bucket1h, Location: time.UTC})
 	if err == nil {
-		d.Events, err = c.deps.History.SensorEvents(ctx, id, now.Add(-sensorEventsRange), now.Add(time.Minute), sensorEventsShown)
+		var page analytics.EventPage
+		page, err = c.deps.History.SensorEvents(ctx, analytics.ListQuery{SensorID: id, From: now.Add(-sensorEventsRange),
+			To: now.Add(time.Minute), Limit: sensorEventsShown})
+		d.Events = page.Items
 	}
 	if err != nil {
 		// The registry's view still helps when ClickHouse is down.
 		c.logger.WarnContext(ctx, "console: sensor history unavailable", "sensor", id, "err", err)
 		d.HistoryErr = "The history (ClickHouse) does not answer; events and the chart are missing."
 	}
-	d.Chart = changesChart(hours, from)
+	d.Chart = changesChart(hours.Buckets, from)
 	c.render(w, r, http.StatusOK, "sensor", view{Title: "Sensor " + id, Active: "fleet", Session: s, Data: d})
 	return nil
 }

@@ -148,36 +148,3 @@ func TestClientDeliverySummaryAndFailedDeliveries(t *testing.T) {
 		t.Fatalf("failed deliveries = %v, want %v newest first", got, failed)
 	}
 }
-
-func TestSensorChangesPerHour(t *testing.T) {
-	t.Parallel()
-	ch := storagetest.New(t).ClickHouse
-	ctx := context.Background()
-	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
-	one := 1
-	ev := func(id, typ, sensor string, at time.Time) storage.HistoryEvent {
-		return storage.HistoryEvent{ID: id, Type: typ, SensorID: sensor, Data: &one, At: at}
-	}
-	events := []storage.HistoryEvent{
-		ev("a1", "state_changed", "a", t0.Add(5*time.Minute)),
-		ev("a2", "state_changed", "a", t0.Add(59*time.Minute)),
-		ev("a3", "state_changed", "a", t0.Add(3*time.Hour)),
-		ev("a4", "connection_lost", "a", t0.Add(3*time.Hour)),
-		ev("b1", "state_changed", "b", t0.Add(time.Minute)),
-		ev("a0", "state_changed", "a", t0.Add(-time.Minute)),
-	}
-	// Twice: a replay counts once.
-	for range 2 {
-		if err := ch.InsertEvents(ctx, events); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := ch.SensorChangesPerHour(ctx, "a", t0, t0.Add(24*time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []storage.HourCount{{Hour: t0, Count: 2}, {Hour: t0.Add(3 * time.Hour), Count: 1}}
-	if !slices.Equal(got, want) {
-		t.Fatalf("changes per hour = %v, want %v", got, want)
-	}
-}

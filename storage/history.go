@@ -107,11 +107,3 @@ func int8Ptr(v *int) *int8 {
 	i := int8(*v)
 	return &i
 }
-
-func intPtr(v *int8) *int {
-	if v == nil {
-		return nil
-	}
-	i := int(*v)
-	return &i
-}

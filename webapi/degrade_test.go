@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/analytics"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/webapi"
@@ -111,7 +112,8 @@ func newDegradedAPI(t *testing.T, cfg webapi.Config, ch *storage.ClickHouse, sto
 	cfg.AdminToken = testToken
 	checks := map[string]webapi.Pinger{"postgres": stores.Postgres, "redis": stores.Redis, "clickhouse": ch}
 	server, err := webapi.New(cfg, stores.Postgres, checks, reg, reg, slog.New(slog.NewTextHandler(io.Discard, nil)),
-		webapi.WithHistory(ch), webapi.WithDeliveries(stores.Postgres, ch))
+		webapi.WithHistory(analytics.New(ch.Conn(), nil)), webapi.WithDeliveries(stores.Postgres, ch),
+		webapi.WithAnalytics(analytics.New(ch.Conn(), analytics.NewPostgresScopes(stores.Postgres.Pool()))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,6 +149,12 @@ func TestHistoryDegradesWhileClickHouseIsDown(t *testing.T) {
 	}
 	api.createSensor("lock1", "1 Main St")
 	api.request("GET", "/v1/sensors/lock1", nil).expect(http.StatusOK)
+	for _, route := range []string{"summary", "top?by=changes&", "export?kind=events&"} {
+		if !strings.Contains(route, "?") {
+			route += "?"
+		}
+		expectUnavailable(t, api.request("GET", "/v1/analytics/"+route+"scope=sensor:lock1", nil))
+	}
 
 	p.start(false)
 	waitFor(t, "readyz to report ClickHouse back", func() bool {
@@ -155,6 +163,7 @@ func TestHistoryDegradesWhileClickHouseIsDown(t *testing.T) {
 	var events itemsJSON[historyEventJSON]
 	api.request("GET", "/v1/sensors/lock1/events", nil).expect(http.StatusOK).decode(&events)
 	api.request("GET", "/v1/sensors/lock1/readings", nil).expect(http.StatusOK)
+	api.request("GET", "/v1/analytics/summary?scope=sensor:lock1", nil).expect(http.StatusOK)
 }
 
 // A ClickHouse that accepts connections and never answers holds a history request

@@ -162,7 +162,7 @@ func (s *Server) listClientDeliveries(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
-	q, err := parseHistoryQuery(r, time.Now())
+	q, err := parseRangeQuery(r, time.Now(), maxDeliveriesRange)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/lockstream/lockstream/analytics"
 	"github.com/lockstream/lockstream/reading"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream"
@@ -52,7 +53,7 @@ func newStreamAPI(t *testing.T, o streamAPIOptions) *testAPI {
 	}
 	opts := o.opts
 	if !o.noHistory {
-		opts = append(slices.Clone(opts), webapi.WithHistory(stores.ClickHouse))
+		opts = append(slices.Clone(opts), webapi.WithHistory(analytics.New(stores.ClickHouse.Conn(), nil)))
 	}
 	server, err := webapi.New(cfg, stores.Postgres, nil, reg, reg, slog.New(slog.NewTextHandler(io.Discard, nil)), opts...)
 	if err != nil {

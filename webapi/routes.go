@@ -104,6 +104,18 @@ func (s *Server) routes() *chi.Mux {
 		r.Post("/v1/clients/{id}/endpoint/enable", s.handle(s.enableEndpoint))
 
 		r.Post("/notification", s.handle(s.postNotification))
+
+		r.Get("/v1/analytics/summary", s.handle(s.analyticsSummary))
+		r.Get("/v1/analytics/top", s.handle(s.analyticsTop))
+		r.Get("/v1/clients/{id}/report", s.handle(s.clientReport))
+	})
+	// Exports stream for as long as the range takes: no write deadline.
+	r.Group(func(r chi.Router) {
+		r.Use(s.streaming)
+		r.Use(s.requireToken(bearerAuth{name: "admin", setting: "LOCKSTREAM_ADMIN_TOKEN", realm: "lockstream",
+			disabled: "the admin API is disabled: the server has no admin token"}, s.cfg.AdminToken))
+
+		r.Get("/v1/analytics/export", s.handle(s.analyticsExport))
 	})
 	s.inboxRoutes(r)
 	return r

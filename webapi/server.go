@@ -294,6 +294,7 @@ type Server struct {
 	unregistered UnregisteredSensors
 	publisher    ReadingPublisher
 	history      History
+	analytics    Analytics
 	metrics      *metrics
 	handler      http.Handler
 

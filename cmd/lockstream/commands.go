@@ -375,7 +375,8 @@ func apiDaemon(ctx context.Context, n *node) (daemon, error) {
 	if err != nil {
 		return daemon{}, err
 	}
-	opts := []webapi.Option{webapi.WithHistory(n.ch), webapi.WithDeliveries(n.pg, n.pg), webapi.WithClientEvents(n.pg), webapi.WithMaintenance(n.pg), webapi.WithPushes(n.pg, n.pg),
+	a := n.analytics()
+	opts := []webapi.Option{webapi.WithHistory(a), webapi.WithAnalytics(a), webapi.WithDeliveries(n.pg, n.pg), webapi.WithClientEvents(n.pg), webapi.WithMaintenance(n.pg), webapi.WithPushes(n.pg, n.pg),
 		webapi.WithSensorStatus(hooks),
 		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks), webapi.WithConsole(con.Handler()),
 		webapi.WithInbox(n.pg, n.pg, n.redis, inboxCfg), webapi.WithUnregistered(n.pg)}

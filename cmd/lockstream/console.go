@@ -17,7 +17,7 @@ import (
 // Kafka is configured.
 func newConsole(n *node, adminToken string, hooks heartbeatHooks) (*console.Console, error) {
 	deps := console.Deps{Registry: n.pg, Members: n.pg, Inbox: n.pg, Deliveries: n.pg, Sessions: n.redis, Heartbeat: n.redis,
-		Connections: hooks, History: n.ch}
+		Connections: hooks, History: n.analytics()}
 	if len(n.stream.Brokers) > 0 {
 		deps.Events = eventTail{cfg: n.stream, logger: n.logger.With("daemon", "console")}
 	}

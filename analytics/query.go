@@ -1,0 +1,449 @@
+package analytics
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/ext"
+
+	"github.com/lockstream/lockstream/storage"
+)
+
+// The aggregates of raw events, as the rollup's materialized view computes
+// them (migrations/clickhouse/00040_analytics_rollups.sql): the same names,
+// so raw rows and rollups answer through one scan function.
+const rawEventSums = `
+	countIf(type = 'state_changed') AS changes,
+	countIf(type = 'state_changed' AND ifNull(data, 1) = 0) AS unlocks,
+	sumIf(toInt64(ifNull(data, 1) = 0) - toInt64(ifNull(previous, 1) = 0), type = 'state_changed') AS unlocked_n,
+	sumIf((toInt64(ifNull(data, 1) = 0) - toInt64(ifNull(previous, 1) = 0)) * toInt64(toUInt32(at)), type = 'state_changed') AS unlocked_t,
+	countIf(type = 'connection_lost') AS losses,
+	countIf(type = 'connection_restored') AS restores,
+	sumIf(if(type = 'connection_lost', 1, -1), type IN ('connection_lost', 'connection_restored')) AS lost_n,
+	sumIf(if(type = 'connection_lost', 1, -1) * toInt64(toUInt32(at)), type IN ('connection_lost', 'connection_restored')) AS lost_t`
+
+// rollupEventSums reads the same aggregates from events_hourly.
+const rollupEventSums = `
+	sum(changes), sum(unlocks), sum(unlocked_n), sum(unlocked_t),
+	sum(losses), sum(restores), sum(lost_n), sum(lost_t)`
+
+// scopeSet is a scope's sensors as a query filters on them: one sensor by
+// equality (the primary key's prefix), several through an external table
+// sent with the query (a list of 100,000 ids would not fit in its text).
+type scopeSet struct {
+	ids []string
+	// fleet reads every sensor history holds, unfiltered: the fleet-wide
+	// rollups have no sensor to filter on, and the raw rows and per-sensor
+	// rollups must agree with them. Only registered sensors have events, so
+	// this changes no figure but readings (those of ids nobody registered, and
+	// of deleted sensors, count).
+	fleet bool
+}
+
+// rollup names the rollup table of kind ("events" or "readings") to read:
+// the fleet-wide one when nothing is filtered or grouped by sensor.
+func (sc scopeSet) rollup(kind string, bySensor bool) string {
+	if sc.fleet && !bySensor {
+		return "fleet_" + kind + "_hourly"
+	}
+	return kind + "_hourly"
+}
+
+// filter returns the condition on col and its arguments.
+func (sc scopeSet) filter(col string) (string, []any) {
+	if sc.fleet {
+		return "1", nil
+	}
+	if len(sc.ids) == 1 {
+		return col + " = ?", []any{sc.ids[0]}
+	}
+	return col + " IN scope_sensors", nil
+}
+
+// with returns ctx carrying the external table the filter names, if any.
+func (sc scopeSet) with(ctx context.Context) (context.Context, error) {
+	if sc.fleet || len(sc.ids) == 1 {
+		return ctx, nil
+	}
+	table, err := ext.NewTable("scope_sensors", ext.Column("sensor_id", "String"))
+	if err != nil {
+		return nil, fmt.Errorf("scope table: %w", err)
+	}
+	for _, id := range sc.ids {
+		if err := table.Append(id); err != nil {
+			return nil, fmt.Errorf("scope table: %w", err)
+		}
+	}
+	return clickhouse.Context(ctx, clickhouse.WithExternalTable(table)), nil
+}
+
+// query runs one aggregate query over the scope and hands each row to scan.
+func (s *Store) query(ctx context.Context, sc scopeSet, sql string, args []any, scan func(row func(dest ...any) error) error) error {
+	ctx, err := sc.with(ctx)
+	if err != nil {
+		return err
+	}
+	rows, err := s.conn.Query(ctx, sql, args...)
+	if err != nil {
+		return fmt.Errorf("querying history: %w", storage.Unreachable(store, err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows.Scan); err != nil {
+			return fmt.Errorf("reading history: %w", err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("reading history: %w", storage.Unreachable(store, err))
+	}
+	return nil
+}
+
+// plan says where each part of a range is read from: whole UTC hours that
+// hold no bucket edge from the rollups, the rest (partial hours at the
+// range's ends, hours cut by an edge that is not on the hour, every hour when
+// buckets are shorter than an hour or raw rows are asked for) from raw rows
+// grouped by width seconds, a width that divides every edge.
+type plan struct {
+	from, to int64
+	// rollup is false when everything is read raw.
+	rollup bool
+	// rawHours lists the hours (unix seconds / 3600) read raw when rollup is
+	// true.
+	rawHours []int64
+	width    int64
+	// bySensor groups by sensor instead of by unit (the top lists).
+	bySensor bool
+}
+
+// groupKey is the GROUP BY of a query over rows whose time is col: the unit's
+// start, or the sensor.
+func (p plan) groupKey(col string) string {
+	if p.bySensor {
+		return "sensor_id AS k, toInt64(0) AS u"
+	}
+	return fmt.Sprintf("'' AS k, toInt64(intDiv(toUInt32(%s), %d) * %[2]d) AS u", col, p.width)
+}
+
+func newPlan(edges []int64, src Source) plan {
+	p := plan{from: edges[0], to: edges[len(edges)-1], width: 60}
+	for _, e := range edges[1 : len(edges)-1] {
+		if e%60 != 0 {
+			p.width = 1
+		}
+	}
+	first, last := ceilDiv(p.from, 3600), p.to/3600 // whole hours [first, last)
+	if src == SourceRaw || first >= last {
+		return p
+	}
+	raw := map[int64]bool{}
+	if p.from%3600 != 0 {
+		raw[p.from/3600] = true
+	}
+	if p.to%3600 != 0 {
+		raw[p.to/3600] = true
+	}
+	for _, e := range edges[1 : len(edges)-1] {
+		if e%3600 != 0 {
+			raw[e/3600] = true
+		}
+	}
+	if len(raw) > int(last-first)/2 {
+		return p // more edges than whole hours: buckets under an hour
+	}
+	p.rollup = true
+	for h := range raw {
+		p.rawHours = append(p.rawHours, h)
+	}
+	sort.Slice(p.rawHours, func(i, j int) bool { return p.rawHours[i] < p.rawHours[j] })
+	return p
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// rawCond restricts raw rows of column col to the parts of the range the
+// plan reads raw.
+func (p plan) rawCond(col string) (string, []any) {
+	cond := fmt.Sprintf("%[1]s >= toDateTime(?) AND %[1]s < toDateTime(?)", col)
+	args := []any{p.from, p.to}
+	if p.rollup {
+		cond += fmt.Sprintf(" AND has(?, toInt64(intDiv(toUInt32(%s), 3600)))", col)
+		args = append(args, p.rawHours)
+	}
+	return cond, args
+}
+
+// keyed is where rows are added up: by sensor (k) or by unit start (u).
+type keyed map[string]map[int64]*sums
+
+// at returns the sums of key k and unit start u, u no earlier than from.
+func (m keyed) at(k string, u, from int64) *sums {
+	byStart, ok := m[k]
+	if !ok {
+		byStart = map[int64]*sums{}
+		m[k] = byStart
+	}
+	u = max(u, from)
+	x, ok := byStart[u]
+	if !ok {
+		x = &sums{}
+		byStart[u] = x
+	}
+	return x
+}
+
+// units reads the sums of the range, unit by unit (or sensor by sensor):
+// rollup hours, then raw rows, then the restores' times.
+func (s *Store) units(ctx context.Context, sc scopeSet, p plan) (keyed, error) {
+	m := keyed{}
+	at := func(k string, start int64) *sums { return m.at(k, start, p.from) }
+	if p.rollup {
+		if err := s.rollupUnits(ctx, sc, p, at); err != nil {
+			return nil, err
+		}
+	}
+	if !p.rollup || len(p.rawHours) > 0 {
+		if err := s.rawUnits(ctx, sc, p, at); err != nil {
+			return nil, err
+		}
+	}
+	if !p.bySensor {
+		if err := s.restoreTimes(ctx, sc, p, at); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// list returns the units of key k.
+func (m keyed) list(k string) []unit {
+	out := make([]unit, 0, len(m[k]))
+	for start, u := range m[k] {
+		out = append(out, unit{start: start, s: *u})
+	}
+	return out
+}
+
+func (s *Store) rollupUnits(ctx context.Context, sc scopeSet, p plan, at func(string, int64) *sums) error {
+	skip := map[int64]bool{}
+	for _, h := range p.rawHours {
+		skip[h] = true
+	}
+	scope, args := sc.filter("sensor_id")
+	args = append(args, ceilDiv(p.from, 3600)*3600, p.to/3600*3600)
+	// Hours read raw are left out here; the GROUP BY keeps the hour so that
+	// they can be.
+	key := "'' AS k"
+	if p.bySensor {
+		key = "sensor_id AS k"
+	}
+	err := s.query(ctx, sc, `
+		SELECT `+key+`, toInt64(toUInt32(hour)) AS h,`+rollupEventSums+`
+		FROM `+sc.rollup("events", p.bySensor)+`
+		WHERE `+scope+` AND hour >= toDateTime(?) AND hour < toDateTime(?)
+		GROUP BY k, h`, args, func(scan func(...any) error) error {
+		var (
+			k string
+			h int64
+			e sums
+		)
+		if err := scanEventSums(scan, &k, &h, &e); err != nil || skip[h/3600] {
+			return err
+		}
+		at(k, h).add(e)
+		return nil
+	})
+	if err != nil || p.bySensor { // top lists rank no readings
+		return err
+	}
+	return s.query(ctx, sc, `
+		SELECT `+key+`, toInt64(toUInt32(hour)) AS h, toInt64(sum(readings))
+		FROM `+sc.rollup("readings", p.bySensor)+`
+		WHERE `+scope+` AND hour >= toDateTime(?) AND hour < toDateTime(?)
+		GROUP BY k, h`, args, func(scan func(...any) error) error {
+		var (
+			k    string
+			h, n int64
+		)
+		if err := scan(&k, &h, &n); err != nil || skip[h/3600] {
+			return err
+		}
+		at(k, h).readings += n
+		return nil
+	})
+}
+
+func (s *Store) rawUnits(ctx context.Context, sc scopeSet, p plan, at func(string, int64) *sums) error {
+	scope, args := sc.filter("sensor_id")
+	cond, condArgs := p.rawCond("at")
+	err := s.query(ctx, sc, `
+		SELECT `+p.groupKey("at")+`,`+rawEventSums+`
+		FROM events FINAL
+		WHERE `+scope+` AND `+cond+`
+		GROUP BY k, u`, append(args, condArgs...), func(scan func(...any) error) error {
+		var (
+			k string
+			u int64
+			e sums
+		)
+		if err := scanEventSums(scan, &k, &u, &e); err != nil {
+			return err
+		}
+		at(k, u).add(e)
+		return nil
+	})
+	if err != nil || p.bySensor { // top lists rank no readings
+		return err
+	}
+	scope, args = sc.filter("sensor_id")
+	cond, condArgs = p.rawCond("received_at")
+	return s.query(ctx, sc, `
+		SELECT `+p.groupKey("received_at")+`, toInt64(count())
+		FROM readings FINAL
+		WHERE `+scope+` AND `+cond+`
+		GROUP BY k, u`, append(args, condArgs...), func(scan func(...any) error) error {
+		var (
+			k    string
+			u, n int64
+		)
+		if err := scan(&k, &u, &n); err != nil {
+			return err
+		}
+		at(k, u).readings += n
+		return nil
+	})
+}
+
+// scanEventSums reads a key and the eight event aggregates, whatever integer
+// types ClickHouse gave them.
+func scanEventSums(scan func(...any) error, k *string, key *int64, e *sums) error {
+	var (
+		changes, unlocks, losses, restores uint64
+		un, ut, ln, lt                     int64
+	)
+	if err := scan(k, key, &changes, &unlocks, &un, &ut, &losses, &restores, &ln, &lt); err != nil {
+		return err
+	}
+	*e = sums{changes: int64(changes), unlocks: int64(unlocks), unlockedN: un, unlockedT: ut,
+		losses: int64(losses), restores: int64(restores), lostN: ln, lostT: lt}
+	return nil
+}
+
+// carryIn returns how many of the scope's sensors were unlocked and how many
+// lost just before from (by sensor when bySensor): Σ δ over everything before
+// it, from the rollups for whole hours and raw rows for the hour from cuts,
+// or raw rows only.
+func (s *Store) carryIn(ctx context.Context, sc scopeSet, from int64, src Source, bySensor bool) (map[string]carry, error) {
+	out := map[string]carry{}
+	key := "'' AS k"
+	if bySensor {
+		key = "sensor_id AS k"
+	}
+	add := func(scan func(...any) error) error {
+		var (
+			k string
+			c carry
+		)
+		if err := scan(&k, &c.unlocked, &c.lost); err != nil {
+			return err
+		}
+		o := out[k]
+		out[k] = carry{unlocked: o.unlocked + c.unlocked, lost: o.lost + c.lost}
+		return nil
+	}
+	scope, args := sc.filter("sensor_id")
+	rawFrom := int64(0)
+	if src != SourceRaw {
+		rawFrom = from / 3600 * 3600
+		err := s.query(ctx, sc, `
+			SELECT `+key+`, sum(unlocked_n), sum(lost_n) FROM `+sc.rollup("events", bySensor)+`
+			WHERE `+scope+` AND hour < toDateTime(?) GROUP BY k`, append(args, rawFrom), add)
+		if err != nil || rawFrom == from {
+			return out, err
+		}
+	}
+	err := s.query(ctx, sc, `
+		SELECT `+key+`,
+		       sumIf(toInt64(ifNull(data, 1) = 0) - toInt64(ifNull(previous, 1) = 0), type = 'state_changed'),
+		       sumIf(if(type = 'connection_lost', 1, -1), type IN ('connection_lost', 'connection_restored'))
+		FROM events FINAL WHERE `+scope+` AND at >= toDateTime(?) AND at < toDateTime(?) GROUP BY k`,
+		append(args, rawFrom, from), add)
+	return out, err
+}
+
+// restoreTimes adds to the units the loss→restore time of each restore in
+// [from, to), paired with the loss before it: within the range by sorting
+// each sensor's losses and restores, and for a sensor whose first one in the
+// range is a restore, with its last loss before from (a second query, on
+// those few sensors only). Raw rows: a rollup cannot pair.
+func (s *Store) restoreTimes(ctx context.Context, sc scopeSet, p plan, at func(string, int64) *sums) error {
+	scope, args := sc.filter("sensor_id")
+	// Per sensor, its losses ls and restores rs in the range, each sorted: a
+	// restore pairs with the loss of its rank, or of the rank before when the
+	// first restore comes before the first loss (its loss is before from: an
+	// orphan, d = -1). Sorting two arrays of integers per sensor is what 18.16
+	// does fast (lambdas there cannot read other columns, so the losses are
+	// aligned with the restores by arrayPushFront/arrayResize). The outer
+	// query sums paired restores per unit and lists orphans by sensor.
+	orphans := map[string]int64{}
+	err := s.query(ctx, sc, fmt.Sprintf(`
+		SELECT if(d < 0, sensor_id, '') AS k, toInt64(if(d < 0, r, intDiv(r, %d) * %[1]d)) AS u, toInt64(count()), toInt64(sum(d))
+		FROM (
+			SELECT sensor_id, rs, arrayMap((r, l) -> if(l = 0, toInt64(-1), toInt64(r) - l), rs,
+				arrayResize(if(length(rs) > 0 AND (length(ls) = 0 OR rs[1] < ls[1]), arrayPushFront(ls, toUInt32(0)), ls), length(rs))) AS ds
+			FROM (
+				SELECT sensor_id,
+				       arraySort(groupUniqArrayIf(toUInt32(at), type = 'connection_lost')) AS ls,
+				       arraySort(groupUniqArrayIf(toUInt32(at), type = 'connection_restored')) AS rs
+				FROM events
+				WHERE %s AND type IN ('connection_lost', 'connection_restored') AND at >= toDateTime(?) AND at < toDateTime(?)
+				GROUP BY sensor_id))
+		ARRAY JOIN rs AS r, ds AS d
+		GROUP BY k, u`, p.width, scope), append(args, p.from, p.to), func(scan func(...any) error) error {
+		var (
+			k          string
+			u, n, secs int64
+		)
+		if err := scan(&k, &u, &n, &secs); err != nil {
+			return err
+		}
+		if k != "" {
+			orphans[k] = u
+			return nil
+		}
+		x := at("", u)
+		x.restoreSeconds += secs
+		x.restoresPaired += n
+		return nil
+	})
+	if err != nil || len(orphans) == 0 {
+		return err
+	}
+	ids := make([]string, 0, len(orphans))
+	for id := range orphans {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	lost := scopeSet{ids: ids}
+	scope, args = lost.filter("sensor_id")
+	return s.query(ctx, lost, `
+		SELECT sensor_id, argMax(toUInt32(at), (at, type = 'connection_restored')), argMax(type, (at, type = 'connection_restored'))
+		FROM events
+		WHERE `+scope+` AND type IN ('connection_lost', 'connection_restored') AND at < toDateTime(?)
+		GROUP BY sensor_id`, append(args, p.from), func(scan func(...any) error) error {
+		var (
+			sensor, typ string
+			t           uint32
+		)
+		if err := scan(&sensor, &t, &typ); err != nil || typ != "connection_lost" {
+			return err
+		}
+		r := orphans[sensor]
+		u := at("", r/p.width*p.width)
+		u.restoreSeconds += r - int64(t)
+		u.restoresPaired++
+		return nil
+	})
+}

@@ -1,0 +1,88 @@
+package analytics
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// SummaryQuery asks for a scope's figures over [From, To) in buckets aligned
+// in Location. ClickHouse keeps seconds: From and To are truncated to the
+// second.
+type SummaryQuery struct {
+	Scope    Scope
+	From, To time.Time
+	Bucket   Bucket
+	Location *time.Location
+}
+
+// Summary is the answer to a SummaryQuery.
+type Summary struct {
+	Scope    Scope
+	From, To time.Time
+	Bucket   Bucket
+	Location *time.Location
+	// Sensors is how many sensors the scope has now.
+	Sensors int
+	Buckets []Figures
+	Total   Figures
+}
+
+// Summary computes the figures of q. An unknown sensor, site or client is
+// storage.ErrNotFound; a range that makes too many buckets an error wrapping
+// ErrBadQuery.
+func (s *Store) Summary(ctx context.Context, q SummaryQuery) (Summary, error) {
+	from, to := q.From.Truncate(time.Second), q.To.Truncate(time.Second)
+	if !from.Before(to) {
+		return Summary{}, fmt.Errorf("%w: from must be before to", ErrBadQuery)
+	}
+	edges, err := Edges(q.Bucket, q.Location, from.In(q.Location), to.In(q.Location))
+	if err != nil {
+		return Summary{}, fmt.Errorf("%w: %w", ErrBadQuery, err)
+	}
+	out, err := s.summarize(ctx, q.Scope, edges)
+	if err != nil {
+		return Summary{}, err
+	}
+	out.Bucket, out.Location = q.Bucket, q.Location
+	return out, nil
+}
+
+// summarize computes the figures of the buckets between edges.
+func (s *Store) summarize(ctx context.Context, scope Scope, edges []time.Time) (Summary, error) {
+	ids, err := s.scopeSensors(ctx, scope)
+	if err != nil {
+		return Summary{}, err
+	}
+	out := Summary{Scope: scope, From: edges[0], To: edges[len(edges)-1], Sensors: len(ids)}
+	var (
+		units []unit
+		in    carry
+	)
+	if len(ids) > 0 {
+		sc := scopeSet{ids: ids, fleet: scope.Kind == ScopeFleet}
+		unix := make([]int64, len(edges))
+		for i, e := range edges {
+			unix[i] = e.Unix()
+		}
+		p := newPlan(unix, s.source)
+		carried, err := s.carryIn(ctx, sc, p.from, s.source, false)
+		if err != nil {
+			return Summary{}, err
+		}
+		m, err := s.units(ctx, sc, p)
+		if err != nil {
+			return Summary{}, err
+		}
+		in, units = carried[""], m.list("")
+	}
+	out.Buckets, out.Total = combine(edges, units, in, len(ids), s.now())
+	return out, nil
+}
+
+func (s *Store) scopeSensors(ctx context.Context, scope Scope) ([]string, error) {
+	if s.scopes == nil {
+		return nil, fmt.Errorf("analytics: no scope resolver")
+	}
+	return s.scopes.ScopeSensors(ctx, scope)
+}

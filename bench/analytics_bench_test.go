@@ -1,0 +1,253 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockstream/lockstream/analytics"
+	"github.com/lockstream/lockstream/migrations"
+	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/storage/storagetest"
+	"github.com/lockstream/lockstream/webapi"
+)
+
+// The fleet of the analytics benchmark: fleetSensors sensors (s100000 …
+// s199999), fleetReadings readings (1,000 a sensor, one at a random second of
+// each 7,776 s slot) and fleetEvents events (100 a sensor, one in each
+// 77,760 s slot, cycling unlock, loss, restore, lock) over the 90 days from
+// fleetStart.
+const (
+	fleetSensors  = 100_000
+	fleetReadings = 100_000_000
+	fleetEvents   = 10_000_000
+	fleetDays     = 90
+)
+
+var fleetStart = time.Date(2026, 7, 1, 0, 0, 0, 0, time.UTC)
+
+// fleetSQL writes the fleet's history straight into ClickHouse, inside
+// ClickHouse (INSERT … SELECT from numbers): the rollups' materialized views
+// fill events_hourly and readings_hourly as they would from the history
+// writer's inserts.
+func fleetSQL() []string {
+	start := fleetStart.Unix()
+	return []string{
+		fmt.Sprintf(`INSERT INTO events (id, type, sensor_id, data, previous, at)
+		SELECT toString(number),
+		  multiIf(j %% 4 = 0, 'state_changed', j %% 4 = 1, 'connection_lost', j %% 4 = 2, 'connection_restored', 'state_changed'),
+		  concat('s', toString(100000 + i)),
+		  multiIf(j %% 4 = 0, toNullable(toInt8(0)), j %% 4 = 3, toNullable(toInt8(1)), NULL),
+		  multiIf(j = 0, NULL, j %% 4 = 0, toNullable(toInt8(1)), j %% 4 = 3, toNullable(toInt8(0)), NULL),
+		  toDateTime(%d + j * 77760 + cityHash64(number) %% 77760)
+		FROM (SELECT number, number %% %d AS i, intDiv(number, %[2]d) AS j FROM system.numbers LIMIT %d)`,
+			start, fleetSensors, fleetEvents),
+		fmt.Sprintf(`INSERT INTO readings (sensor_id, data, ts, received_at, kafka_partition, kafka_offset)
+		SELECT concat('s', toString(100000 + i)), toUInt8(k %% 2), toDateTime(%d + k * 7776 + cityHash64(number) %% 7776) AS t, t,
+		  toInt32(i %% 12), toInt64(number)
+		FROM (SELECT number, number %% %d AS i, intDiv(number, %[2]d) AS k FROM system.numbers LIMIT %d)`,
+			start, fleetSensors, fleetReadings),
+	}
+}
+
+// fleetStores returns a Postgres with the fleet's sensors registered and the
+// URL of a ClickHouse database holding its history: the database at
+// LOCKSTREAM_BENCH_FLEET_CLICKHOUSE_URL when set (filled by an earlier run and
+// kept: filling takes half an hour on two busy cores), else a fresh one of the
+// benchmark's, filled now.
+func fleetStores(b *testing.B) (*storage.Postgres, string) {
+	b.Helper()
+	ctx := context.Background()
+	pgURL := storagetest.NewPostgresDatabase(b)
+	chURL, fill := os.Getenv("LOCKSTREAM_BENCH_FLEET_CLICKHOUSE_URL"), false
+	if chURL == "" {
+		chURL, fill = storagetest.NewClickHouseDatabase(b), true
+	}
+	if err := migrations.Migrate(ctx, pgURL, chURL, discardLogger()); err != nil {
+		b.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `
+		INSERT INTO sensors (id, address, site)
+		SELECT 's' || (100000 + i), 'door ' || i, 'site' || (i % 1000) FROM generate_series(0, $1 - 1) AS i`, fleetSensors); err != nil {
+		b.Fatal(err)
+	}
+	pg, err := storage.OpenPostgres(ctx, pgURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pg.Close)
+	if fill {
+		opts, err := clickhouse.ParseDSN(chURL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		opts.Settings = clickhouse.Settings{"max_insert_block_size": 1 << 20}
+		ch, err := clickhouse.Open(opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ch.Close()
+		start := time.Now()
+		for _, q := range fleetSQL() {
+			if err := ch.Exec(ctx, q); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.Logf("fleet written in %s", time.Since(start).Round(time.Second))
+	}
+	return pg, chURL
+}
+
+// BenchmarkAnalyticsFleet times the analysts' questions over a fleet of
+// 100,000 sensors, 100,000,000 readings and 10,000,000 events in ClickHouse:
+// fleet-wide Paris days over 30 days, one sensor's hours over 90 days, the top
+// 20 by time lost over 30 days, each reporting p50, p99 and max in ms; and an
+// export of fleet readings through the API's handler (HTTP, loopback, body
+// discarded), reporting rows/s and the process's peak RSS.
+//
+//	LOCKSTREAM_BENCH_FLEET_CLICKHOUSE_URL=clickhouse://127.0.0.1:9000/lst_anbench \
+//	  go test -run '^$' -bench AnalyticsFleet -benchtime 20x -timeout 90m ./bench/
+func BenchmarkAnalyticsFleet(b *testing.B) {
+	pg, chURL := fleetStores(b)
+	ctx := context.Background()
+	ch, err := storage.OpenClickHouse(ctx, chURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ch.Close()
+	scopes := analytics.NewPostgresScopes(pg.Pool())
+	st := analytics.New(ch.Conn(), scopes, analytics.WithClock(func() time.Time { return fleetStart.AddDate(0, 0, fleetDays) }))
+	paris, _ := time.LoadLocation("Europe/Paris")
+	end := time.Date(2026, 9, 28, 0, 0, 0, 0, paris)
+	fleet := analytics.Scope{Kind: analytics.ScopeFleet}
+
+	for _, c := range []struct {
+		name string
+		run  func() error
+	}{
+		{"fleet-days-30d", func() error {
+			_, err := st.Summary(ctx, analytics.SummaryQuery{Scope: fleet, From: end.AddDate(0, 0, -30), To: end,
+				Bucket: analytics.Bucket1d, Location: paris})
+			return err
+		}},
+		{"sensor-hours-90d", func() error {
+			_, err := st.Summary(ctx, analytics.SummaryQuery{Scope: analytics.Scope{Kind: analytics.ScopeSensor, ID: "s123456"},
+				From: fleetStart, To: fleetStart.AddDate(0, 0, fleetDays), Bucket: analytics.Bucket1h, Location: paris})
+			return err
+		}},
+		{"top20-lost-30d", func() error {
+			_, err := st.Top(ctx, analytics.TopQuery{Scope: fleet, From: end.AddDate(0, 0, -30), To: end, By: "lost_seconds", Limit: 20})
+			return err
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			took := make([]time.Duration, 0, b.N)
+			for b.Loop() {
+				start := time.Now()
+				if err := c.run(); err != nil {
+					b.Fatal(err)
+				}
+				took = append(took, time.Since(start))
+			}
+			reportLatencies(b, took)
+		})
+	}
+	b.Run("export-readings", func(b *testing.B) { benchExport(b, st, pg, end) })
+}
+
+func reportLatencies(b *testing.B, took []time.Duration) {
+	slices.Sort(took)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	b.ReportMetric(ms(took[len(took)/2]), "p50-ms")
+	b.ReportMetric(ms(took[(len(took)*99+99)/100-1]), "p99-ms")
+	b.ReportMetric(ms(took[len(took)-1]), "max-ms")
+}
+
+// benchExport exports 3 days of fleet readings (about 3.3 million rows) as CSV
+// through the API's handler and reports rows/s and the process's peak RSS.
+func benchExport(b *testing.B, st *analytics.Store, pg *storage.Postgres, end time.Time) {
+	reg := prometheus.NewRegistry()
+	srv, err := webapi.New(webapi.Config{AdminToken: "bench-admin"}, pg, nil, reg, reg, discardLogger(), webapi.WithAnalytics(st))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	from := end.AddDate(0, 0, -3)
+	url := fmt.Sprintf("%s/v1/analytics/export?scope=fleet&kind=readings&from=%s&to=%s", ts.URL,
+		from.UTC().Format(time.RFC3339), end.UTC().Format(time.RFC3339))
+	var rows int64
+	start := time.Now()
+	for b.Loop() {
+		req, _ := http.NewRequest("GET", url, nil)
+		req.Header.Set("Authorization", "Bearer bench-admin")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, err := countLines(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			b.Fatalf("export: %d, %v", resp.StatusCode, err)
+		}
+		rows += n - 1
+	}
+	elapsed := time.Since(start)
+	b.ReportMetric(float64(rows)/elapsed.Seconds(), "rows/s")
+	b.ReportMetric(float64(peakRSS(b))/(1<<20), "peak-rss-MiB")
+}
+
+func countLines(r io.Reader) (int64, error) {
+	buf := make([]byte, 256<<10)
+	var n int64
+	for {
+		k, err := r.Read(buf)
+		for _, c := range buf[:k] {
+			if c == '\n' {
+				n++
+			}
+		}
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+// peakRSS is the process's VmHWM in bytes (Linux).
+func peakRSS(b *testing.B) int64 {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	b.Fatal("no VmHWM in /proc/self/status")
+	return 0
+}
