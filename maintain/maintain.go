@@ -33,8 +33,11 @@ const (
 // not exist.
 var DefaultTables = []string{"notifications", "deliveries", "pushes", "delivery_attempts", "inbox_messages", "member_emails"}
 
-// DefaultHistoryTables are the ClickHouse tables partitioned by toYYYYMM.
-var DefaultHistoryTables = []string{"readings", "events", "delivery_attempts"}
+// DefaultHistoryTables are the ClickHouse tables partitioned by toYYYYMM: the
+// raw history and the analytics rollups its views fill (a month of rollups
+// goes with its month of rows).
+var DefaultHistoryTables = []string{"readings", "events", "delivery_attempts",
+	"readings_hourly", "events_hourly", "fleet_readings_hourly", "fleet_events_hourly"}
 
 // Config configures the maintainer.
 type Config struct {
