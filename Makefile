@@ -24,7 +24,7 @@ migrate: services build
 # Tests that count requests against a wall-clock limit (Swrve's 300 starts in any
 # second) run alone, after the others: how late a loaded machine runs goroutines
 # moves what they measure.
-ALONE := ^TestPushLoadThroughProcesses$$
+ALONE := ^(TestPushLoadThroughProcesses|TestSwrveRateSharedByRetriers)$$
 
 ## test: start the services, then run every test with the race detector
 test: services

@@ -234,13 +234,20 @@ func (s *Store) rollupUnits(ctx context.Context, sc scopeSet, p plan, at func(st
 	scope, args := sc.filter("sensor_id")
 	args = append(args, ceilDiv(p.from, 3600)*3600, p.to/3600*3600)
 	// Hours read raw are left out here; the GROUP BY keeps the hour so that
-	// they can be.
+	// they can be. A top list needs one row per sensor: its raw hours (only
+	// those the range's ends cut) are left out in the query, and hours are
+	// summed there.
 	key := "'' AS k"
+	hour := "toInt64(toUInt32(hour)) AS h"
 	if p.bySensor {
-		key = "sensor_id AS k"
+		key, hour = "sensor_id AS k", "toInt64(0) AS h"
+		if len(p.rawHours) > 0 {
+			scope += " AND NOT has(?, toInt64(intDiv(toUInt32(hour), 3600)))"
+			args = append(args[:len(args)-2:len(args)-2], append([]any{p.rawHours}, args[len(args)-2:]...)...)
+		}
 	}
 	err := s.query(ctx, sc, `
-		SELECT `+key+`, toInt64(toUInt32(hour)) AS h,`+rollupEventSums+`
+		SELECT `+key+`, `+hour+`,`+rollupEventSums+`
 		FROM `+sc.rollup("events", p.bySensor)+`
 		WHERE `+scope+` AND hour >= toDateTime(?) AND hour < toDateTime(?)
 		GROUP BY k, h`, args, func(scan func(...any) error) error {
@@ -249,7 +256,7 @@ func (s *Store) rollupUnits(ctx context.Context, sc scopeSet, p plan, at func(st
 			h int64
 			e sums
 		)
-		if err := scanEventSums(scan, &k, &h, &e); err != nil || skip[h/3600] {
+		if err := scanEventSums(scan, &k, &h, &e); err != nil || !p.bySensor && skip[h/3600] {
 			return err
 		}
 		at(k, h).add(e)

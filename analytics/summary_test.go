@@ -222,6 +222,17 @@ func TestTopIsExact(t *testing.T) {
 				t.Errorf("source %d: top by %s = %v, want %s", src, by, got, w)
 			}
 		}
+		// A range the hour does not divide: rollups for its whole hours, raw
+		// rows for the ends, the same ranking as raw rows alone.
+		odd := analytics.TopQuery{Scope: analytics.Scope{Kind: analytics.ScopeSite, ID: "yard"}, From: rangeFrom.Add(10*time.Minute + 7*time.Second),
+			To: rangeTo.Add(-25 * time.Minute), By: "lost_seconds", Limit: 20}
+		rawStore := analytics.New(stores.ClickHouse.Conn(), analytics.NewPostgresScopes(stores.Postgres.Pool()),
+			analytics.WithClock(afterScript), analytics.WithSource(analytics.SourceRaw))
+		a, errA := st.Top(ctx, odd)
+		r, errR := rawStore.Top(ctx, odd)
+		if errA != nil || errR != nil || fmt.Sprint(a) != fmt.Sprint(r) {
+			t.Errorf("source %d: top over an odd range %v (%v), raw rows %v (%v)", src, a, errA, r, errR)
+		}
 		// limit keeps the first.
 		items, err := st.Top(ctx, analytics.TopQuery{Scope: analytics.Scope{Kind: analytics.ScopeFleet}, From: rangeFrom,
 			To: rangeTo, By: "lost_seconds", Limit: 1})

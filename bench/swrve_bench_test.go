@@ -45,6 +45,26 @@ const swrveRampUp = 8 * time.Second
 // requests it saw at once and the most it saw start within one second.
 // It needs a run of well over 8 s: -bench SwrveThroughput -benchtime 6000x.
 func BenchmarkSwrveThroughput(b *testing.B) {
+	benchSwrveThroughput(b, 1, nil)
+}
+
+// BenchmarkSwrveThroughputShared is BenchmarkSwrveThroughput with two Senders
+// (two retrier processes, as Swrve sees them) sharing the default rate of 300
+// a second through Redis (Config.Redis), 350 workers each: together they must
+// keep Swrve's limit, and sends/s says what the shared turns cost against
+// one Sender's pace. -bench SwrveThroughputShared -benchtime 6000x.
+func BenchmarkSwrveThroughputShared(b *testing.B) {
+	rdb, err := storage.OpenRedis(context.Background(), storagetest.RedisURL(b), storagetest.NewRedisPrefix(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rdb.Close()
+	benchSwrveThroughput(b, 2, rdb)
+}
+
+// benchSwrveThroughput runs the Swrve benchmarks: senders Senders (sharing
+// their rate through rdb when it is not nil) and 700 workers in all.
+func benchSwrveThroughput(b *testing.B, senders int, rdb *storage.Redis) {
 	const workers = 700
 	var arrivals, answered stamps
 	fake := swrvetest.NewServer(swrvetest.Config{Scale: 1, MaxPerSecond: 300, Seed: 42,
@@ -52,14 +72,19 @@ func BenchmarkSwrveThroughput(b *testing.B) {
 	})
 	srv := httptest.NewServer(fake)
 	defer srv.Close()
-	sender, err := swrve.New(swrve.Config{
-		URL:      srv.URL,
-		PushKeys: swrve.PushKeys{"Hello": {storage.PlatformIOS: "campaign"}},
-	}, prometheus.NewRegistry(), nil)
-	if err != nil {
-		b.Fatal(err)
+	pool := make([]*swrve.Sender, senders)
+	for i := range pool {
+		sender, err := swrve.New(swrve.Config{
+			URL:      srv.URL,
+			PushKeys: swrve.PushKeys{"Hello": {storage.PlatformIOS: "campaign"}},
+			Redis:    rdb,
+		}, prometheus.NewRegistry(), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer sender.Close()
+		pool[i] = sender
 	}
-	defer sender.Close()
 	push := swrve.Push{Platform: storage.PlatformIOS, MessagePrototypeKey: "Hello", PushKey: "device", Message: "hi"}
 
 	ctx := context.Background()
@@ -67,7 +92,8 @@ func BenchmarkSwrveThroughput(b *testing.B) {
 	var wg sync.WaitGroup
 	b.ResetTimer()
 	start := time.Now()
-	for range workers {
+	for w := range workers {
+		sender := pool[w%senders]
 		wg.Go(func() {
 			for next.Add(1) <= int64(b.N) {
 				for {

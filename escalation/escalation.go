@@ -26,6 +26,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/internal/contain"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -97,6 +98,7 @@ type Escalator struct {
 	cfg    Config
 	store  Store
 	m      *escalationMetrics
+	panics *prometheus.CounterVec
 	logger *slog.Logger
 }
 
@@ -119,20 +121,29 @@ func New(cfg Config, store Store, reg prometheus.Registerer, logger *slog.Logger
 	if err != nil {
 		return nil, err
 	}
-	return &Escalator{cfg: cfg, store: store, m: m, logger: logger}, nil
+	panics, err := contain.Counter(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Escalator{cfg: cfg, store: store, m: m, panics: panics, logger: logger}, nil
 }
 
 // Run runs a round at once and then every Interval (at once again after a
 // full round) until ctx is cancelled, then returns nil. A round in progress
 // at cancellation finishes first (within Timeout); a failed round is logged
-// and counted, and the next one tries again.
+// and counted, and the next one tries again; so is one that panicked (counted
+// in lockstream_panics_total{where="escalation"}).
 func (e *Escalator) Run(ctx context.Context) error {
 	e.logger.InfoContext(ctx, "escalation started", "interval", e.cfg.Interval, "email_after", e.cfg.EmailAfter,
 		"push_after", e.cfg.PushAfter, "limit", e.cfg.Limit)
 	ticker := time.NewTicker(e.cfg.Interval)
 	defer ticker.Stop()
 	for {
-		res, err := e.RunRound(ctx)
+		var res storage.EscalationResult
+		err := contain.Run(ctx, "escalation", e.panics, func(ctx context.Context) (err error) {
+			res, err = e.RunRound(ctx)
+			return err
+		})
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/internal/contain"
 )
 
 // DaemonStore is the Redis side of the Daemon (RedisStore).
@@ -126,6 +127,7 @@ type Daemon struct {
 	restored      prometheus.Counter
 	rebuilds      prometheus.Counter
 	sweepErrors   prometheus.Counter
+	panics        *prometheus.CounterVec
 	sweepDuration prometheus.Histogram
 	lag           prometheus.Gauge
 	lagErrors     prometheus.Counter
@@ -161,6 +163,9 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) 
 	}
 	d := &Daemon{cfg: cfg, tm: newTiming(cfg), deps: deps, logger: logger}
 	var err error
+	if d.panics, err = contain.Counter(reg); err != nil {
+		return nil, err
+	}
 	if d.tracked, err = newGauge(reg, "tracked_sensors",
 		"Sensors with a heartbeat deadline, as of the last sweep."); err != nil {
 		return nil, err
@@ -216,7 +221,8 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) 
 }
 
 // Run sweeps at once and then every SweepInterval until ctx is cancelled, and returns
-// nil then. A failed sweep is logged and counted; the next one retries its work. A
+// nil then. A failed sweep is logged and counted; the next one retries its work (a
+// sweep that panicked too: counted in lockstream_panics_total{where="heartbeat_sweep"}). A
 // sweep under way when ctx is cancelled still publishes and confirms the losses it
 // has claimed, within PublishTimeout.
 func (d *Daemon) Run(ctx context.Context) error {
@@ -225,7 +231,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	ticker := time.NewTicker(d.cfg.SweepInterval)
 	defer ticker.Stop()
 	for {
-		if err := d.Sweep(ctx); err != nil && ctx.Err() == nil {
+		if err := contain.Run(ctx, "heartbeat_sweep", d.panics, d.Sweep); err != nil && ctx.Err() == nil {
 			d.sweepErrors.Inc()
 			d.logger.ErrorContext(ctx, "heartbeat sweep failed", "err", err)
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/internal/contain"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -32,8 +33,11 @@ const (
 // not exist.
 var DefaultTables = []string{"notifications", "deliveries", "pushes", "delivery_attempts", "inbox_messages", "member_emails"}
 
-// DefaultHistoryTables are the ClickHouse tables partitioned by toYYYYMM.
-var DefaultHistoryTables = []string{"readings", "events", "delivery_attempts"}
+// DefaultHistoryTables are the ClickHouse tables partitioned by toYYYYMM: the
+// raw history and the analytics rollups its views fill (a month of rollups
+// goes with its month of rows).
+var DefaultHistoryTables = []string{"readings", "events", "delivery_attempts",
+	"readings_hourly", "events_hourly", "fleet_readings_hourly", "fleet_events_hourly"}
 
 // Config configures the maintainer.
 type Config struct {
@@ -132,6 +136,7 @@ type Maintainer struct {
 	store   Store
 	history History
 	m       *maintainMetrics
+	panics  *prometheus.CounterVec
 	logger  *slog.Logger
 }
 
@@ -151,18 +156,24 @@ func New(cfg Config, store Store, history History, reg prometheus.Registerer, lo
 	if err != nil {
 		return nil, err
 	}
-	return &Maintainer{cfg: cfg, store: store, history: history, m: m, logger: logger}, nil
+	panics, err := contain.Counter(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Maintainer{cfg: cfg, store: store, history: history, m: m, panics: panics, logger: logger}, nil
 }
 
 // Run makes a pass at once and then every Interval until ctx is cancelled;
-// a failed pass is logged and counted, and the next one tries again.
+// a failed pass is logged and counted, and the next one tries again (one that
+// panicked too: counted in lockstream_panics_total{where="maintain"}).
 func (mt *Maintainer) Run(ctx context.Context) error {
 	mt.logger.InfoContext(ctx, "maintainer started", "retention", mt.cfg.Retention,
 		"history_retention", mt.cfg.HistoryRetention, "interval", mt.cfg.Interval, "tables", mt.cfg.Tables)
 	ticker := time.NewTicker(mt.cfg.Interval)
 	defer ticker.Stop()
 	for {
-		if _, err := mt.RunOnce(ctx); err != nil && ctx.Err() == nil {
+		pass := func(ctx context.Context) error { _, err := mt.RunOnce(ctx); return err }
+		if err := contain.Run(ctx, "maintain", mt.panics, pass); err != nil && ctx.Err() == nil {
 			mt.m.errors.Inc()
 			mt.logger.ErrorContext(ctx, "maintenance pass failed", "err", err)
 		}

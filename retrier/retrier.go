@@ -242,6 +242,9 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) 
 	if err != nil {
 		return nil, err
 	}
+	if deps, err = guardSenders(deps, reg, logger); err != nil {
+		return nil, err
+	}
 	var lanes []*lane
 	if len(channels) > 0 {
 		lanes = append(lanes, newLane("deliveries", channels, cfg.Workers, cfg.BatchSize))

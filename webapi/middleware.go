@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -16,12 +15,14 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/internal/contain"
 	lsmetrics "github.com/lockstream/lockstream/internal/metrics"
 )
 
 // metrics are the server's own Prometheus collectors.
 type metrics struct {
 	duration *prometheus.HistogramVec
+	panics   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -33,6 +34,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"route", "method", "code"}),
 	}
 	if err := lsmetrics.RegisterAll(reg, m.duration); err != nil {
+		return nil, fmt.Errorf("http: %w", err)
+	}
+	var err error
+	if m.panics, err = contain.Counter(reg); err != nil {
 		return nil, fmt.Errorf("http: %w", err)
 	}
 	return m, nil
@@ -77,8 +82,9 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 }
 
 // recoverPanics turns a handler's panic into a logged 500 problem instead of a
-// dropped connection. http.ErrAbortHandler is re-panicked: it is how a handler asks
-// net/http to abort the response.
+// dropped connection, counted in lockstream_panics_total{where="handler"}.
+// http.ErrAbortHandler is re-panicked: it is how a handler asks net/http to abort
+// the response.
 func (s *Server) recoverPanics(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
@@ -89,8 +95,8 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
-			s.logger.ErrorContext(r.Context(), "http handler panicked",
-				"method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			p := contain.Recovered("handler", v)
+			contain.Report(r.Context(), p, s.metrics.panics, s.logger, "method", r.Method, "path", r.URL.Path)
 			writeProblem(w, newProblem(http.StatusInternalServerError, problemInternal,
 				"the server failed to handle the request; the error is logged"))
 		}()

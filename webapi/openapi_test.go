@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/lockstream/lockstream/storage"
@@ -221,7 +222,11 @@ func TestPanicBecomesLoggedProblem(t *testing.T) {
 	if p.Type != problemInternal || strings.Contains(p.Detail, "kaboom") {
 		t.Fatalf("problem = %+v", p)
 	}
-	if !strings.Contains(logs.String(), "kaboom") || !strings.Contains(logs.String(), "http handler panicked") {
-		t.Fatalf("panic not logged: %s", logs.String())
+	if !strings.Contains(logs.String(), "kaboom") || !strings.Contains(logs.String(), "recovered a panic") ||
+		!strings.Contains(logs.String(), "openapi_test.go") {
+		t.Fatalf("panic not logged with its stack: %s", logs.String())
+	}
+	if got := testutil.ToFloat64(s.metrics.panics.WithLabelValues("handler")); got != 1 {
+		t.Errorf("panics_total{where=handler} = %v, want 1", got)
 	}
 }

@@ -82,7 +82,7 @@ func settingTable() map[string]setting {
 		"webhook-allow-private": {"webhook-allow-private", "LOCKSTREAM_WEBHOOK_ALLOW_PRIVATE", "false",
 			"let webhooks reach loopback and private addresses (tests, demo)"},
 		"swrve-url":       {"swrve-url", "LOCKSTREAM_SWRVE_URL", "https://service.swrve.com/push", "Swrve push API URL"},
-		"swrve-rate":      {"swrve-rate", "LOCKSTREAM_SWRVE_RATE", "300", "Swrve sends started per second at most"},
+		"swrve-rate":      {"swrve-rate", "LOCKSTREAM_SWRVE_RATE", "300", "Swrve sends started per second at most, by every retrier process together (shared through Redis)"},
 		"swrve-push-keys": {"swrve-push-keys", "LOCKSTREAM_SWRVE_PUSH_KEYS", "", "YAML file mapping message prototypes to push keys"},
 		"smtp-url":        {"smtp-url", "LOCKSTREAM_SMTP_URL", "smtp://127.0.0.1:25", "SMTP server URL"},
 		"retention": {"retention", "LOCKSTREAM_RETENTION", "90d",

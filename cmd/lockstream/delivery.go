@@ -77,8 +77,10 @@ func retrierDaemon(_ context.Context, n *node) (daemon, error) {
 		webhooks.Close()
 		return daemon{}, err
 	}
-	push, err := swrve.New(swrve.Config{URL: n.v.str("swrve-url"), Rate: swrveRate, PushKeysFile: n.v.str("swrve-push-keys")},
-		n.reg, logger)
+	// Every retrier process takes its Swrve turns from Redis: together they
+	// keep LOCKSTREAM_SWRVE_RATE.
+	push, err := swrve.New(swrve.Config{URL: n.v.str("swrve-url"), Rate: swrveRate, PushKeysFile: n.v.str("swrve-push-keys"),
+		Redis: n.redis}, n.reg, logger)
 	if err != nil {
 		webhooks.Close()
 		return daemon{}, err

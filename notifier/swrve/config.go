@@ -7,6 +7,8 @@ import (
 	"math"
 	"net/url"
 	"time"
+
+	"github.com/lockstream/lockstream/storage"
 )
 
 // Config defaults.
@@ -53,6 +55,11 @@ type Config struct {
 	// MaxResponseBytes caps how much of an answer is read. Defaults to
 	// DefaultMaxResponseBytes (64 KiB).
 	MaxResponseBytes int64
+	// Redis, when set, shares Rate with every Sender that uses the same Redis
+	// and key prefix (every retrier process of a deployment): together they
+	// start at most Rate requests in any second. Sends wait while Redis cannot
+	// be reached. Defaults to nil: the rate holds within this process only.
+	Redis *storage.Redis
 }
 
 // WithDefaults returns the config with zero fields set to their defaults.

@@ -8,9 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/lockstream/lockstream/notifier"
 	"github.com/lockstream/lockstream/notifier/swrve"
 	"github.com/lockstream/lockstream/notifier/swrve/swrvetest"
+	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/storage/storagetest"
 )
 
 // load is one run of many concurrent senders against the fake Swrve.
@@ -139,4 +143,59 @@ func TestLoadSwrveLimit(t *testing.T) {
 		cfg:  swrve.Config{Rate: 290},
 		fake: swrvetest.Config{Scale: 0.01, MaxPerSecond: 300, Seed: 2},
 	}.run(t)
+}
+
+// TestLoadSharedRateTwoSenders: two Senders sharing their rate through Redis
+// (two retrier processes, as far as Swrve can tell) at 290 a second each,
+// against one fake with Swrve's limit of 300 starts a second: together they
+// keep it, no 429, every push Sent. Alone, each would start up to 290 a
+// second: 580 together. (290 rather than 300 for the reason
+// TestLoadSwrveLimit gives; the process test TestSwrveRateSharedByRetriers,
+// which `make test` runs alone, sends at 300.)
+func TestLoadSharedRateTwoSenders(t *testing.T) {
+	const senders, perSender, rate = 10, 60, 290
+	r := sharedRedis(t)
+	f := setup(t, swrvetest.Config{Scale: 0.01, MaxPerSecond: 300, Seed: 4}, swrve.Config{Rate: rate, Redis: r})
+	other := newSender(t, swrve.Config{URL: f.srv.URL, PushKeys: testKeys, Rate: rate, Redis: r}, prometheus.NewRegistry())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	for _, s := range []*swrve.Sender{f.sender, other} {
+		for range senders {
+			wg.Go(func() {
+				for range perSender {
+					if res := s.Send(ctx, hello); res.Outcome != notifier.Sent {
+						t.Errorf("Send = %+v, want Sent", res)
+						return
+					}
+					sent.Add(1)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	st := f.fake.Stats()
+	t.Logf("%d pushes from two Senders sharing %d/s: Swrve saw %+v", sent.Load(), rate, st)
+	const total = 2 * senders * perSender
+	if st.Total != total || st.OK != total || st.TooMany != 0 {
+		t.Errorf("Swrve saw %d requests, %d OK, %d answered 429; want %d, %d, 0", st.Total, st.OK, st.TooMany, total, total)
+	}
+	if st.MaxPerSecond > 300 {
+		t.Errorf("Swrve saw %d requests start within one second, limit 300", st.MaxPerSecond)
+	}
+}
+
+// sharedRedis opens a Redis of the test's own key prefix.
+func sharedRedis(t *testing.T) *storage.Redis {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := storage.OpenRedis(ctx, storagetest.RedisURL(t), storagetest.NewRedisPrefix(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
 }

@@ -16,6 +16,7 @@ type metrics struct {
 	responseTime prometheus.Histogram
 	sends        *prometheus.CounterVec
 	responses    *prometheus.CounterVec
+	rateErrors   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -47,12 +48,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: ns, Subsystem: sub, Name: "responses_total",
 			Help: "Answers from Swrve by HTTP status code: a rising 429 means the rate is set above what Swrve accepts.",
 		}, []string{"code"}),
+		rateErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "rate_errors_total",
+			Help: "Failed calls to Redis for the shared Swrve rate: sends wait while it cannot be read.",
+		}),
 	}
 	// The codes alerts watch exist from the start, so rate() sees their first one.
 	for _, code := range []string{"200", "429"} {
 		m.responses.WithLabelValues(code)
 	}
-	if err := lsmetrics.RegisterAll(reg, m.inFlight, m.waiting, m.poolSize, m.responseTime, m.sends, m.responses); err != nil {
+	if err := lsmetrics.RegisterAll(reg, m.inFlight, m.waiting, m.poolSize, m.responseTime, m.sends, m.responses, m.rateErrors); err != nil {
 		return nil, fmt.Errorf("registering Swrve metrics (one Sender per process): %w", err)
 	}
 	return m, nil

@@ -8,7 +8,9 @@
 // answer, so a Sender paces the requests it starts and caps those in flight.
 // Both limits hold across every goroutine that uses the Sender, so a process
 // must create one Sender and share it (the retrier's push deliveries and the
-// push API alike). A Send that finds the pool full or the rate used up waits
+// push API alike). With Config.Redis the rate holds across every process too
+// (every Sender on that Redis and key prefix takes its turns from one state
+// there); the pool stays a process's own. A Send that finds the pool full or the rate used up waits
 // for its turn (or for ctx): the Sender starts no goroutines per push (only
 // the HTTP transport's per connection, at most one connection per pool slot)
 // and drops nothing.
@@ -30,11 +32,9 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/time/rate"
 
 	"github.com/lockstream/lockstream/notifier"
 	"github.com/lockstream/lockstream/storage"
@@ -60,82 +60,10 @@ const (
 	ErrorTypeCanceled = "CANCELED"
 	// ErrorTypeBusy: Retry, ctx ended (or its deadline came too close) while
 	// the send waited for a free slot in the pool or for its turn under the
-	// rate; no request was made.
+	// rate (a shared rate waits while Redis cannot be reached: Err then names
+	// Redis' error); no request was made.
 	ErrorTypeBusy = "BUSY"
 )
-
-// pacingJitter is the jitter the limits leave room for. Requests are paced
-// at (Rate-1) per (1s + pacingJitter) with a burst of one, so that any window
-// of 1s + pacingJitter holds at most Rate starts. A goroutine can still wake
-// late from the limiter, or stall between its turn and its write (a GC pause,
-// a loaded machine), and then go out together with the ones due after it; so
-// a log of the last Rate requests, each timed when it was written to the
-// connection, holds back any request that would make Rate + 1 writes within
-// 1s + pacingJitter (and waits for one still on its way). Swrve then sees
-// more than Rate in one second only if a request is delayed between its write
-// and Swrve by pacingJitter more than one written about a second later. With
-// the defaults the pace is 293 requests a second.
-const pacingJitter = 20 * time.Millisecond
-
-// PacedRate is the steady rate, in requests a second, at which a Sender
-// configured with rate starts requests.
-func PacedRate(rate float64) float64 {
-	return (rate - 1) / (1 + pacingJitter.Seconds())
-}
-
-// startLog remembers when the last n requests were written, to refuse a
-// start that would make n + 1 writes within span.
-type startLog struct {
-	span time.Duration
-
-	mu      sync.Mutex
-	starts  []time.Time // ring, oldest at next: when each request started, then when it was written
-	pending []bool      // the request started and is not written yet
-	next    int
-}
-
-// writeWaitPoll is how often a start that waits for a request still on its
-// way looks again. Such a request started a whole span ago, so this is rare.
-const writeWaitPoll = 2 * time.Millisecond
-
-func newStartLog(n int, span time.Duration) *startLog {
-	return &startLog{span: span, starts: make([]time.Time, n), pending: make([]bool, n)}
-}
-
-// admit records a start at now and returns its ticket for written, or, if
-// the start would be one too many, records nothing and returns how long to
-// wait before trying again.
-func (l *startLog) admit(now time.Time) (ticket int, wait time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.pending[l.next] {
-		// The request n starts ago has not been written yet: its write time,
-		// which decides, is still to come.
-		return 0, writeWaitPoll
-	}
-	if oldest := l.starts[l.next]; !oldest.IsZero() {
-		if age := now.Sub(oldest); age < l.span {
-			return 0, l.span - age
-		}
-	}
-	ticket = l.next
-	l.starts[ticket], l.pending[ticket] = now, true
-	l.next = (l.next + 1) % len(l.starts)
-	return ticket, 0
-}
-
-// written records that the request of ticket was written at (or failed
-// before it could be) at time at; calls after the first are ignored.
-func (l *startLog) written(ticket int, at time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.pending[ticket] {
-		if at.After(l.starts[ticket]) {
-			l.starts[ticket] = at
-		}
-		l.pending[ticket] = false
-	}
-}
 
 // Push is one message to one device.
 type Push struct {
@@ -186,8 +114,7 @@ type Sender struct {
 	url       string
 	transport *http.Transport
 	client    *http.Client
-	limiter   *rate.Limiter
-	starts    *startLog
+	gate      gate
 	slots     chan struct{}
 	m         *metrics
 	logger    *slog.Logger
@@ -219,6 +146,10 @@ func New(cfg Config, reg prometheus.Registerer, logger *slog.Logger) (*Sender, e
 		return nil, err
 	}
 	m.poolSize.Set(float64(pool))
+	var g gate = newLocalGate(cfg.Rate)
+	if cfg.Redis != nil {
+		g = newSharedGate(cfg.Redis, cfg, m.rateErrors, logger)
+	}
 
 	transport := &http.Transport{
 		Proxy:             http.ProxyFromEnvironment,
@@ -243,11 +174,10 @@ func New(cfg Config, reg prometheus.Registerer, logger *slog.Logger) (*Sender, e
 			Transport:     transport,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
-		limiter: rate.NewLimiter(rate.Limit(PacedRate(cfg.Rate)), 1),
-		starts:  newStartLog(int(cfg.Rate), time.Second+pacingJitter),
-		slots:   make(chan struct{}, pool),
-		m:       m,
-		logger:  logger,
+		gate:   g,
+		slots:  make(chan struct{}, pool),
+		m:      m,
+		logger: logger,
 	}, nil
 }
 
@@ -290,7 +220,7 @@ func (s *Sender) send(ctx context.Context, p Push) notifier.Result {
 	}
 
 	s.m.waiting.Inc()
-	ticket, release, err := s.acquire(ctx)
+	wrote, release, err := s.acquire(ctx)
 	s.m.waiting.Dec()
 	if err != nil {
 		return notifier.Result{Outcome: notifier.Retry, ErrorType: ErrorTypeBusy, Err: err}
@@ -300,50 +230,28 @@ func (s *Sender) send(ctx context.Context, p Push) notifier.Result {
 	s.m.inFlight.Inc()
 	defer s.m.inFlight.Dec()
 	start := time.Now()
-	wrote := func() { s.starts.written(ticket, time.Now()) }
 	res := s.post(ctx, url.Values{"push_key": {campaign}, "user": {p.PushKey}, "message": {p.Message}}, wrote)
 	res.Duration = time.Since(start)
 	s.m.responseTime.Observe(res.Duration.Seconds())
 	return res
 }
 
-// acquire takes a slot in the pool and then waits for the limiter and the
-// start log; the request must then report its write to the start log with
-// the ticket. The slot comes first: a send that got its turn and then waited
-// for a slot would start together with every other such send the moment slots
-// free up, a burst the limiter was meant to prevent.
-func (s *Sender) acquire(ctx context.Context) (ticket int, release func(), err error) {
+// acquire takes a slot in the pool and then waits for its turn under the
+// rate; the request must then report its write with wrote. The slot comes
+// first: a send that got its turn and then waited for a slot would start
+// together with every other such send the moment slots free up, a burst the
+// rate was meant to prevent.
+func (s *Sender) acquire(ctx context.Context) (wrote, release func(), err error) {
 	select {
 	case s.slots <- struct{}{}:
 	case <-ctx.Done():
-		return 0, nil, fmt.Errorf("waiting for a free slot in the Swrve pool: %w", ctx.Err())
+		return nil, nil, fmt.Errorf("waiting for a free slot in the Swrve pool: %w", ctx.Err())
 	}
-	if ticket, err = s.waitTurn(ctx); err != nil {
+	if wrote, err = s.gate.wait(ctx); err != nil {
 		<-s.slots
-		return 0, nil, fmt.Errorf("waiting for a turn under the Swrve rate: %w", err)
+		return nil, nil, fmt.Errorf("waiting for a turn under the Swrve rate: %w", err)
 	}
-	return ticket, func() { <-s.slots }, nil
-}
-
-// waitTurn waits until the request may start under the rate, and returns its
-// ticket in the start log.
-func (s *Sender) waitTurn(ctx context.Context) (int, error) {
-	if err := s.limiter.Wait(ctx); err != nil {
-		return 0, err
-	}
-	for {
-		ticket, wait := s.starts.admit(time.Now())
-		if wait == 0 {
-			return ticket, nil
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return 0, ctx.Err()
-		}
-	}
+	return wrote, func() { <-s.slots }, nil
 }
 
 // post sends the form and classifies the answer. It calls wrote once the
