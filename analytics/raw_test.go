@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/analytics"
+	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -43,7 +44,7 @@ func TestSensorEventsFiltersOrdersAndCollapsesReplays(t *testing.T) {
 		storage.HistoryEvent{ID: "b-lost", Type: "connection_lost", SensorID: "b", At: t0.Add(time.Minute)},
 		storage.HistoryEvent{ID: "b-01", Type: "state_changed", SensorID: "b", Data: &one, At: t0.Add(2 * time.Minute)})
 	for range 2 { // the second insert is a replay, in a separate part
-		if err := ch.InsertEvents(ctx, events); err != nil {
+		if err := history.NewClickHouseStore(ch).InsertEvents(ctx, events); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -123,7 +124,7 @@ func TestSensorReadingsFiltersOrdersAndCollapsesReplays(t *testing.T) {
 		storage.HistoryReading{SensorID: "a", Data: 1, ReceivedAt: last, Partition: 3, Offset: 120},
 		storage.HistoryReading{SensorID: "a", Data: 0, ReceivedAt: last, Partition: 3, Offset: 121})
 	for range 2 { // the second insert is a replay
-		if err := ch.InsertReadings(ctx, readings); err != nil {
+		if err := history.NewClickHouseStore(ch).InsertReadings(ctx, readings); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -232,7 +233,7 @@ func TestCursorsWalkEveryOldRowOnce(t *testing.T) {
 		old[i] = storage.HistoryReading{SensorID: "c", Data: i % 2, ReceivedAt: t0.Add(time.Duration(i/3) * time.Second),
 			Partition: 2, Offset: int64(i)}
 	}
-	if err := stores.ClickHouse.InsertReadings(ctx, old); err != nil {
+	if err := history.NewClickHouseStore(stores.ClickHouse).InsertReadings(ctx, old); err != nil {
 		t.Fatal(err)
 	}
 	next := int64(len(old))
@@ -242,7 +243,7 @@ func TestCursorsWalkEveryOldRowOnce(t *testing.T) {
 			rows = append(rows, storage.HistoryReading{SensorID: "c", Data: 1, ReceivedAt: at, Partition: 2, Offset: next})
 			next++
 		}
-		if err := stores.ClickHouse.InsertReadings(ctx, rows); err != nil {
+		if err := history.NewClickHouseStore(stores.ClickHouse).InsertReadings(ctx, rows); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -294,7 +295,7 @@ func TestEventListsFilterOrderAndRefuseForeignCursors(t *testing.T) {
 		events = append(events, storage.HistoryEvent{ID: fmt.Sprintf("e%d", i), Type: typ, SensorID: "a", Data: &one,
 			At: t0.Add(time.Duration(i/2) * time.Second)})
 	}
-	if err := stores.ClickHouse.InsertEvents(ctx, events); err != nil {
+	if err := history.NewClickHouseStore(stores.ClickHouse).InsertEvents(ctx, events); err != nil {
 		t.Fatal(err)
 	}
 	q := analytics.ListQuery{SensorID: "a", From: t0, To: t0.Add(time.Hour), Limit: 2, Asc: true,

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/analytics"
+	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -88,10 +89,10 @@ func exactStores(t *testing.T) *storagetest.Stores {
 		}
 	}
 	events, readings := script()
-	if err := stores.ClickHouse.InsertEvents(ctx, events); err != nil {
+	if err := history.NewClickHouseStore(stores.ClickHouse).InsertEvents(ctx, events); err != nil {
 		t.Fatal(err)
 	}
-	if err := stores.ClickHouse.InsertReadings(ctx, readings); err != nil {
+	if err := history.NewClickHouseStore(stores.ClickHouse).InsertReadings(ctx, readings); err != nil {
 		t.Fatal(err)
 	}
 	return stores
@@ -327,10 +328,10 @@ func TestReplaysAndRebuild(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	events, readings := script()
-	if err := stores.ClickHouse.InsertEvents(ctx, events); err != nil {
+	if err := history.NewClickHouseStore(stores.ClickHouse).InsertEvents(ctx, events); err != nil {
 		t.Fatal(err)
 	}
-	if err := stores.ClickHouse.InsertReadings(ctx, readings); err != nil {
+	if err := history.NewClickHouseStore(stores.ClickHouse).InsertReadings(ctx, readings); err != nil {
 		t.Fatal(err)
 	}
 	scopes := analytics.NewPostgresScopes(stores.Postgres.Pool())

@@ -19,6 +19,7 @@ import (
 	"github.com/lockstream/lockstream/analytics"
 	"github.com/lockstream/lockstream/console"
 	"github.com/lockstream/lockstream/heartbeat"
+	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -47,23 +48,6 @@ const (
 	consoleMemberToken = "lsm_console-bench-member"
 )
 
-// consoleConnections is the heartbeat's view for the console, as cmd/lockstream
-// wires it.
-type consoleConnections struct{ t *heartbeat.Tracker }
-
-func (c consoleConnections) Status(ctx context.Context, id string) (time.Time, string, error) {
-	return c.t.Status(ctx, id)
-}
-
-func (c consoleConnections) LostSensors(ctx context.Context, page storage.Page) ([]console.LostSensor, error) {
-	lost, err := c.t.Lost(ctx, page)
-	out := make([]console.LostSensor, len(lost))
-	for i, l := range lost {
-		out[i] = console.LostSensor{ID: l.SensorID, LastSeen: l.LastSeen, LostAt: l.LostAt}
-	}
-	return out, err
-}
-
 // BenchmarkConsolePages times the operator console's pages over HTTP (a signed-in
 // session, loopback) with 1,000,000 registered sensors (10,000 of them lost) and
 // 10,000,000 events in the history, and a client with 100,000 deliveries of which
@@ -78,14 +62,15 @@ func BenchmarkConsolePages(b *testing.B) {
 	clientID := seedConsoleFleet(b, stores)
 	b.Logf("seeded in %s", time.Since(seedStart).Round(time.Second))
 
-	tracker, err := heartbeat.NewTracker(heartbeat.Config{}, stores.Redis, stores.Postgres, prometheus.NewRegistry(), discardLogger())
+	hb := heartbeat.NewStores(stores.Postgres, stores.Redis, stores.ClickHouse)
+	tracker, err := heartbeat.NewTracker(heartbeat.Config{}, hb.Redis, hb.Postgres, prometheus.NewRegistry(), discardLogger())
 	if err != nil {
 		b.Fatal(err)
 	}
 	const token = "console-bench-admin"
 	con, err := console.New(console.Config{AdminToken: token}, console.Deps{Registry: stores.Postgres,
-		Members: stores.Postgres, Inbox: stores.Postgres, Deliveries: stores.Postgres, Sessions: stores.Redis,
-		Heartbeat: stores.Redis, Connections: consoleConnections{tracker},
+		Members: stores.Postgres, Inbox: stores.Postgres, Deliveries: stores.Postgres, Sessions: console.NewRedisStore(stores.Redis),
+		Heartbeat: hb.Redis, Connections: tracker,
 		History: analytics.New(stores.ClickHouse.Conn(), analytics.NewPostgresScopes(stores.Postgres.Pool()))},
 		prometheus.NewRegistry(), discardLogger())
 	if err != nil {
@@ -204,23 +189,23 @@ func seedConsoleFleet(b *testing.B, stores *storagetest.Stores) string {
 	stores.ImportSensors(b, sensors)
 	// The first consoleLost sensors are lost, the others online.
 	for start := 0; start < consoleFleet; start += 50_000 {
-		chunk := make([]storage.HeartbeatDeadline, 0, 50_000)
+		chunk := make([]heartbeat.Deadline, 0, 50_000)
 		for i := start; i < start+50_000; i++ {
-			chunk = append(chunk, storage.HeartbeatDeadline{SensorID: sensorID(i), Deadline: now.Add(time.Duration(i%3600) * time.Second)})
+			chunk = append(chunk, heartbeat.Deadline{SensorID: sensorID(i), Deadline: now.Add(time.Duration(i%3600) * time.Second)})
 		}
 		var err error
 		if start < consoleLost {
-			_, err = stores.Redis.LoadHeartbeatLosses(ctx, chunk[:consoleLost])
+			_, err = heartbeat.NewRedisStore(stores.Redis).LoadHeartbeatLosses(ctx, chunk[:consoleLost])
 			chunk = chunk[consoleLost:]
 		}
 		if err == nil {
-			_, err = stores.Redis.LoadHeartbeatDeadlines(ctx, chunk)
+			_, err = heartbeat.NewRedisStore(stores.Redis).LoadHeartbeatDeadlines(ctx, chunk)
 		}
 		if err != nil {
 			b.Fatal(err)
 		}
 	}
-	if err := stores.Redis.SetHeartbeatMarker(ctx, now); err != nil {
+	if err := heartbeat.NewRedisStore(stores.Redis).SetHeartbeatMarker(ctx, now); err != nil {
 		b.Fatal(err)
 	}
 	seedConsoleHistory(b, stores.ClickHouse, now)
@@ -243,7 +228,7 @@ func seedConsoleHistory(b *testing.B, ch *storage.ClickHouse, now time.Time) {
 		events = append(events, storage.HistoryEvent{ID: fmt.Sprintf("%s-%d", sensorID(i), j), Type: "state_changed",
 			SensorID: sensorID(i), Data: &data, Previous: &previous, At: at})
 		if len(events) == batch {
-			if err := ch.InsertEvents(context.Background(), events); err != nil {
+			if err := history.NewClickHouseStore(ch).InsertEvents(context.Background(), events); err != nil {
 				b.Fatal(err)
 			}
 			events = events[:0]

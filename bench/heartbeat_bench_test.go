@@ -46,33 +46,34 @@ const (
 func BenchmarkHeartbeat(b *testing.B) {
 	ctx := context.Background()
 	stores := storagetest.New(b)
+	hb := heartbeat.NewStores(stores.Postgres, stores.Redis, stores.ClickHouse)
 	raw := rawRedis(b, stores.RedisURL)
 	base := time.Now().UTC().Truncate(time.Second)
 	clock := &benchClock{now: base}
 	cfg := heartbeat.Config{CoalesceFraction: -1, Now: clock.Now}
 
 	// The fleet: deadlines spread over the next hour.
-	fleet := make([]storage.HeartbeatDeadline, hbFleet)
+	fleet := make([]heartbeat.Deadline, hbFleet)
 	for i := range fleet {
-		fleet[i] = storage.HeartbeatDeadline{
+		fleet[i] = heartbeat.Deadline{
 			SensorID: sensorID(i),
 			Deadline: base.Add(time.Hour + time.Duration(i%3600)*time.Second),
 		}
 	}
 	loadStart := time.Now()
 	for start := 0; start < len(fleet); start += 50_000 {
-		if _, err := stores.Redis.LoadHeartbeatDeadlines(ctx, fleet[start:start+50_000]); err != nil {
+		if _, err := hb.Redis.LoadHeartbeatDeadlines(ctx, fleet[start:start+50_000]); err != nil {
 			b.Fatal(err)
 		}
 	}
-	if err := stores.Redis.SetHeartbeatMarker(ctx, base); err != nil {
+	if err := hb.Redis.SetHeartbeatMarker(ctx, base); err != nil {
 		b.Fatal(err)
 	}
 	b.Logf("loaded %d deadlines in %s", len(fleet), time.Since(loadStart).Round(time.Millisecond))
-	assertTracked(b, stores.Redis, hbFleet)
+	assertTracked(b, hb.Redis, hbFleet)
 
 	b.Run("Sightings", func(b *testing.B) {
-		tracker, err := heartbeat.NewTracker(cfg, stores.Redis, stores.Postgres, prometheus.NewRegistry(), discardLogger())
+		tracker, err := heartbeat.NewTracker(cfg, hb.Redis, hb.Postgres, prometheus.NewRegistry(), discardLogger())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -100,7 +101,7 @@ func BenchmarkHeartbeat(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer viaProxy.Close()
-		counted, err := heartbeat.NewTracker(cfg, viaProxy, stores.Postgres, prometheus.NewRegistry(), discardLogger())
+		counted, err := heartbeat.NewTracker(cfg, heartbeat.NewRedisStore(viaProxy), hb.Postgres, prometheus.NewRegistry(), discardLogger())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -115,14 +116,14 @@ func BenchmarkHeartbeat(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(proxy.roundTrips.Load()-before)/batches, "round-trips/batch")
-		assertTracked(b, stores.Redis, hbFleet)
+		assertTracked(b, hb.Redis, hbFleet)
 		reportMemory(b, raw, stores.RedisPrefix+"{heartbeat}:deadlines", hbFleet, "B/tracked-sensor")
 	})
 
 	b.Run("Sweep", func(b *testing.B) {
 		pub := &countingPublisher{}
 		d, err := heartbeat.New(cfg, heartbeat.Deps{
-			Store: stores.Redis, Registry: stores.Postgres, History: stores.ClickHouse, Publisher: pub,
+			Store: hb.Redis, Registry: hb.Postgres, History: hb.ClickHouse, Publisher: pub,
 		}, prometheus.NewRegistry(), discardLogger())
 		if err != nil {
 			b.Fatal(err)
@@ -161,7 +162,7 @@ func BenchmarkHeartbeat(b *testing.B) {
 			b.StartTimer()
 		}
 		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/sweep")
-		assertTracked(b, stores.Redis, hbFleet-hbExpired)
+		assertTracked(b, hb.Redis, hbFleet-hbExpired)
 		reportMemory(b, raw, lost, hbExpired, "B/lost-sensor")
 	})
 }
@@ -179,7 +180,7 @@ func reportMemory(b *testing.B, raw *redis.Client, key string, entries int64, un
 // sensorID names fleet sensor i like a real id: 16 characters at most.
 func sensorID(i int) string { return fmt.Sprintf("bench%07d", i) }
 
-func assertTracked(b *testing.B, r *storage.Redis, want int64) {
+func assertTracked(b *testing.B, r *heartbeat.RedisStore, want int64) {
 	b.Helper()
 	tracked, _, err := r.CountHeartbeats(context.Background())
 	if err != nil {

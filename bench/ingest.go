@@ -54,7 +54,7 @@ type IngestConfig struct {
 	// partition), so ChangeRate holds for every reading.
 	ColdStart bool
 	// History is where the history writer's phase stores rows (a
-	// storage.ClickHouse). Defaults to nil: the history writer is not measured.
+	// history.ClickHouseStore). Defaults to nil: the history writer is not measured.
 	History history.Store
 	// MaxPollRecords is the full consumer's consumer.Config.MaxPollRecords.
 	// Defaults to 0, the consumer's own default.
@@ -169,12 +169,24 @@ func Ingest(ctx context.Context, cfg IngestConfig, states IngestStore, logger *s
 	return run.res, nil
 }
 
-// IngestStore is where the full consumer keeps state (storage.Postgres); the
-// benchmark registers its sensors there first, since only registered sensors
-// have a state.
+// IngestStore is where the full consumer keeps state (consumer.PostgresStore);
+// the benchmark registers its sensors there first (storage.Postgres), since
+// only registered sensors have a state.
 type IngestStore interface {
 	consumer.StateStore
 	CreateSensors(ctx context.Context, ids []string, address string) error
+}
+
+// NewPostgresStore is the store the benchmarks run on: the consumer's
+// statements and the registry's, on pg.
+func NewPostgresStore(pg *storage.Postgres) PipelineStore {
+	return postgresStores{consumer.NewPostgresStore(pg), pg}
+}
+
+// postgresStores is the consumer's store and the registry on one Postgres.
+type postgresStores struct {
+	*consumer.PostgresStore
+	*storage.Postgres
 }
 
 // BenchSensorID returns the id of the benchmark's sensor i.
@@ -316,9 +328,9 @@ func (r *ingestRun) seed(ctx context.Context) error {
 		r.res.SeedSeconds = time.Since(start).Seconds()
 		return nil
 	}
-	changes := make([]storage.StateChange, 0, seedChunk)
+	changes := make([]consumer.StateChange, 0, seedChunk)
 	for i := range r.initial {
-		changes = append(changes, storage.StateChange{SensorID: BenchSensorID(i), Data: int(r.initial[i]),
+		changes = append(changes, consumer.StateChange{SensorID: BenchSensorID(i), Data: int(r.initial[i]),
 			ChangedAt: r.before, Partition: -1, Offset: -1})
 		if len(changes) == seedChunk || i == len(r.initial)-1 {
 			if err := r.states.ApplyStateChanges(ctx, changes); err != nil {

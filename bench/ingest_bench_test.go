@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream"
 )
@@ -54,8 +55,8 @@ func BenchmarkIngest(b *testing.B) {
 			b.Fatal(err)
 		}
 		cfg.Stream.Brokers = broker.Addrs()
-		cfg.History = stores.ClickHouse
-		run, err := newIngestRun(ctx, cfg, stores.Postgres, slog.New(slog.DiscardHandler))
+		cfg.History = history.NewClickHouseStore(stores.ClickHouse)
+		run, err := newIngestRun(ctx, cfg, NewPostgresStore(stores.Postgres), slog.New(slog.DiscardHandler))
 		if err != nil {
 			b.Fatal(err)
 		}

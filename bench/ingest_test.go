@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/lockstream/lockstream/bench"
+	"github.com/lockstream/lockstream/consumer"
+	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream/streamtest"
 )
@@ -21,11 +23,11 @@ func TestIngest(t *testing.T) {
 			t.Parallel()
 			stores := storagetest.New(t)
 			cfg := bench.IngestConfig{Readings: 3000, Sensors: 300, ChangeRate: 0.1, ColdStart: cold,
-				History: stores.ClickHouse}
+				History: history.NewClickHouseStore(stores.ClickHouse)}
 			cfg.Stream.Brokers = streamtest.Cluster(t)
 			cfg.Stream.Partitions = 4
 			var out bytes.Buffer
-			res, err := bench.Ingest(context.Background(), cfg, stores.Postgres,
+			res, err := bench.Ingest(context.Background(), cfg, bench.NewPostgresStore(stores.Postgres),
 				slog.New(slog.NewTextHandler(io.Discard, nil)), &out)
 			if err != nil {
 				t.Fatal(err)
@@ -55,7 +57,7 @@ func TestIngest(t *testing.T) {
 			if err := json.Unmarshal(out.Bytes(), &printed); err != nil || printed != res {
 				t.Fatalf("printed %q (%v), want the result %+v", out.String(), err, res)
 			}
-			states, err := stores.Postgres.LookupSensors(context.Background(), []string{bench.BenchSensorID(0), bench.BenchSensorID(299)})
+			states, err := consumer.NewPostgresStore(stores.Postgres).LookupSensors(context.Background(), []string{bench.BenchSensorID(0), bench.BenchSensorID(299)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/notifier/webhook"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
@@ -114,7 +115,7 @@ func (c PipelineConfig) Validate() error {
 	return nil
 }
 
-// PipelineStore is the running pipeline's Postgres (storage.Postgres, opened
+// PipelineStore is the running pipeline's Postgres (NewPostgresStore, opened
 // with the pipeline's secret key), where the benchmark registers its fleet and
 // its client.
 type PipelineStore interface {
@@ -302,11 +303,11 @@ func (p *pipelineRun) seed(ctx context.Context) error {
 	p.state = make([]int8, p.cfg.Sensors)
 	before := start.Add(-time.Hour)
 	ids := make([]string, 0, seedChunk)
-	changes := make([]storage.StateChange, 0, seedChunk)
+	changes := make([]consumer.StateChange, 0, seedChunk)
 	for i := range p.cfg.Sensors {
 		p.state[i] = int8(rng.IntN(2))
 		ids = append(ids, BenchSensorID(i))
-		changes = append(changes, storage.StateChange{SensorID: BenchSensorID(i), Data: int(p.state[i]),
+		changes = append(changes, consumer.StateChange{SensorID: BenchSensorID(i), Data: int(p.state[i]),
 			ChangedAt: before, Partition: -1, Offset: -1})
 		if len(ids) == seedChunk || i == p.cfg.Sensors-1 {
 			if err := p.node.Store.CreateSensors(ctx, ids, "bench"); err != nil {

@@ -34,19 +34,19 @@ func BenchmarkSensorListPage(b *testing.B) {
 	stores := storagetest.New(b)
 	raw := rawRedis(b, stores.RedisURL)
 	base := time.Now().UTC().Add(-3 * time.Hour).Truncate(time.Second)
-	deadlines := make([]storage.HeartbeatDeadline, listFleet)
+	deadlines := make([]heartbeat.Deadline, listFleet)
 	for i := range deadlines {
 		id := sensorID(i)
 		if _, err := stores.Postgres.CreateSensor(ctx, storage.Sensor{ID: id, Address: "bench street"}); err != nil {
 			b.Fatal(err)
 		}
-		deadlines[i] = storage.HeartbeatDeadline{SensorID: id, Deadline: base.Add(time.Duration(i) * time.Millisecond)}
+		deadlines[i] = heartbeat.Deadline{SensorID: id, Deadline: base.Add(time.Duration(i) * time.Millisecond)}
 	}
-	if _, err := stores.Redis.LoadHeartbeatDeadlines(ctx, deadlines); err != nil {
+	if _, err := heartbeat.NewRedisStore(stores.Redis).LoadHeartbeatDeadlines(ctx, deadlines); err != nil {
 		b.Fatal(err)
 	}
 	for lost := 0; lost < listFleet; {
-		claimed, err := stores.Redis.ClaimHeartbeatExpired(ctx, time.Now(), storage.MaxHeartbeatBatch, time.Now().Add(time.Hour))
+		claimed, err := heartbeat.NewRedisStore(stores.Redis).ClaimHeartbeatExpired(ctx, time.Now(), heartbeat.MaxBatch, time.Now().Add(time.Hour))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -64,15 +64,14 @@ func BenchmarkSensorListPage(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer viaProxy.Close()
-	tracker, err := heartbeat.NewTracker(heartbeat.Config{}, viaProxy, stores.Postgres, prometheus.NewRegistry(), discardLogger())
+	tracker, err := heartbeat.NewTracker(heartbeat.Config{}, heartbeat.NewRedisStore(viaProxy), heartbeat.NewPostgresStore(stores.Postgres), prometheus.NewRegistry(), discardLogger())
 	if err != nil {
 		b.Fatal(err)
 	}
 	const token = "bench-admin-token"
 	reg := prometheus.NewRegistry()
-	hooks := trackerHooks{tracker}
 	server, err := webapi.New(webapi.Config{AdminToken: token}, stores.Postgres, nil, reg, reg, discardLogger(),
-		webapi.WithSensorStatus(hooks), webapi.WithLostSensors(hooks))
+		webapi.WithSensorStatus(tracker), webapi.WithLostSensors(tracker))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -114,23 +113,4 @@ func BenchmarkSensorListPage(b *testing.B) {
 // cursorOf is the API's cursor after the sensor id.
 func cursorOf(id string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(id))
-}
-
-// trackerHooks adapts the tracker to the API's seams, as cmd/lockstream does.
-type trackerHooks struct{ t *heartbeat.Tracker }
-
-func (h trackerHooks) SensorStatuses(ctx context.Context, ids []string) (map[string]webapi.SensorConnection, error) {
-	st, err := h.t.Statuses(ctx, ids)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]webapi.SensorConnection, len(st))
-	for id, s := range st {
-		out[id] = webapi.SensorConnection{LastSeen: s.LastSeen, Connection: s.Connection}
-	}
-	return out, nil
-}
-
-func (h trackerHooks) LostSensorIDs(ctx context.Context, page storage.Page) ([]string, error) {
-	return h.t.LostIDs(ctx, page)
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockstream/lockstream/analytics"
+	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/storage"
 )
@@ -137,32 +138,29 @@ type Inbox interface {
 	MarkInbox(ctx context.Context, memberID string, action storage.InboxAction, ids []string, all bool) (int, error)
 }
 
-// Sessions stores console sessions (storage.Redis).
+// Sessions stores console sessions (RedisStore).
 type Sessions interface {
-	CreateConsoleSession(ctx context.Context, id string, s storage.ConsoleSession, ttl time.Duration) error
-	ConsoleSession(ctx context.Context, id string) (storage.ConsoleSession, error)
+	CreateConsoleSession(ctx context.Context, id string, s StoredSession, ttl time.Duration) error
+	ConsoleSession(ctx context.Context, id string) (StoredSession, error)
 	DeleteConsoleSession(ctx context.Context, id string) error
 }
 
 // HeartbeatCounts counts the sensors the heartbeat tracks (online) and those it
-// declared lost, in constant time (storage.Redis: ZCARD and HLEN).
+// declared lost, in constant time (heartbeat.RedisStore: ZCARD and HLEN).
 type HeartbeatCounts interface {
 	CountHeartbeats(ctx context.Context) (tracked, lost int64, err error)
 }
 
 // Connection states, as the admin API names them.
 const (
-	ConnectionOnline  = "online"
-	ConnectionLost    = "lost"
-	ConnectionUnknown = "unknown"
+	ConnectionOnline  = domain.ConnectionOnline
+	ConnectionLost    = domain.ConnectionLost
+	ConnectionUnknown = domain.ConnectionUnknown
 )
 
-// LostSensor is a sensor whose connection is lost.
-type LostSensor struct {
-	ID string
-	// LastSeen is when it last reported; LostAt the deadline it missed.
-	LastSeen, LostAt time.Time
-}
+// LostSensor is a sensor whose connection is lost: when it last reported
+// (LastSeen) and the deadline it missed (LostAt).
+type LostSensor = domain.LostSensor
 
 // Connections is the heartbeat's view of sensors.
 type Connections interface {

@@ -22,6 +22,7 @@ import (
 	"github.com/lockstream/lockstream/analytics"
 	"github.com/lockstream/lockstream/console"
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream"
@@ -32,7 +33,7 @@ const adminToken = "console-test-admin-token"
 
 // connections is the heartbeat's view read straight from Redis, as the tracker
 // does without its timeouts (the tests use the fleet's).
-type connections struct{ r *storage.Redis }
+type connections struct{ r *heartbeat.RedisStore }
 
 func (c connections) Status(ctx context.Context, id string) (time.Time, string, error) {
 	statuses, err := c.r.HeartbeatStatuses(ctx, []string{id})
@@ -52,7 +53,7 @@ func (c connections) LostSensors(ctx context.Context, page storage.Page) ([]cons
 	lost, err := c.r.LostHeartbeats(ctx, page)
 	out := make([]console.LostSensor, len(lost))
 	for i, l := range lost {
-		out[i] = console.LostSensor{ID: l.SensorID, LostAt: l.Deadline, LastSeen: l.Deadline.Add(-time.Hour)}
+		out[i] = console.LostSensor{SensorID: l.SensorID, LostAt: l.Deadline, LastSeen: l.Deadline.Add(-time.Hour)}
 	}
 	return out, err
 }
@@ -80,8 +81,9 @@ func newFixture(t *testing.T, token string, stores *storagetest.Stores, live boo
 	}
 	f := &fixture{stores: stores}
 	deps := console.Deps{Registry: stores.Postgres, Members: stores.Postgres, Inbox: stores.Postgres,
-		Deliveries: stores.Postgres, Sessions: stores.Redis,
-		Heartbeat: stores.Redis, Connections: connections{stores.Redis}, History: analytics.New(stores.ClickHouse.Conn(), analytics.NewPostgresScopes(stores.Postgres.Pool()))}
+		Deliveries: stores.Postgres, Sessions: console.NewRedisStore(stores.Redis),
+		Heartbeat: heartbeat.NewRedisStore(stores.Redis), Connections: connections{heartbeat.NewRedisStore(stores.Redis)},
+		History: analytics.New(stores.ClickHouse.Conn(), analytics.NewPostgresScopes(stores.Postgres.Pool()))}
 	if live {
 		f.stream = streamtest.Config(t, 2)
 		deps.Events = tail{f.stream}
@@ -311,10 +313,10 @@ func TestFleetCountsLostAndSearch(t *testing.T) {
 		}
 	}
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	if _, err := f.stores.Redis.LoadHeartbeatDeadlines(ctx, []storage.HeartbeatDeadline{{SensorID: "door1", Deadline: now.Add(time.Hour)}}); err != nil {
+	if _, err := heartbeat.NewRedisStore(f.stores.Redis).LoadHeartbeatDeadlines(ctx, []heartbeat.Deadline{{SensorID: "door1", Deadline: now.Add(time.Hour)}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.stores.Redis.LoadHeartbeatLosses(ctx, []storage.HeartbeatDeadline{{SensorID: "door2", Deadline: now.Add(-time.Minute)}}); err != nil {
+	if _, err := heartbeat.NewRedisStore(f.stores.Redis).LoadHeartbeatLosses(ctx, []heartbeat.Deadline{{SensorID: "door2", Deadline: now.Add(-time.Minute)}}); err != nil {
 		t.Fatal(err)
 	}
 	c := f.browser(t)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -25,7 +26,7 @@ func TestSiteAndFleetDays(t *testing.T) {
 		}
 	}
 	lostAt := time.Now().UTC().Add(-5 * 24 * time.Hour).Truncate(time.Second)
-	if err := f.stores.ClickHouse.InsertEvents(ctx, []storage.HistoryEvent{
+	if err := history.NewClickHouseStore(f.stores.ClickHouse).InsertEvents(ctx, []storage.HistoryEvent{
 		{ID: "l1", Type: "connection_lost", SensorID: "g1", At: lostAt},
 		{ID: "r1", Type: "connection_restored", SensorID: "g1", At: lostAt.Add(time.Hour)},
 	}); err != nil {

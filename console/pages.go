@@ -98,7 +98,7 @@ func (c *Console) fleet(w http.ResponseWriter, r *http.Request, s *session) erro
 	if err != nil {
 		return err
 	}
-	d.LostPage, d.NextLost = pageOf(lostPage, c.cfg.PageSize, func(l LostSensor) string { return l.ID })
+	d.LostPage, d.NextLost = pageOf(lostPage, c.cfg.PageSize, func(l LostSensor) string { return l.SensorID })
 	c.render(w, r, http.StatusOK, "fleet", view{Title: "Fleet", Active: "fleet", Session: s, Data: d})
 	return nil
 }

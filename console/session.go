@@ -31,7 +31,7 @@ const (
 
 // session is the signed-in user of a request.
 type session struct {
-	storage.ConsoleSession
+	StoredSession
 	key string
 }
 
@@ -78,12 +78,12 @@ func (c *Console) currentSession(r *http.Request) (*session, error) {
 		}
 		return nil, nil
 	}
-	return &session{ConsoleSession: stored, key: key}, nil
+	return &session{StoredSession: stored, key: key}, nil
 }
 
 // sessionCredential is the credential a live session of stored's role and
 // subject must carry now; empty when no session of that kind can be live.
-func (c *Console) sessionCredential(ctx context.Context, stored storage.ConsoleSession) (string, error) {
+func (c *Console) sessionCredential(ctx context.Context, stored StoredSession) (string, error) {
 	switch {
 	case stored.Role == roleAdmin:
 		return c.adminCredential, nil
@@ -186,26 +186,26 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 
 // signIn returns the session a token opens: the admin's, a member's, or one
 // with no role when the token opens none.
-func (c *Console) signIn(ctx context.Context, token string) (storage.ConsoleSession, error) {
+func (c *Console) signIn(ctx context.Context, token string) (StoredSession, error) {
 	if token == "" {
-		return storage.ConsoleSession{}, nil
+		return StoredSession{}, nil
 	}
 	got, want := sha256.Sum256([]byte(token)), sha256.Sum256([]byte(c.cfg.AdminToken))
 	if subtle.ConstantTimeCompare(got[:], want[:]) == 1 {
-		return storage.ConsoleSession{Role: roleAdmin, Credential: c.adminCredential}, nil
+		return StoredSession{Role: roleAdmin, Credential: c.adminCredential}, nil
 	}
 	if c.deps.Members == nil || !strings.HasPrefix(token, "lsm_") {
-		return storage.ConsoleSession{}, nil
+		return StoredSession{}, nil
 	}
 	// A member token is stored as its SHA-256, as the API looks it up.
 	m, err := c.deps.Members.MemberByTokenHash(ctx, got[:])
 	if errors.Is(err, storage.ErrNotFound) {
-		return storage.ConsoleSession{}, nil
+		return StoredSession{}, nil
 	}
 	if err != nil {
-		return storage.ConsoleSession{}, err
+		return StoredSession{}, err
 	}
-	return storage.ConsoleSession{Role: roleMember, Subject: m.ID, Credential: memberCredential(got[:])}, nil
+	return StoredSession{Role: roleMember, Subject: m.ID, Credential: memberCredential(got[:])}, nil
 }
 
 // logout ends the session, in Redis and in the browser.

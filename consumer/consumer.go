@@ -23,17 +23,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lockstream/lockstream/event"
-	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
 )
 
-// StateStore is where sensor state lives (storage.Postgres).
+// StateStore is where sensor state lives (PostgresStore).
 type StateStore interface {
 	// LookupSensors returns, for every id in order, whether it is registered and
 	// its state.
-	LookupSensors(ctx context.Context, ids []string) ([]storage.SensorLookup, error)
+	LookupSensors(ctx context.Context, ids []string) ([]SensorLookup, error)
 	// ApplyStateChanges stores changes, ignoring any older than the stored state.
-	ApplyStateChanges(ctx context.Context, changes []storage.StateChange) error
+	ApplyStateChanges(ctx context.Context, changes []StateChange) error
 }
 
 // Sightings is told about every valid reading of a registered sensor, for

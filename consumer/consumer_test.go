@@ -94,9 +94,9 @@ func runKnownPattern(t *testing.T, p knownPattern) {
 		lostAt: time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)}
 	ccfg, hcfg := p.consumer, p.history
 	ccfg.Stream, hcfg.Stream = cfg, cfg
-	c, reg := startConsumer(t, ccfg, stores.Postgres, sightings)
+	c, reg := startConsumer(t, ccfg, consumer.NewPostgresStore(stores.Postgres), sightings)
 	historyReg := prometheus.NewRegistry()
-	hw, err := history.New(hcfg, stores.ClickHouse, historyReg, testLogger())
+	hw, err := history.New(hcfg, history.NewClickHouseStore(stores.ClickHouse), historyReg, testLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func runKnownPattern(t *testing.T, p knownPattern) {
 		got := metric(t, reg, "lockstream_readings_consumed_total", nil)
 		return got >= float64(len(records)), fmt.Sprintf("consumed %v of %d records", got, len(records))
 	})
-	waitFor(t, func() (bool, string) { return stateMatches(ctx, stores.Postgres, want) })
+	waitFor(t, func() (bool, string) { return stateMatches(ctx, consumer.NewPostgresStore(stores.Postgres), want) })
 
 	// Events: exactly the expected changes, in order per sensor, plus the one
 	// connection_restored Sightings returned, ahead of s7's first change.
@@ -208,7 +208,7 @@ func runKnownPattern(t *testing.T, p knownPattern) {
 	}
 	waitFor(t, func() (bool, string) {
 		const page = 1000
-		top, err := stores.Postgres.TopUnregistered(ctx, time.Now().Add(-time.Hour), page)
+		top, err := consumer.NewPostgresStore(stores.Postgres).TopUnregistered(ctx, time.Now().Add(-time.Hour), page)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -311,7 +311,7 @@ func TestRestartAndRebalance(t *testing.T) {
 
 	var records []produced
 	records = append(records, produce(t, producer, cfg, inputs[:1200])...)
-	a, regA := startConsumer(t, ccfg, stores.Postgres, nil)
+	a, regA := startConsumer(t, ccfg, consumer.NewPostgresStore(stores.Postgres), nil)
 	waitFor(t, func() (bool, string) {
 		got := metric(t, regA, "lockstream_readings_consumed_total", nil)
 		return got >= 300, fmt.Sprintf("first consumer at %v records", got)
@@ -320,7 +320,7 @@ func TestRestartAndRebalance(t *testing.T) {
 	// A second member joins mid-stream: the partitions are split between them.
 	// The rebalance takes a heartbeat or two, so the stream trickles in until the
 	// second member has processed some of it.
-	b, regB := startConsumer(t, ccfg, stores.Postgres, nil)
+	b, regB := startConsumer(t, ccfg, consumer.NewPostgresStore(stores.Postgres), nil)
 	next := 1200
 	ticker := time.NewTicker(100 * time.Millisecond)
 	defer ticker.Stop()
@@ -339,10 +339,10 @@ func TestRestartAndRebalance(t *testing.T) {
 	a.stop(t)
 	records = append(records, produce(t, producer, cfg, inputs[2400:])...)
 	b.stop(t)
-	startConsumer(t, ccfg, stores.Postgres, nil)
+	startConsumer(t, ccfg, consumer.NewPostgresStore(stores.Postgres), nil)
 
 	want := expect(records, timestamps(t, cfg), streamtest.TopicID(t, cfg, cfg.ReadingsTopic()), nil)
-	waitFor(t, func() (bool, string) { return stateMatches(ctx, stores.Postgres, want) })
+	waitFor(t, func() (bool, string) { return stateMatches(ctx, consumer.NewPostgresStore(stores.Postgres), want) })
 	waitFor(t, func() (bool, string) {
 		got, _ := decodeEvents(t, cfg)
 		for id, changes := range want.changes {
@@ -412,13 +412,13 @@ func TestReplayAfterStoredStateEmitsNothingTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	topicID := streamtest.TopicID(t, cfg, cfg.ReadingsTopic())
-	if err := stores.Postgres.ApplyStateChanges(ctx, []storage.StateChange{
+	if err := consumer.NewPostgresStore(stores.Postgres).ApplyStateChanges(ctx, []consumer.StateChange{
 		{SensorID: "lock1", Data: 0, ChangedAt: recs[1].Timestamp, TopicID: topicID, Partition: 1, Offset: 1},
 	}); err != nil {
 		t.Fatal(err)
 	}
 
-	c, reg := startConsumer(t, consumer.Config{Stream: cfg}, stores.Postgres, nil)
+	c, reg := startConsumer(t, consumer.Config{Stream: cfg}, consumer.NewPostgresStore(stores.Postgres), nil)
 	waitFor(t, func() (bool, string) {
 		got := metric(t, reg, "lockstream_readings_consumed_total", nil)
 		return got >= 5, fmt.Sprintf("consumed %v of 5", got)
@@ -438,7 +438,7 @@ func TestReplayAfterStoredStateEmitsNothingTwice(t *testing.T) {
 			t.Fatalf("event %d = %+v, want offset %d data %d previous %d", i, e, w.offset, w.data, w.previous)
 		}
 	}
-	state, err := stores.Postgres.LookupSensors(ctx, []string{"lock1"})
+	state, err := consumer.NewPostgresStore(stores.Postgres).LookupSensors(ctx, []string{"lock1"})
 	if err != nil {
 		t.Fatal(err)
 	}

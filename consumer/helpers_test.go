@@ -97,7 +97,7 @@ func startConsumer(t *testing.T, cfg consumer.Config, states consumer.StateStore
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	deps := consumer.Deps{States: states, Sightings: sightings}
-	if pg, ok := states.(*storage.Postgres); ok {
+	if pg, ok := states.(*consumer.PostgresStore); ok {
 		deps.Unregistered = pg
 	}
 	c, err := consumer.New(cfg, deps, reg, testLogger())
@@ -260,8 +260,8 @@ func slicesChunk(in []input, n int) func(func([]input) bool) {
 
 // expectation is what the consumer must make of a stream.
 type expectation struct {
-	final   map[string]storage.StateChange // per sensor, the last change
-	changes map[string][]event.Event       // per sensor, in order
+	final   map[string]consumer.StateChange // per sensor, the last change
+	changes map[string][]event.Event        // per sensor, in order
 	valid   []produced
 	bad     map[[2]int64]produced // by partition, offset
 	ids     []string              // every sensor id mentioned, valid or not
@@ -272,7 +272,7 @@ type expectation struct {
 // (nil: every sensor is registered).
 func expect(records []produced, at func(partition int32, offset int64) time.Time, topicID [16]byte,
 	registered map[string]bool) expectation {
-	e := expectation{final: map[string]storage.StateChange{}, changes: map[string][]event.Event{},
+	e := expectation{final: map[string]consumer.StateChange{}, changes: map[string][]event.Event{},
 		bad: map[[2]int64]produced{}}
 	seenIDs := map[string]bool{}
 	for _, r := range records {
@@ -302,7 +302,7 @@ func expect(records []produced, at func(partition int32, offset int64) time.Time
 			ev.Previous = &p
 		}
 		e.changes[r.sensor] = append(e.changes[r.sensor], ev)
-		e.final[r.sensor] = storage.StateChange{SensorID: r.sensor, Data: r.data, ChangedAt: ev.At,
+		e.final[r.sensor] = consumer.StateChange{SensorID: r.sensor, Data: r.data, ChangedAt: ev.At,
 			TopicID: topicID, Partition: r.partition, Offset: r.offset}
 	}
 	return e
@@ -319,7 +319,7 @@ func timestamps(t *testing.T, cfg stream.Config) func(int32, int64) time.Time {
 }
 
 // stateMatches reports whether sensor_state holds exactly the expected states.
-func stateMatches(ctx context.Context, pg *storage.Postgres, want expectation) (bool, string) {
+func stateMatches(ctx context.Context, pg *consumer.PostgresStore, want expectation) (bool, string) {
 	got, err := pg.LookupSensors(ctx, want.ids)
 	if err != nil {
 		return false, err.Error()

@@ -5,17 +5,15 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/lockstream/lockstream/storage"
 )
 
 // UnregisteredStore keeps the consumer processes' summaries of the unregistered
-// sensor ids they saw (storage.Postgres).
+// sensor ids they saw (PostgresStore).
 type UnregisteredStore interface {
 	// ReplaceUnregistered replaces the summary of (hour, process) and deletes
 	// the summaries of hours before expired.
 	ReplaceUnregistered(ctx context.Context, hour time.Time, process string,
-		counts []storage.UnregisteredCount, expired time.Time) error
+		counts []UnregisteredCount, expired time.Time) error
 }
 
 // unregisteredRetention is how long hourly summaries are kept: the route sums
@@ -47,7 +45,7 @@ type summary struct {
 // hourSummary is an ended hour's summary, waiting for its last flush.
 type hourSummary struct {
 	hour   time.Time
-	counts []storage.UnregisteredCount
+	counts []UnregisteredCount
 }
 
 type summaryEntry struct {
@@ -113,10 +111,10 @@ func (s *summary) putBack(done []hourSummary) {
 	s.done = append(done, s.done...)
 }
 
-func (s *summary) snapshotLocked() []storage.UnregisteredCount {
-	out := make([]storage.UnregisteredCount, len(s.h.entries))
+func (s *summary) snapshotLocked() []UnregisteredCount {
+	out := make([]UnregisteredCount, len(s.h.entries))
 	for i, e := range s.h.entries {
-		out[i] = storage.UnregisteredCount{SensorID: e.key.String(), Count: e.count, CountError: e.err,
+		out[i] = UnregisteredCount{SensorID: e.key.String(), Count: e.count, CountError: e.err,
 			LastSeen: time.Unix(0, e.last).UTC()}
 	}
 	return out

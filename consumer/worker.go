@@ -13,7 +13,6 @@ import (
 
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/reading"
-	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
 )
 
@@ -353,10 +352,10 @@ func (w *worker) effects(ctx context.Context, dlq []*kgo.Record, events []event.
 	if len(w.changed) == 0 {
 		return nil
 	}
-	changes := make([]storage.StateChange, len(w.changed))
+	changes := make([]StateChange, len(w.changed))
 	for i, slot := range w.changed {
 		s := w.cache.at(slot)
-		changes[i] = storage.StateChange{SensorID: s.key.String(), Data: int(s.data),
+		changes[i] = StateChange{SensorID: s.key.String(), Data: int(s.data),
 			ChangedAt: time.Unix(0, s.changedAt), TopicID: w.topics[s.topic], Partition: s.partition, Offset: s.offset}
 		if s.unstableSince != 0 {
 			changes[i].UnstableSince = time.Unix(0, s.unstableSince)

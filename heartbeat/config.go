@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/lockstream/lockstream/storage"
 )
 
 // Defaults of Config.
@@ -53,7 +51,7 @@ type Config struct {
 	SweepInterval time.Duration
 
 	// ClaimBatch is how many expired sensors a sweep claims, and publishes, at a time.
-	// At most storage.MaxHeartbeatBatch. Defaults to DefaultClaimBatch (1000).
+	// At most MaxBatch. Defaults to DefaultClaimBatch (1000).
 	ClaimBatch int
 
 	// PublishTimeout bounds one publication of lost events. A claimed loss whose
@@ -148,8 +146,8 @@ func (c Config) Validate() error {
 	if c.SweepInterval <= 0 {
 		errs = append(errs, fmt.Errorf("heartbeat: SweepInterval %s must be positive", c.SweepInterval))
 	}
-	if c.ClaimBatch < 1 || c.ClaimBatch > storage.MaxHeartbeatBatch {
-		errs = append(errs, fmt.Errorf("heartbeat: ClaimBatch %d must be between 1 and %d", c.ClaimBatch, storage.MaxHeartbeatBatch))
+	if c.ClaimBatch < 1 || c.ClaimBatch > MaxBatch {
+		errs = append(errs, fmt.Errorf("heartbeat: ClaimBatch %d must be between 1 and %d", c.ClaimBatch, MaxBatch))
 	}
 	if c.PublishTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("heartbeat: PublishTimeout %s must be positive", c.PublishTimeout))

@@ -11,32 +11,31 @@ import (
 
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/internal/contain"
-	"github.com/lockstream/lockstream/storage"
 )
 
-// DaemonStore is the Redis side of the Daemon (storage.Redis).
+// DaemonStore is the Redis side of the Daemon (RedisStore).
 type DaemonStore interface {
-	ClaimHeartbeatExpired(ctx context.Context, now time.Time, limit int, lease time.Time) ([]storage.HeartbeatDeadline, error)
-	ReclaimHeartbeatPending(ctx context.Context, now time.Time, limit int, lease time.Time) ([]storage.HeartbeatDeadline, error)
-	AckHeartbeatLosses(ctx context.Context, losses []storage.HeartbeatDeadline) error
-	ReleaseHeartbeatLosses(ctx context.Context, losses []storage.HeartbeatDeadline) error
+	ClaimHeartbeatExpired(ctx context.Context, now time.Time, limit int, lease time.Time) ([]Deadline, error)
+	ReclaimHeartbeatPending(ctx context.Context, now time.Time, limit int, lease time.Time) ([]Deadline, error)
+	AckHeartbeatLosses(ctx context.Context, losses []Deadline) error
+	ReleaseHeartbeatLosses(ctx context.Context, losses []Deadline) error
 	CountHeartbeats(ctx context.Context) (tracked, lost int64, err error)
 	HeartbeatMarker(ctx context.Context) (bool, error)
 	SetHeartbeatMarker(ctx context.Context, at time.Time) error
 	LockHeartbeatRebuild(ctx context.Context, ttl time.Duration) (token string, ok bool, err error)
 	UnlockHeartbeatRebuild(ctx context.Context, token string) error
-	LoadHeartbeatDeadlines(ctx context.Context, deadlines []storage.HeartbeatDeadline) (int, error)
-	LoadHeartbeatLosses(ctx context.Context, losses []storage.HeartbeatDeadline) ([]storage.HeartbeatDeadline, error)
+	LoadHeartbeatDeadlines(ctx context.Context, deadlines []Deadline) (int, error)
+	LoadHeartbeatLosses(ctx context.Context, losses []Deadline) ([]Deadline, error)
 	ExpireHeartbeatRestores(ctx context.Context, cutoff time.Time, limit int) (int, error)
 }
 
-// Registry lists the registered sensors for a rebuild (storage.Postgres).
+// Registry lists the registered sensors for a rebuild (PostgresStore).
 type Registry interface {
-	EachHeartbeatSensor(ctx context.Context, fn func(storage.HeartbeatSensor) error) error
+	EachHeartbeatSensor(ctx context.Context, fn func(RegisteredSensor) error) error
 }
 
 // History gives what the history knows about sensors for a rebuild
-// (storage.ClickHouse).
+// (ClickHouseStore).
 type History interface {
 	EachLastReading(ctx context.Context, fn func(sensorID string, receivedAt time.Time) error) error
 	EachOpenLoss(ctx context.Context, fn func(sensorID string, lostAt time.Time) error) error
@@ -59,12 +58,12 @@ type Progress interface {
 
 // Deps are the Daemon's stores and its way out.
 type Deps struct {
-	// Store holds the heartbeat sets (storage.Redis).
+	// Store holds the heartbeat sets (RedisStore).
 	Store DaemonStore
-	// Registry lists registered sensors for a rebuild (storage.Postgres).
+	// Registry lists registered sensors for a rebuild (PostgresStore).
 	Registry Registry
 	// History gives last readings and open losses for a rebuild
-	// (storage.ClickHouse).
+	// (ClickHouseStore).
 	History History
 	// Publisher delivers connection_lost (and rebuild-found connection_restored)
 	// events to lockstream.events.
@@ -80,15 +79,15 @@ type Deps struct {
 	// OpenAlerts finds sensors left unlocked too long; nil turns
 	// sensor_open_too_long off.
 	OpenAlerts OpenAlerts
-	// Sites (storage.Postgres) and SiteStore (storage.Redis) judge site
+	// Sites (PostgresStore) and SiteStore (RedisStore) judge site
 	// outages; with either nil, losses are published one by one.
 	Sites     Sites
 	SiteStore SiteStore
-	// Maintenance keeps maintenance windows (storage.Postgres); nil turns
+	// Maintenance keeps maintenance windows (PostgresStore); nil turns
 	// them off.
 	Maintenance Maintenance
 	// Flapping finds unstable sensors quiet for a flap window
-	// (storage.Postgres); nil leaves ending streaks to the consumer's next
+	// (PostgresStore); nil leaves ending streaks to the consumer's next
 	// change.
 	Flapping Flapping
 }
@@ -337,7 +336,7 @@ func (d *Daemon) cutoff(ctx context.Context) (func() time.Time, error) {
 	}, nil
 }
 
-type claimFunc func(ctx context.Context, now time.Time, limit int, lease time.Time) ([]storage.HeartbeatDeadline, error)
+type claimFunc func(ctx context.Context, now time.Time, limit int, lease time.Time) ([]Deadline, error)
 
 // publishLosses claims losses due at cutoff a chunk at a time and publishes each
 // chunk, until a chunk comes back short. Leases run on the clock.
@@ -367,7 +366,7 @@ func (d *Daemon) publishLosses(ctx context.Context, claim claimFunc, cutoff func
 // publish publishes claimed losses and confirms them. It runs even when ctx is
 // cancelled (within PublishTimeout): the losses are claimed already. On failure the
 // losses are released for the next sweep.
-func (d *Daemon) publish(ctx context.Context, losses []storage.HeartbeatDeadline) error {
+func (d *Daemon) publish(ctx context.Context, losses []Deadline) error {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.PublishTimeout)
 	defer cancel()
 	j, err := d.judge(pctx, losses)
@@ -392,7 +391,7 @@ func (d *Daemon) publish(ctx context.Context, losses []storage.HeartbeatDeadline
 	d.lostTotal.Add(float64(len(j.ready)))
 	d.siteOutages.Add(float64(len(j.opened)))
 	if d.sitesOn() {
-		if err := d.deps.Sites.MarkSiteEventsPublished(pctx, j.opened, false); err != nil {
+		if err := d.deps.Sites.MarkSiteEventsPublished(pctx, j.opened, false, d.cfg.Now()); err != nil {
 			return fmt.Errorf("recording %d site outages published: %w", len(j.opened), err)
 		}
 	}
@@ -491,7 +490,7 @@ func (r *rebuildState) timeout(id string) time.Duration {
 func (d *Daemon) rebuildSources(ctx context.Context) (*rebuildState, error) {
 	r := &rebuildState{lastSeen: make(map[string]time.Time), timeouts: make(map[string]time.Duration),
 		missed: make(map[string]time.Time), fallback: d.cfg.Timeout}
-	err := d.deps.Registry.EachHeartbeatSensor(ctx, func(s storage.HeartbeatSensor) error {
+	err := d.deps.Registry.EachHeartbeatSensor(ctx, func(s RegisteredSensor) error {
 		r.lastSeen[s.ID] = s.CreatedAt
 		if s.Timeout > 0 {
 			r.timeouts[s.ID] = s.Timeout
@@ -525,9 +524,9 @@ func (d *Daemon) rebuildSources(ctx context.Context) (*rebuildState, error) {
 // reloadLosses puts the open losses back in Redis and publishes the restores of
 // the sensors that reported since, returning how many it published.
 func (d *Daemon) reloadLosses(ctx context.Context, r *rebuildState) (int, error) {
-	losses := make([]storage.HeartbeatDeadline, 0, len(r.missed))
+	losses := make([]Deadline, 0, len(r.missed))
 	for id, at := range r.missed {
-		losses = append(losses, storage.HeartbeatDeadline{SensorID: id, Deadline: at})
+		losses = append(losses, Deadline{SensorID: id, Deadline: at})
 	}
 	reported, err := d.deps.Store.LoadHeartbeatLosses(ctx, losses)
 	if err != nil {
@@ -557,7 +556,7 @@ func (d *Daemon) reloadLosses(ctx context.Context, r *rebuildState) (int, error)
 // already past gets a full timeout from now (see Rebuild). It returns how many
 // deadlines it loaded and how many were overdue.
 func (d *Daemon) reloadDeadlines(ctx context.Context, r *rebuildState, now time.Time) (loaded, overdue int, err error) {
-	deadlines := make([]storage.HeartbeatDeadline, 0, len(r.lastSeen))
+	deadlines := make([]Deadline, 0, len(r.lastSeen))
 	for id, seen := range r.lastSeen {
 		if _, ok := r.missed[id]; ok {
 			continue
@@ -567,7 +566,7 @@ func (d *Daemon) reloadDeadlines(ctx context.Context, r *rebuildState, now time.
 			dl = d.tm.deadline(now, r.timeout(id))
 			overdue++
 		}
-		deadlines = append(deadlines, storage.HeartbeatDeadline{SensorID: id, Deadline: dl})
+		deadlines = append(deadlines, Deadline{SensorID: id, Deadline: dl})
 	}
 	for start := 0; start < len(deadlines); start += rebuildChunk {
 		n, err := d.deps.Store.LoadHeartbeatDeadlines(ctx, deadlines[start:min(start+rebuildChunk, len(deadlines))])

@@ -18,4 +18,12 @@
 // Redis keeps nothing that cannot be rebuilt: when its marker key is missing the
 // Daemon rebuilds the sets from Postgres (registered sensors) and ClickHouse (last
 // readings, open losses) before sweeping; see Daemon.Rebuild.
+//
+// The package owns the statements that carry these rules: the Lua scripts and
+// their Go (RedisStore: redis_scripts.go, redis.go), the registry reads and the
+// site outages, openings, streaks and maintenance windows it keeps
+// (PostgresStore: postgres.go, sites_sql.go, fleet_sql.go, maintenance_sql.go),
+// and the rebuild's reads of the history (ClickHouseStore). No script or
+// statement reads the store's clock to judge time: the caller passes the clock's
+// now or the watermark, so tests and a lagging consumer decide what "now" is.
 package heartbeat

@@ -56,7 +56,7 @@ func TestSilentSensorLostOnceThenRestoredOnce(t *testing.T) {
 	if _, conn, _ := b.tracker.Status(ctx, "stranger"); conn != heartbeat.ConnectionUnknown {
 		t.Errorf("stranger connection = %s, want unknown", conn)
 	}
-	lostNow, err := b.tracker.Lost(ctx, storage.Page{Limit: 10})
+	lostNow, err := b.tracker.LostSensors(ctx, storage.Page{Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +404,7 @@ func TestLossOfADeadPublisherIsPublishedAfterItsLease(t *testing.T) {
 	b.advance(3)
 	// Another daemon claims quiet and dies before publishing.
 	lease := b.clock.Now().Add(2 * heartbeat.DefaultPublishTimeout)
-	if claimed, err := b.stores.Redis.ClaimHeartbeatExpired(ctx, b.clock.Now(), 10, lease); err != nil || len(claimed) != 1 {
+	if claimed, err := b.hb.Redis.ClaimHeartbeatExpired(ctx, b.clock.Now(), 10, lease); err != nil || len(claimed) != 1 {
 		t.Fatalf("claim = %v, %v", claimed, err)
 	}
 	sweep(t, d)
@@ -427,7 +427,7 @@ func TestRestoreOfAnUnpublishedLossCarriesTheLoss(t *testing.T) {
 	b.record(t, b.tracker, "quiet")
 	b.advance(3)
 	// A sweep has claimed quiet and is still publishing when quiet reports.
-	if _, err := b.stores.Redis.ClaimHeartbeatExpired(ctx, b.clock.Now(), 10, b.at(60)); err != nil {
+	if _, err := b.hb.Redis.ClaimHeartbeatExpired(ctx, b.clock.Now(), 10, b.at(60)); err != nil {
 		t.Fatal(err)
 	}
 	b.advance(4)
@@ -557,7 +557,7 @@ func TestConfigValidate(t *testing.T) {
 	if err := (heartbeat.Config{}).WithDefaults().Validate(); err != nil {
 		t.Fatalf("defaults invalid: %v", err)
 	}
-	bad := heartbeat.Config{Timeout: time.Millisecond, CoalesceFraction: 1.5, ClaimBatch: storage.MaxHeartbeatBatch + 1}.WithDefaults()
+	bad := heartbeat.Config{Timeout: time.Millisecond, CoalesceFraction: 1.5, ClaimBatch: heartbeat.MaxBatch + 1}.WithDefaults()
 	err := bad.Validate()
 	for _, field := range []string{"Timeout", "CoalesceFraction", "ClaimBatch"} {
 		if err == nil || !strings.Contains(err.Error(), field) {

@@ -15,25 +15,24 @@ import (
 
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/heartbeat"
-	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream"
 	"github.com/lockstream/lockstream/stream/streamtest"
 )
 
-// The storage types are what the heartbeat's interfaces describe.
+// The heartbeat's stores are what its interfaces describe.
 var (
-	_ heartbeat.TrackerStore = (*storage.Redis)(nil)
-	_ heartbeat.DaemonStore  = (*storage.Redis)(nil)
-	_ heartbeat.Timeouts     = (*storage.Postgres)(nil)
-	_ heartbeat.Registry     = (*storage.Postgres)(nil)
-	_ heartbeat.History      = (*storage.ClickHouse)(nil)
-	_ heartbeat.States       = (*storage.Postgres)(nil)
-	_ heartbeat.OpenAlerts   = (*storage.Postgres)(nil)
-	_ heartbeat.Sites        = (*storage.Postgres)(nil)
-	_ heartbeat.SiteStore    = (*storage.Redis)(nil)
-	_ heartbeat.Maintenance  = (*storage.Postgres)(nil)
-	_ heartbeat.Flapping     = (*storage.Postgres)(nil)
+	_ heartbeat.TrackerStore    = (*heartbeat.RedisStore)(nil)
+	_ heartbeat.DaemonStore     = (*heartbeat.RedisStore)(nil)
+	_ heartbeat.TrackerRegistry = (*heartbeat.PostgresStore)(nil)
+	_ heartbeat.Registry        = (*heartbeat.PostgresStore)(nil)
+	_ heartbeat.History         = (*heartbeat.ClickHouseStore)(nil)
+	_ heartbeat.States          = (*heartbeat.PostgresStore)(nil)
+	_ heartbeat.OpenAlerts      = (*heartbeat.PostgresStore)(nil)
+	_ heartbeat.Sites           = (*heartbeat.PostgresStore)(nil)
+	_ heartbeat.SiteStore       = (*heartbeat.RedisStore)(nil)
+	_ heartbeat.Maintenance     = (*heartbeat.PostgresStore)(nil)
+	_ heartbeat.Flapping        = (*heartbeat.PostgresStore)(nil)
 )
 
 // testTimeout is the heartbeat timeout of the tests: with the default coalescing
@@ -62,6 +61,7 @@ func (c *clock) Set(t time.Time) {
 // topics, a manual clock starting at a whole second t0, and a Tracker.
 type bundle struct {
 	stores  *storagetest.Stores
+	hb      heartbeat.Stores
 	kafka   stream.Config
 	clock   *clock
 	t0      time.Time
@@ -73,6 +73,7 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	b := &bundle{stores: storagetest.New(t), kafka: streamtest.Config(t, 1)}
+	b.hb = heartbeat.NewStores(b.stores.Postgres, b.stores.Redis, b.stores.ClickHouse)
 	b.t0 = time.Now().UTC().Truncate(time.Second).Add(time.Second)
 	b.clock = &clock{now: b.t0}
 	b.cfg = heartbeat.Config{Timeout: testTimeout, SweepInterval: 20 * time.Millisecond, ClaimBatch: 5, Now: b.clock.Now}
@@ -85,14 +86,14 @@ func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, ni
 
 func (b *bundle) newTracker(t *testing.T, reg prometheus.Registerer) *heartbeat.Tracker {
 	t.Helper()
-	return b.newTrackerWith(t, b.stores.Postgres, reg, discard())
+	return b.newTrackerWith(t, b.hb.Postgres, reg, discard())
 }
 
 // newTrackerWith returns a Tracker reading timeouts and coverage from registry
 // and logging to logger.
 func (b *bundle) newTrackerWith(t *testing.T, registry heartbeat.TrackerRegistry, reg prometheus.Registerer, logger *slog.Logger) *heartbeat.Tracker {
 	t.Helper()
-	tr, err := heartbeat.NewTracker(b.cfg, b.stores.Redis, registry, reg, logger)
+	tr, err := heartbeat.NewTracker(b.cfg, b.hb.Redis, registry, reg, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,18 +114,7 @@ func (b *bundle) newDaemonWith(t *testing.T, pub heartbeat.Publisher, logger *sl
 		pub = b.publisher(t)
 	}
 	reg := prometheus.NewRegistry()
-	d, err := heartbeat.New(b.cfg, heartbeat.Deps{
-		Store:       b.stores.Redis,
-		Registry:    b.stores.Postgres,
-		History:     b.stores.ClickHouse,
-		Publisher:   pub,
-		States:      b.stores.Postgres,
-		OpenAlerts:  b.stores.Postgres,
-		Sites:       b.stores.Postgres,
-		SiteStore:   b.stores.Redis,
-		Maintenance: b.stores.Postgres,
-		Flapping:    b.stores.Postgres,
-	}, reg, logger)
+	d, err := heartbeat.New(b.cfg, b.hb.Deps(pub, nil), reg, logger)
 	if err != nil {
 		t.Fatal(err)
 	}

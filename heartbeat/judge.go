@@ -6,21 +6,20 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/event"
-	"github.com/lockstream/lockstream/storage"
 )
 
-// States reads sensors' last known states and sites (storage.Postgres): a
+// States reads sensors' last known states and sites (PostgresStore): a
 // loss carries the state the sensor was lost in, which grades it
 // (event.SeverityOf), and is judged with its site.
 type States interface {
-	SensorFacts(ctx context.Context, ids []string) (map[string]storage.SensorFact, error)
+	SensorFacts(ctx context.Context, ids []string) (map[string]SensorFact, error)
 }
 
 // OpenAlerts finds sensors left unlocked longer than their open_alert_after and
-// records the openings reported (storage.Postgres).
+// records the openings reported (PostgresStore).
 type OpenAlerts interface {
-	DueOpenAlerts(ctx context.Context, now time.Time, limit int) ([]storage.OpenAlert, error)
-	MarkOpenAlerted(ctx context.Context, alerts []storage.OpenAlert) error
+	DueOpenAlerts(ctx context.Context, now time.Time, limit int) ([]OpenAlert, error)
+	MarkOpenAlerted(ctx context.Context, alerts []OpenAlert) error
 }
 
 // alertOpen publishes a sensor_open_too_long event for every sensor unlocked
@@ -65,7 +64,7 @@ func (d *Daemon) alertOpen(ctx context.Context, cutoff func() time.Time) error {
 	}
 }
 
-func openTooLongEvent(a storage.OpenAlert) event.Event {
+func openTooLongEvent(a OpenAlert) event.Event {
 	unlocked := event.Unlocked
 	return event.Event{
 		ID:       event.SensorOpenTooLongID(a.SensorID, a.OpenedAt),

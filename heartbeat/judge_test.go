@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/storage"
 )
@@ -12,7 +13,7 @@ import (
 // setState stores a sensor's state as the consumer would.
 func (b *bundle) setState(t *testing.T, sensorID string, data int, at time.Time, offset int64) {
 	t.Helper()
-	if err := b.stores.Postgres.ApplyStateChanges(context.Background(), []storage.StateChange{
+	if err := consumer.NewPostgresStore(b.stores.Postgres).ApplyStateChanges(context.Background(), []consumer.StateChange{
 		{SensorID: sensorID, Data: data, ChangedAt: at, Offset: offset}}); err != nil {
 		t.Fatal(err)
 	}
@@ -114,13 +115,13 @@ func TestStableAfterQuietWindow(t *testing.T) {
 	d1, _ := b.newDaemon(t, nil)
 	d2, _ := b.newDaemon(t, nil)
 	for i, id := range []string{"quiet", "busy"} {
-		if err := b.stores.Postgres.ApplyStateChanges(context.Background(), []storage.StateChange{{SensorID: id, Data: 0,
+		if err := consumer.NewPostgresStore(b.stores.Postgres).ApplyStateChanges(context.Background(), []consumer.StateChange{{SensorID: id, Data: 0,
 			ChangedAt: b.t0, Offset: int64(i), UnstableSince: b.t0.Add(-time.Second)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	b.advance(3)
-	if err := b.stores.Postgres.ApplyStateChanges(context.Background(), []storage.StateChange{{SensorID: "busy", Data: 1,
+	if err := consumer.NewPostgresStore(b.stores.Postgres).ApplyStateChanges(context.Background(), []consumer.StateChange{{SensorID: "busy", Data: 1,
 		ChangedAt: b.at(3), Offset: 5, UnstableSince: b.t0.Add(-time.Second)}}); err != nil {
 		t.Fatal(err)
 	}

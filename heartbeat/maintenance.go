@@ -6,22 +6,21 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/event"
-	"github.com/lockstream/lockstream/storage"
 )
 
-// Maintenance keeps maintenance windows (storage.Postgres).
+// Maintenance keeps maintenance windows (PostgresStore).
 type Maintenance interface {
 	CoverByMaintenance(ctx context.Context, sensors, sites []string, deadlines []time.Time) (map[string]string, error)
-	EndMaintenance(ctx context.Context, now time.Time, limit int) ([]storage.MaintenanceWindow, error)
-	UnpublishedMaintenanceEnds(ctx context.Context, before time.Time, limit int) ([]storage.MaintenanceWindow, error)
-	MarkMaintenanceEndsPublished(ctx context.Context, ids []string) error
+	EndMaintenance(ctx context.Context, cutoff, now time.Time, limit int) ([]MaintenanceWindow, error)
+	UnpublishedMaintenanceEnds(ctx context.Context, before time.Time, limit int) ([]MaintenanceWindow, error)
+	MarkMaintenanceEndsPublished(ctx context.Context, ids []string, at time.Time) error
 	SiteMembers(ctx context.Context, sites []string) (map[string][]string, error)
 }
 
 // inMaintenance returns, for each loss that falls in a maintenance window of
 // its sensor or its site, the id of the window's maintenance_ended (which is
 // delivered instead of the loss); the windows record the sensors as silent.
-func (d *Daemon) inMaintenance(ctx context.Context, losses []storage.HeartbeatDeadline, facts map[string]storage.SensorFact) (map[string]string, error) {
+func (d *Daemon) inMaintenance(ctx context.Context, losses []Deadline, facts map[string]SensorFact) (map[string]string, error) {
 	if d.deps.Maintenance == nil || len(losses) == 0 {
 		return nil, nil
 	}
@@ -56,7 +55,7 @@ func (d *Daemon) sweepMaintenance(ctx context.Context, cutoff time.Time) error {
 	if err := d.publishMaintenanceEnds(ctx, stale); err != nil {
 		return err
 	}
-	ended, err := d.deps.Maintenance.EndMaintenance(ctx, cutoff, d.cfg.ClaimBatch)
+	ended, err := d.deps.Maintenance.EndMaintenance(ctx, cutoff, d.cfg.Now(), d.cfg.ClaimBatch)
 	if err != nil {
 		return err
 	}
@@ -67,7 +66,7 @@ func (d *Daemon) sweepMaintenance(ctx context.Context, cutoff time.Time) error {
 // (sensor_id: the window's sensor, or the first silent sensor, or the first
 // sensor of the site; a site with no sensor left tells nobody) and records
 // them published.
-func (d *Daemon) publishMaintenanceEnds(ctx context.Context, windows []storage.MaintenanceWindow) error {
+func (d *Daemon) publishMaintenanceEnds(ctx context.Context, windows []MaintenanceWindow) error {
 	if len(windows) == 0 {
 		return nil
 	}
@@ -106,14 +105,14 @@ func (d *Daemon) publishMaintenanceEnds(ctx context.Context, windows []storage.M
 			return fmt.Errorf("publishing %d maintenance ends: %w", len(events), err)
 		}
 	}
-	return d.deps.Maintenance.MarkMaintenanceEndsPublished(pctx, ids)
+	return d.deps.Maintenance.MarkMaintenanceEndsPublished(pctx, ids, d.cfg.Now())
 }
 
 // Flapping finds unstable sensors quiet for a flap window and ends their
-// streaks (storage.Postgres).
+// streaks (PostgresStore).
 type Flapping interface {
-	DueStable(ctx context.Context, now time.Time, window time.Duration, limit int) ([]storage.Stabilized, error)
-	ClearUnstable(ctx context.Context, stable []storage.Stabilized) error
+	DueStable(ctx context.Context, now time.Time, window time.Duration, limit int) ([]Stabilized, error)
+	ClearUnstable(ctx context.Context, stable []Stabilized) error
 }
 
 // sweepStable publishes a sensor_stable, with the final state, for every

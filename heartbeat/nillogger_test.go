@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -36,10 +37,10 @@ func TestNilLoggerTracker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := b.newTrackerWith(t, pg, prometheus.NewRegistry(), nil)
+	tr := b.newTrackerWith(t, heartbeat.NewPostgresStore(pg), prometheus.NewRegistry(), nil)
 	b.record(t, tr, "a")
 	pg.Close()
-	if _, err := pg.HeartbeatTimeouts(ctx); err == nil {
+	if _, err := heartbeat.NewPostgresStore(pg).HeartbeatTimeouts(ctx); err == nil {
 		t.Fatal("a closed Postgres store loaded timeouts; the reload below would not fail")
 	}
 	b.clock.Set(b.clock.Now().Add(b.cfg.WithDefaults().TimeoutRefresh + time.Second))

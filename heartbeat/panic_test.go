@@ -12,14 +12,13 @@ import (
 
 	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/internal/contain"
-	"github.com/lockstream/lockstream/storage"
 )
 
 // panicOnce is the Redis store, except that the first sweep's first call
 // panics (a bug in a sweep); swept is closed when a later sweep reads the
 // marker.
 type panicOnce struct {
-	*storage.Redis
+	*heartbeat.RedisStore
 	calls atomic.Int64
 	once  sync.Once
 	swept chan struct{}
@@ -29,7 +28,7 @@ func (p *panicOnce) HeartbeatMarker(ctx context.Context) (bool, error) {
 	if p.calls.Add(1) == 1 {
 		panic("a bug in the sweep")
 	}
-	built, err := p.Redis.HeartbeatMarker(ctx)
+	built, err := p.RedisStore.HeartbeatMarker(ctx)
 	if err == nil {
 		p.once.Do(func() { close(p.swept) })
 	}
@@ -42,10 +41,10 @@ func (p *panicOnce) HeartbeatMarker(ctx context.Context) (bool, error) {
 func TestRunGoesOnAfterASweepPanics(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	store := &panicOnce{Redis: b.stores.Redis, swept: make(chan struct{})}
+	store := &panicOnce{RedisStore: b.hb.Redis, swept: make(chan struct{})}
 	reg := prometheus.NewRegistry()
 	d, err := heartbeat.New(b.cfg, heartbeat.Deps{
-		Store: store, Registry: b.stores.Postgres, History: b.stores.ClickHouse, Publisher: b.publisher(t),
+		Store: store, Registry: b.hb.Postgres, History: b.hb.ClickHouse, Publisher: b.publisher(t),
 	}, reg, discard())
 	if err != nil {
 		t.Fatal(err)

@@ -8,25 +8,24 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/event"
-	"github.com/lockstream/lockstream/storage"
 )
 
-// Sites keeps site outages (storage.Postgres): one open outage per site,
+// Sites keeps site outages (PostgresStore): one open outage per site,
 // whichever daemon opens it.
 type Sites interface {
 	SiteMembers(ctx context.Context, sites []string) (map[string][]string, error)
-	OpenSiteOutages(ctx context.Context, outages []storage.SiteOutage) (opened []storage.SiteOutage, err error)
-	SiteOutagesListing(ctx context.Context, losses []storage.HeartbeatDeadline) (map[string]string, error)
-	MarkSiteEventsPublished(ctx context.Context, ids []string, restored bool) error
-	UnpublishedSiteEvents(ctx context.Context, before time.Time, limit int, restored bool) ([]storage.SiteOutage, error)
-	OpenSiteOutagesPublished(ctx context.Context, limit int) ([]storage.SiteOutage, error)
-	CloseSiteOutages(ctx context.Context, ids []string, at time.Time) ([]storage.SiteOutage, error)
+	OpenSiteOutages(ctx context.Context, outages []SiteOutage, now time.Time) (opened []SiteOutage, err error)
+	SiteOutagesListing(ctx context.Context, losses []Deadline) (map[string]string, error)
+	MarkSiteEventsPublished(ctx context.Context, ids []string, restored bool, at time.Time) error
+	UnpublishedSiteEvents(ctx context.Context, before time.Time, limit int, restored bool) ([]SiteOutage, error)
+	OpenSiteOutagesPublished(ctx context.Context, limit int) ([]SiteOutage, error)
+	CloseSiteOutages(ctx context.Context, ids []string, at time.Time) ([]SiteOutage, error)
 }
 
-// SiteStore is the Redis side of site judgement (storage.Redis).
+// SiteStore is the Redis side of site judgement (RedisStore).
 type SiteStore interface {
-	DeferHeartbeatLosses(ctx context.Context, losses []storage.HeartbeatDeadline, hold time.Duration) error
-	HeartbeatStatuses(ctx context.Context, sensorIDs []string) (map[string]storage.HeartbeatStatus, error)
+	DeferHeartbeatLosses(ctx context.Context, losses []Deadline, hold time.Duration) error
+	HeartbeatStatuses(ctx context.Context, sensorIDs []string) (map[string]RedisStatus, error)
 }
 
 // judged is a chunk of claimed losses ready to publish: the events (losses,
@@ -34,7 +33,7 @@ type SiteStore interface {
 // confirm afterwards.
 type judged struct {
 	events []event.Event
-	ready  []storage.HeartbeatDeadline
+	ready  []Deadline
 	opened []string
 }
 
@@ -43,9 +42,9 @@ type judged struct {
 // others: a site with at least SiteOutageMin, and at least half, of its
 // sensors lost within one Timeout gets one site_outage (OpenSiteOutages
 // decides between daemons), and the losses it lists are marked covered.
-func (d *Daemon) judge(ctx context.Context, losses []storage.HeartbeatDeadline) (judged, error) {
+func (d *Daemon) judge(ctx context.Context, losses []Deadline) (judged, error) {
 	var j judged
-	facts := map[string]storage.SensorFact{}
+	facts := map[string]SensorFact{}
 	if d.deps.States != nil {
 		ids := make([]string, len(losses))
 		for i, l := range losses {
@@ -57,7 +56,7 @@ func (d *Daemon) judge(ctx context.Context, losses []storage.HeartbeatDeadline) 
 		}
 	}
 	now := d.cfg.Now()
-	var held []storage.HeartbeatDeadline
+	var held []Deadline
 	for _, l := range losses {
 		if d.sitesOn() && facts[l.SensorID].Site != "" && l.Deadline.Add(d.cfg.SiteHold).After(now) {
 			held = append(held, l)
@@ -77,7 +76,7 @@ func (d *Daemon) judge(ctx context.Context, losses []storage.HeartbeatDeadline) 
 		return j, err
 	}
 	sites := map[string]bool{}
-	var sited []storage.HeartbeatDeadline
+	var sited []Deadline
 	for _, l := range j.ready {
 		if site := facts[l.SensorID].Site; site != "" && d.sitesOn() && maintained[l.SensorID] == "" {
 			sites[site] = true
@@ -116,7 +115,7 @@ func (d *Daemon) sitesOn() bool { return d.deps.Sites != nil && d.deps.SiteStore
 // this daemon opened; and their ids. An outage covers its losses even when
 // its site no longer qualifies by the time they are judged (sensors back
 // while a killed daemon's claims ran out): it is delivered instead of them.
-func (d *Daemon) judgeSites(ctx context.Context, sites []string, losses []storage.HeartbeatDeadline) (map[string]string, []event.Event, []string, error) {
+func (d *Daemon) judgeSites(ctx context.Context, sites []string, losses []Deadline) (map[string]string, []event.Event, []string, error) {
 	if len(sites) == 0 {
 		return nil, nil, nil, nil
 	}
@@ -132,13 +131,13 @@ func (d *Daemon) judgeSites(ctx context.Context, sites []string, losses []storag
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	var candidates []storage.SiteOutage
+	var candidates []SiteOutage
 	for _, site := range sites {
 		if o, ok := d.siteOutage(site, members[site], statuses); ok {
 			candidates = append(candidates, o)
 		}
 	}
-	opened, err := d.deps.Sites.OpenSiteOutages(ctx, candidates)
+	opened, err := d.deps.Sites.OpenSiteOutages(ctx, candidates, d.cfg.Now())
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -160,14 +159,14 @@ func (d *Daemon) judgeSites(ctx context.Context, sites []string, losses []storag
 // siteOutage judges one site: its sensors lost within one Timeout of the
 // latest loss among them, when there are at least SiteOutageMin of them and
 // at least half of the site.
-func (d *Daemon) siteOutage(site string, members []string, statuses map[string]storage.HeartbeatStatus) (storage.SiteOutage, bool) {
+func (d *Daemon) siteOutage(site string, members []string, statuses map[string]RedisStatus) (SiteOutage, bool) {
 	var latest time.Time
 	for _, id := range members {
 		if m := statuses[id].Missed; m.After(latest) {
 			latest = m
 		}
 	}
-	o := storage.SiteOutage{Site: site}
+	o := SiteOutage{Site: site}
 	for _, id := range members {
 		m := statuses[id].Missed
 		if m.IsZero() || m.Before(latest.Add(-d.cfg.Timeout)) {
@@ -179,7 +178,7 @@ func (d *Daemon) siteOutage(site string, members []string, statuses map[string]s
 		}
 	}
 	if len(o.Sensors) < d.cfg.SiteOutageMin || 2*len(o.Sensors) < len(members) {
-		return storage.SiteOutage{}, false
+		return SiteOutage{}, false
 	}
 	o.StartedAt = o.StartedAt.UTC()
 	o.ID = event.SiteOutageID(site, o.StartedAt)
@@ -192,7 +191,7 @@ func (d *Daemon) siteOutage(site string, members []string, statuses map[string]s
 // id, client, at) needs to drop it. So a site_outage is at its StartedAt (the
 // earliest deadline, which its id derives from), not at a time read from
 // Redis, which changes as sensors come back.
-func siteEvent(o storage.SiteOutage, restored bool) event.Event {
+func siteEvent(o SiteOutage, restored bool) event.Event {
 	e := event.Event{ID: o.ID, Type: event.SiteOutage, Site: o.Site, Sensors: o.Sensors, SensorID: o.Sensors[0],
 		At: o.StartedAt.UTC()}
 	if restored {
@@ -255,7 +254,7 @@ func (d *Daemon) sweepSites(ctx context.Context) error {
 // publishSiteEvents publishes the site_outage (or site_restored) of outages
 // and records them published. Their ids are deterministic: a repeat is
 // dropped downstream.
-func (d *Daemon) publishSiteEvents(ctx context.Context, outages []storage.SiteOutage, restored bool) error {
+func (d *Daemon) publishSiteEvents(ctx context.Context, outages []SiteOutage, restored bool) error {
 	if len(outages) == 0 {
 		return nil
 	}
@@ -277,5 +276,5 @@ func (d *Daemon) publishSiteEvents(ctx context.Context, outages []storage.SiteOu
 	} else {
 		d.siteOutages.Add(float64(len(events)))
 	}
-	return d.deps.Sites.MarkSiteEventsPublished(pctx, ids, restored)
+	return d.deps.Sites.MarkSiteEventsPublished(pctx, ids, restored, d.cfg.Now())
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -102,7 +103,7 @@ func siteOutageDecidedByADyingDaemon(t *testing.T, reached bool) {
 	if !errors.Is(failed, errKilled) {
 		t.Fatalf("the first daemon's sweeps ended with %v, want it killed publishing the outage", failed)
 	}
-	open, err := b.stores.Postgres.UnpublishedSiteEvents(ctx, time.Now().Add(time.Hour), 10, false)
+	open, err := b.hb.Postgres.UnpublishedSiteEvents(ctx, b.clock.Now().Add(time.Hour), 10, false)
 	if err != nil || len(open) != 1 || open[0].ID != event.SiteOutageID("hq", b.at(3)) {
 		t.Fatalf("unpublished outages %+v (%v), want hq's, decided by the dead daemon", open, err)
 	}
@@ -117,14 +118,14 @@ func siteOutageDecidedByADyingDaemon(t *testing.T, reached bool) {
 	}
 
 	// The survivor sweeps on, its clock 2 × PublishTimeout past the decision
-	// (the row's created_at, on the database's clock: this machine's), when a
-	// site event still unpublished is taken for one whose publisher died.
-	b.clock.Set(time.Now().Add(2*b.cfg.PublishTimeout + time.Second))
+	// (the row's created_at, on the heartbeat's clock), when a site event
+	// still unpublished is taken for one whose publisher died.
+	b.clock.Set(b.clock.Now().Add(2*b.cfg.PublishTimeout + time.Second))
 	for range 3 {
 		b.record(t, b.tracker, "a4")
 		sweep(t, d2)
 	}
-	if open, err := b.stores.Postgres.UnpublishedSiteEvents(ctx, time.Now().Add(time.Hour), 10, false); err != nil || len(open) != 0 {
+	if open, err := b.hb.Postgres.UnpublishedSiteEvents(ctx, b.clock.Now().Add(time.Hour), 10, false); err != nil || len(open) != 0 {
 		t.Fatalf("unpublished outages after the survivor's sweeps: %+v (%v)", open, err)
 	}
 	back = append(back, b.record(t, b.tracker, "a1", "a2", "a4")...)
@@ -219,7 +220,7 @@ func TestTrackerPublishesAnUnpublishedLossCovered(t *testing.T) {
 	b := setup(t)
 	b.register(t, storage.Sensor{ID: "m1"})
 	b.register(t, storage.Sensor{ID: "plain"})
-	win, err := b.stores.Postgres.SetMaintenance(ctx, storage.MaintenanceWindow{SensorID: "m1", From: b.t0, To: b.at(60)})
+	win, err := b.hb.Postgres.SetMaintenance(ctx, heartbeat.MaintenanceWindow{SensorID: "m1", From: b.t0, To: b.at(60)})
 	if err != nil {
 		t.Fatal(err)
 	}

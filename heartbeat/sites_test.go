@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -94,7 +95,7 @@ func TestSiteOutageOnceThenRestored(t *testing.T) {
 		t.Errorf("site_restored_total = %v, want 1", n)
 	}
 	// A new outage may open later: the old one is closed.
-	outs, err := b.stores.Postgres.OpenSiteOutagesPublished(context.Background(), 10)
+	outs, err := b.hb.Postgres.OpenSiteOutagesPublished(context.Background(), 10)
 	if err != nil || len(outs) != 0 {
 		t.Fatalf("open outages after the restore: %+v, %v", outs, err)
 	}
@@ -142,11 +143,11 @@ func TestMaintenanceCoversLossesAndEndsOnce(t *testing.T) {
 	b.register(t, storage.Sensor{ID: "m1"})
 	b.register(t, storage.Sensor{ID: "m2", Site: "depot"})
 	b.register(t, storage.Sensor{ID: "m3"})
-	win, err := b.stores.Postgres.SetMaintenance(ctx, storage.MaintenanceWindow{SensorID: "m1", From: b.t0, To: b.at(6)})
+	win, err := b.hb.Postgres.SetMaintenance(ctx, heartbeat.MaintenanceWindow{SensorID: "m1", From: b.t0, To: b.at(6)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	siteWin, err := b.stores.Postgres.SetMaintenance(ctx, storage.MaintenanceWindow{Site: "depot", From: b.t0, To: b.at(6)})
+	siteWin, err := b.hb.Postgres.SetMaintenance(ctx, heartbeat.MaintenanceWindow{Site: "depot", From: b.t0, To: b.at(6)})
 	if err != nil {
 		t.Fatal(err)
 	}

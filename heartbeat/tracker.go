@@ -11,60 +11,57 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/storage"
 )
 
 // The connections Status reports.
 const (
-	ConnectionOnline  = "online"
-	ConnectionLost    = "lost"
-	ConnectionUnknown = "unknown"
+	ConnectionOnline  = domain.ConnectionOnline
+	ConnectionLost    = domain.ConnectionLost
+	ConnectionUnknown = domain.ConnectionUnknown
 )
 
-// TrackerStore is the Redis side of the Tracker (storage.Redis).
+// TrackerStore is the Redis side of the Tracker (RedisStore).
 type TrackerStore interface {
-	RecordHeartbeats(ctx context.Context, sightings []storage.HeartbeatSighting) ([]storage.HeartbeatRestore, error)
+	RecordHeartbeats(ctx context.Context, sightings []Sighting) ([]Restore, error)
 	ForgetHeartbeat(ctx context.Context, sensorID string) error
-	HeartbeatStatuses(ctx context.Context, sensorIDs []string) (map[string]storage.HeartbeatStatus, error)
-	LostHeartbeats(ctx context.Context, page storage.Page) ([]storage.HeartbeatDeadline, error)
+	HeartbeatStatuses(ctx context.Context, sensorIDs []string) (map[string]RedisStatus, error)
+	LostHeartbeats(ctx context.Context, page storage.Page) ([]Deadline, error)
 	LostHeartbeatIDs(ctx context.Context, page storage.Page) ([]string, error)
 	ShiftHeartbeatDeadline(ctx context.Context, sensorID string, delta time.Duration) error
-	LoadHeartbeatDeadlines(ctx context.Context, deadlines []storage.HeartbeatDeadline) (int, error)
+	LoadHeartbeatDeadlines(ctx context.Context, deadlines []Deadline) (int, error)
 }
 
 // Timeouts gives the sensors whose heartbeat timeout differs from the fleet's
-// (storage.Postgres).
+// (PostgresStore): all of them, and one sensor's when the admin API changed it
+// (0: the fleet's; storage.ErrNotFound for a sensor not registered).
 type Timeouts interface {
 	HeartbeatTimeouts(ctx context.Context) (map[string]time.Duration, error)
+	HeartbeatTimeout(ctx context.Context, sensorID string) (time.Duration, error)
 }
 
-// Coverage tells what covers a loss (storage.Postgres): the maintenance
+// Coverage tells what covers a loss (PostgresStore): the maintenance
 // window it fell in, or the site outage that lists it. The Tracker asks it
 // about the losses it publishes itself, so they carry covered_by as the
 // sweep's judgement would have marked them.
 type Coverage interface {
-	SensorFacts(ctx context.Context, ids []string) (map[string]storage.SensorFact, error)
+	SensorFacts(ctx context.Context, ids []string) (map[string]SensorFact, error)
 	CoverByMaintenance(ctx context.Context, sensors, sites []string, deadlines []time.Time) (map[string]string, error)
-	SiteOutagesListing(ctx context.Context, losses []storage.HeartbeatDeadline) (map[string]string, error)
+	SiteOutagesListing(ctx context.Context, losses []Deadline) (map[string]string, error)
 }
 
 // TrackerRegistry is what the Tracker reads of the registry
-// (storage.Postgres).
+// (PostgresStore).
 type TrackerRegistry interface {
 	Timeouts
 	Coverage
 }
 
-// LostSensor is a sensor that is lost now.
-type LostSensor struct {
-	// SensorID names the sensor.
-	SensorID string
-	// LastSeen is when it last reported, within the coalescing window.
-	LastSeen time.Time
-	// LostAt is the deadline it missed: the time of its connection_lost event.
-	LostAt time.Time
-}
+// LostSensor is a sensor that is lost now (domain.LostSensor: the console
+// lists them).
+type LostSensor = domain.LostSensor
 
 // Tracker turns sightings into deadlines and ends losses. It is the consumer's
 // Sightings hook and answers the API's questions about a sensor's connection. It is
@@ -154,7 +151,7 @@ func (t *Tracker) Record(ctx context.Context, seen map[string]time.Time) ([]even
 		return nil, fmt.Errorf("recording sightings: %w", err)
 	}
 
-	writes := make([]storage.HeartbeatSighting, 0, len(seen))
+	writes := make([]Sighting, 0, len(seen))
 	saved := 0
 	t.tmu.RLock()
 	t.mu.Lock()
@@ -164,7 +161,7 @@ func (t *Tracker) Record(ctx context.Context, seen map[string]time.Time) ([]even
 			saved++
 			continue
 		}
-		writes = append(writes, storage.HeartbeatSighting{SensorID: id, Seen: at, Deadline: t.tm.deadline(at, timeout)})
+		writes = append(writes, Sighting{SensorID: id, Seen: at, Deadline: t.tm.deadline(at, timeout)})
 	}
 	t.mu.Unlock()
 	t.tmu.RUnlock()
@@ -187,13 +184,13 @@ func (t *Tracker) Record(ctx context.Context, seen map[string]time.Time) ([]even
 	if len(restores) == 0 {
 		return nil, nil
 	}
-	slices.SortFunc(restores, func(a, b storage.HeartbeatRestore) int { return cmp.Compare(a.SensorID, b.SensorID) })
+	slices.SortFunc(restores, func(a, b Restore) int { return cmp.Compare(a.SensorID, b.SensorID) })
 	timeouts := make([]time.Duration, len(restores))
-	var unpublished []storage.HeartbeatDeadline
+	var unpublished []Deadline
 	for i, r := range restores {
 		timeouts[i] = t.timeout(r.SensorID)
 		if r.Unpublished {
-			unpublished = append(unpublished, storage.HeartbeatDeadline{SensorID: r.SensorID, Deadline: r.Missed})
+			unpublished = append(unpublished, Deadline{SensorID: r.SensorID, Deadline: r.Missed})
 		}
 	}
 	// Redis remembers these restores: should this fail, the retried batch
@@ -237,7 +234,7 @@ func (t *Tracker) Record(ctx context.Context, seen map[string]time.Time) ([]even
 // heartbeat killed before publishing its losses would be followed by their
 // connection_lost notifications. A few statements, only when there are such
 // losses.
-func (t *Tracker) cover(ctx context.Context, losses []storage.HeartbeatDeadline) (map[string]string, error) {
+func (t *Tracker) cover(ctx context.Context, losses []Deadline) (map[string]string, error) {
 	if len(losses) == 0 {
 		return nil, nil
 	}
@@ -268,30 +265,26 @@ func (t *Tracker) cover(ctx context.Context, losses []storage.HeartbeatDeadline)
 	return covered, nil
 }
 
-// Status is what the heartbeat knows of one sensor's connection.
-type Status struct {
-	// LastSeen is when the sensor was last seen, within the coalescing window; for
-	// a sensor Redis lost and that has not reported since the rebuild, the
-	// rebuild's estimate. Zero when the heartbeat does not know the sensor.
-	LastSeen time.Time
-	// Connection is ConnectionOnline, ConnectionLost or ConnectionUnknown.
-	Connection string
-}
+// Status is what the heartbeat knows of one sensor's connection
+// (domain.SensorConnection: the API and the console show it). For a sensor
+// Redis lost and that has not reported since the rebuild, LastSeen is the
+// rebuild's estimate.
+type Status = domain.SensorConnection
 
 // Status returns when the sensor was last seen and whether it is online, lost or
-// unknown to the heartbeat; see Statuses.
+// unknown to the heartbeat; see SensorStatuses.
 func (t *Tracker) Status(ctx context.Context, sensorID string) (lastSeen time.Time, connection string, err error) {
-	st, err := t.Statuses(ctx, []string{sensorID})
+	st, err := t.SensorStatuses(ctx, []string{sensorID})
 	if err != nil {
 		return time.Time{}, "", err
 	}
 	return st[sensorID].LastSeen, st[sensorID].Connection, nil
 }
 
-// Statuses returns the Status of every sensor in sensorIDs in one Redis round trip,
+// SensorStatuses returns the Status of every sensor in sensorIDs in one Redis round trip,
 // however many there are (a page of a sensor list asks once, not once a sensor).
 // Every id asked for has an entry.
-func (t *Tracker) Statuses(ctx context.Context, sensorIDs []string) (map[string]Status, error) {
+func (t *Tracker) SensorStatuses(ctx context.Context, sensorIDs []string) (map[string]Status, error) {
 	if err := t.ensureTimeouts(ctx); err != nil {
 		return nil, fmt.Errorf("getting connections of %d sensors: %w", len(sensorIDs), err)
 	}
@@ -314,8 +307,9 @@ func (t *Tracker) Statuses(ctx context.Context, sensorIDs []string) (map[string]
 	return out, nil
 }
 
-// Lost returns up to page.Limit lost sensors ordered by id, after page.After.
-func (t *Tracker) Lost(ctx context.Context, page storage.Page) ([]LostSensor, error) {
+// LostSensors returns up to page.Limit lost sensors ordered by id, after
+// page.After.
+func (t *Tracker) LostSensors(ctx context.Context, page storage.Page) ([]LostSensor, error) {
 	if err := t.ensureTimeouts(ctx); err != nil {
 		return nil, fmt.Errorf("listing lost sensors: %w", err)
 	}
@@ -334,10 +328,10 @@ func (t *Tracker) Lost(ctx context.Context, page storage.Page) ([]LostSensor, er
 	return out, nil
 }
 
-// LostIDs returns up to page.Limit ids of lost sensors ordered by id, after
+// LostSensorIDs returns up to page.Limit ids of lost sensors ordered by id, after
 // page.After, in one Redis round trip whatever the number of lost sensors: a page
-// of a list whose connections are then asked for with Statuses.
-func (t *Tracker) LostIDs(ctx context.Context, page storage.Page) ([]string, error) {
+// of a list whose connections are then asked for with SensorStatuses.
+func (t *Tracker) LostSensorIDs(ctx context.Context, page storage.Page) ([]string, error) {
 	ids, err := t.store.LostHeartbeatIDs(ctx, page)
 	if err != nil {
 		return nil, fmt.Errorf("listing lost sensors: %w", err)
@@ -352,8 +346,8 @@ func (t *Tracker) Register(ctx context.Context, sensorID string, createdAt time.
 	if err := t.ensureTimeouts(ctx); err != nil {
 		return fmt.Errorf("registering sensor %s: %w", sensorID, err)
 	}
-	dl := storage.HeartbeatDeadline{SensorID: sensorID, Deadline: t.tm.deadline(createdAt, t.timeout(sensorID))}
-	if _, err := t.store.LoadHeartbeatDeadlines(ctx, []storage.HeartbeatDeadline{dl}); err != nil {
+	dl := Deadline{SensorID: sensorID, Deadline: t.tm.deadline(createdAt, t.timeout(sensorID))}
+	if _, err := t.store.LoadHeartbeatDeadlines(ctx, []Deadline{dl}); err != nil {
 		return fmt.Errorf("registering sensor %s: %w", sensorID, err)
 	}
 	return nil

@@ -100,7 +100,7 @@ func (b *bundle) newWatermarkDaemon(t *testing.T, cfg stream.Config, opts ...kgo
 	}
 	reg := prometheus.NewRegistry()
 	d, err := heartbeat.New(b.cfg, heartbeat.Deps{
-		Store: b.stores.Redis, Registry: b.stores.Postgres, History: b.stores.ClickHouse,
+		Store: b.hb.Redis, Registry: b.hb.Postgres, History: b.hb.ClickHouse,
 		Publisher: b.publisher(t), Progress: progress,
 	}, reg, discard())
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 	"github.com/lockstream/lockstream/stream"
 )
 
-// Store is where history goes (storage.ClickHouse). Inserting the same rows
+// Store is where history goes (ClickHouseStore). Inserting the same rows
 // twice must leave one copy after deduplication: the writer is at-least-once.
 type Store interface {
 	InsertReadings(ctx context.Context, rows []storage.HistoryReading) error

@@ -84,7 +84,7 @@ func TestHistoryRidesOutClickHouseOutage(t *testing.T) {
 	client := streamtest.Client(t, cfg)
 	valid := produceReadings(t, client, cfg, 600)
 
-	store := &outage{Store: stores.ClickHouse}
+	store := &outage{Store: history.NewClickHouseStore(stores.ClickHouse)}
 	store.down.Store(true)
 	w, err := history.New(history.Config{Stream: cfg, FlushRows: 100,
 		FlushInterval: 50 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond},
@@ -137,7 +137,7 @@ func TestHistoryFlushesOnShutdown(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	// Neither size nor age triggers a flush during the test: only shutdown does.
 	w, err := history.New(history.Config{Stream: cfg, FlushRows: 1_000_000, FlushInterval: time.Hour},
-		stores.ClickHouse, reg, testLogger())
+		history.NewClickHouseStore(stores.ClickHouse), reg, testLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,4 +164,4 @@ func TestHistoryFlushesOnShutdown(t *testing.T) {
 	}
 }
 
-var _ history.Store = (*storage.ClickHouse)(nil)
+var _ history.Store = (*history.ClickHouseStore)(nil)

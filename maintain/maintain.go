@@ -108,7 +108,7 @@ func ParseRetention(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// Store is the Postgres side (storage.Postgres).
+// Store is the Postgres side (PostgresStore).
 type Store interface {
 	MonthPartitions(ctx context.Context, table string) ([]storage.MonthPartition, error)
 	CreateMonthPartition(ctx context.Context, table string, month time.Time) (string, error)
@@ -117,10 +117,10 @@ type Store interface {
 	DefaultPartitionRows(ctx context.Context, table string) (int64, error)
 }
 
-// History is the ClickHouse side (storage.ClickHouse); nil leaves ClickHouse be.
+// History is the ClickHouse side (ClickHouseStore); nil leaves ClickHouse be.
 type History interface {
-	HistoryPartitions(ctx context.Context, tables []string) ([]storage.HistoryPartition, error)
-	DropHistoryPartition(ctx context.Context, hp storage.HistoryPartition) error
+	HistoryPartitions(ctx context.Context, tables []string) ([]HistoryPartition, error)
+	DropHistoryPartition(ctx context.Context, hp HistoryPartition) error
 }
 
 // Report is what one pass did.

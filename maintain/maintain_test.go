@@ -51,7 +51,7 @@ func TestMaintainWalksThroughMonths(t *testing.T) {
 	now := t0
 	reg := prometheus.NewRegistry()
 	mt, err := maintain.New(maintain.Config{Retention: 90 * 24 * time.Hour, HistoryRetention: 60 * 24 * time.Hour,
-		Now: func() time.Time { return now }}, pg, stores.ClickHouse, reg, nil)
+		Now: func() time.Time { return now }}, maintain.NewPostgresStore(pg), maintain.NewClickHouseStore(stores.ClickHouse), reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 // panicOnce is the Postgres store, except that its first MonthPartitions
 // panics (a bug in a pass).
 type panicOnce struct {
-	*storage.Postgres
+	*maintain.PostgresStore
 	calls atomic.Int64
 }
 
@@ -26,7 +26,7 @@ func (p *panicOnce) MonthPartitions(ctx context.Context, table string) ([]storag
 	if p.calls.Add(1) == 1 {
 		panic("a bug in the pass")
 	}
-	return p.Postgres.MonthPartitions(ctx, table)
+	return p.PostgresStore.MonthPartitions(ctx, table)
 }
 
 // TestRunGoesOnAfterAPanic: a pass that panics is counted in
@@ -35,7 +35,7 @@ func (p *panicOnce) MonthPartitions(ctx context.Context, table string) ([]storag
 func TestRunGoesOnAfterAPanic(t *testing.T) {
 	t.Parallel()
 	stores := storagetest.New(t)
-	store := &panicOnce{Postgres: stores.Postgres}
+	store := &panicOnce{PostgresStore: maintain.NewPostgresStore(stores.Postgres)}
 	reg := prometheus.NewRegistry()
 	mt, err := maintain.New(maintain.Config{Interval: 10 * time.Millisecond}, store, nil, reg, nil)
 	if err != nil {

@@ -4,79 +4,17 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/redis/go-redis/v9"
 )
 
-// The operator console's reads and its sessions. Every read here costs what one
+// The operator console's reads (its sessions are console.RedisStore's). Every read here costs what one
 // page shows, not what the fleet holds: counts come from Redis cardinalities and the
 // planner's estimate, lists from index ranges, summaries from a bounded window.
-
-// ConsoleSession is a signed-in user of the operator console, stored under the hash
-// of its cookie so that the store never holds a usable session id.
-type ConsoleSession struct {
-	// Role is what the session may see: "admin" (everything); "member" (its own
-	// client's inbox) comes with members.
-	Role string `json:"role"`
-	// Subject is the member id of a member session; empty for the admin.
-	Subject string `json:"subject,omitempty"`
-	// Credential fingerprints the token that signed in, so a session ends when that
-	// token is rotated.
-	Credential string `json:"credential"`
-	// CSRF is the token every form of the session carries.
-	CSRF      string    `json:"csrf"`
-	CreatedAt time.Time `json:"created_at"`
-}
-
-func (r *Redis) consoleSessionKey(id string) string { return r.key("console:session:" + id) }
-
-// CreateConsoleSession stores a session for ttl; an id already taken is ErrConflict.
-func (r *Redis) CreateConsoleSession(ctx context.Context, id string, s ConsoleSession, ttl time.Duration) error {
-	b, err := json.Marshal(s)
-	if err != nil {
-		return fmt.Errorf("encoding console session: %w", err)
-	}
-	ok, err := r.client.SetNX(ctx, r.consoleSessionKey(id), b, ttl).Result()
-	if err != nil {
-		return fmt.Errorf("storing console session: %w", err)
-	}
-	if !ok {
-		return fmt.Errorf("storing console session: %w", ErrConflict)
-	}
-	return nil
-}
-
-// ConsoleSession returns the session stored under id, or ErrNotFound once it
-// expired or was deleted.
-func (r *Redis) ConsoleSession(ctx context.Context, id string) (ConsoleSession, error) {
-	b, err := r.client.Get(ctx, r.consoleSessionKey(id)).Bytes()
-	if errors.Is(err, redis.Nil) {
-		return ConsoleSession{}, fmt.Errorf("console session: %w", ErrNotFound)
-	}
-	if err != nil {
-		return ConsoleSession{}, fmt.Errorf("reading console session: %w", err)
-	}
-	var s ConsoleSession
-	if err := json.Unmarshal(b, &s); err != nil {
-		return ConsoleSession{}, fmt.Errorf("decoding console session: %w", err)
-	}
-	return s, nil
-}
-
-// DeleteConsoleSession ends a session; ending one that does not exist is no error.
-func (r *Redis) DeleteConsoleSession(ctx context.Context, id string) error {
-	if err := r.client.Del(ctx, r.consoleSessionKey(id)).Err(); err != nil {
-		return fmt.Errorf("deleting console session: %w", err)
-	}
-	return nil
-}
 
 // exactCountBelow is the size under which CountSensors counts rows instead of
 // trusting the planner's estimate: cheap there, and the estimate is coarse.

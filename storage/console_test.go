@@ -2,7 +2,6 @@ package storage_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -11,32 +10,6 @@ import (
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
-
-func TestConsoleSessionLifecycle(t *testing.T) {
-	t.Parallel()
-	r := storagetest.New(t).Redis
-	ctx := context.Background()
-	s := storage.ConsoleSession{Role: "admin", Credential: "fp", CSRF: "csrf", CreatedAt: time.Now().UTC().Truncate(time.Second)}
-	if err := r.CreateConsoleSession(ctx, "h1", s, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.CreateConsoleSession(ctx, "h1", s, time.Minute); !errors.Is(err, storage.ErrConflict) {
-		t.Fatalf("second create = %v, want ErrConflict", err)
-	}
-	got, err := r.ConsoleSession(ctx, "h1")
-	if err != nil || got != s {
-		t.Fatalf("ConsoleSession = %+v, %v; want %+v", got, err, s)
-	}
-	if err := r.DeleteConsoleSession(ctx, "h1"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.ConsoleSession(ctx, "h1"); !errors.Is(err, storage.ErrNotFound) {
-		t.Fatalf("after delete = %v, want ErrNotFound", err)
-	}
-	if err := r.DeleteConsoleSession(ctx, "h1"); err != nil {
-		t.Fatalf("deleting twice = %v", err)
-	}
-}
 
 func TestCountAndSearchSensors(t *testing.T) {
 	t.Parallel()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/analytics"
+	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/webapi"
 )
@@ -61,7 +62,7 @@ func TestAnalyticsRoutes(t *testing.T) {
 	api.request("PUT", "/v1/clients/"+client.ID+"/sensors/door1", nil).expect(http.StatusNoContent)
 	at := func(s string) time.Time { t, _ := time.Parse(time.RFC3339, s); return t }
 	zero, one := 0, 1
-	if err := api.stores.ClickHouse.InsertEvents(ctx, []storage.HistoryEvent{
+	if err := history.NewClickHouseStore(api.stores.ClickHouse).InsertEvents(ctx, []storage.HistoryEvent{
 		{ID: "e1", Type: "state_changed", SensorID: "door1", Data: &zero, At: at("2026-10-25T09:00:00Z")},
 		{ID: "e2", Type: "state_changed", SensorID: "door1", Data: &one, Previous: &zero, At: at("2026-10-25T10:00:00Z")},
 		{ID: "e3", Type: "connection_lost", SensorID: "door1", At: at("2026-10-25T12:00:00Z")},
@@ -69,7 +70,7 @@ func TestAnalyticsRoutes(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := api.stores.ClickHouse.InsertReadings(ctx, []storage.HistoryReading{
+	if err := history.NewClickHouseStore(api.stores.ClickHouse).InsertReadings(ctx, []storage.HistoryReading{
 		{SensorID: "door1", Data: 0, ReceivedAt: at("2026-10-25T09:00:00Z"), Offset: 1},
 		{SensorID: "door1", Data: 1, ReceivedAt: at("2026-10-25T10:00:00Z"), Offset: 2},
 	}); err != nil {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/webapi"
 )
@@ -291,5 +291,5 @@ func expectUTC(t *testing.T, fields map[string]any, names ...string) {
 func (a *testAPI) insertSensorState(id string, data int, changedAt time.Time) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return a.stores.Postgres.ApplyStateChanges(ctx, []storage.StateChange{{SensorID: id, Data: data, ChangedAt: changedAt}})
+	return consumer.NewPostgresStore(a.stores.Postgres).ApplyStateChanges(ctx, []consumer.StateChange{{SensorID: id, Data: data, ChangedAt: changedAt}})
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -63,7 +64,7 @@ func TestSensorEventsHistory(t *testing.T) {
 	}
 	// Inserted twice, as a replay would: the API shows each event once.
 	for range 2 {
-		if err := api.stores.ClickHouse.InsertEvents(ctx, events); err != nil {
+		if err := history.NewClickHouseStore(api.stores.ClickHouse).InsertEvents(ctx, events); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -129,7 +130,7 @@ func TestSensorEventsDefaultRangeIsTheLastDay(t *testing.T) {
 		{ID: "day", Type: "state_changed", SensorID: "s", Data: &one, At: now.Add(-20 * time.Hour)},
 		{ID: "old", Type: "state_changed", SensorID: "s", Data: &one, At: now.Add(-28 * time.Hour)},
 	}
-	if err := api.stores.ClickHouse.InsertEvents(ctx, events); err != nil {
+	if err := history.NewClickHouseStore(api.stores.ClickHouse).InsertEvents(ctx, events); err != nil {
 		t.Fatal(err)
 	}
 	var got itemsJSON[historyEventJSON]
@@ -169,7 +170,7 @@ func TestSensorReadingsHistory(t *testing.T) {
 		readings = append(readings, r)
 	}
 	readings = append(readings, storage.HistoryReading{SensorID: "other", Data: 1, ReceivedAt: t0.Add(time.Minute), Partition: 2})
-	if err := api.stores.ClickHouse.InsertReadings(ctx, readings); err != nil {
+	if err := history.NewClickHouseStore(api.stores.ClickHouse).InsertReadings(ctx, readings); err != nil {
 		t.Fatal(err)
 	}
 

@@ -9,14 +9,15 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/storage"
 )
 
-// MaintenanceStore is the part of storage.Postgres the maintenance routes use.
+// MaintenanceStore keeps maintenance windows (the heartbeat's store).
 type MaintenanceStore interface {
 	// SetMaintenance sets the sensor's or site's window that has not ended;
 	// ErrNotFound for an unknown sensor.
-	SetMaintenance(ctx context.Context, w storage.MaintenanceWindow) (storage.MaintenanceWindow, error)
+	SetMaintenance(ctx context.Context, w domain.MaintenanceWindow) (domain.MaintenanceWindow, error)
 }
 
 // WithMaintenance serves PUT /v1/sensors/{id}/maintenance and PUT
@@ -45,7 +46,7 @@ func (s *Server) putSensorMaintenance(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
-	return s.putMaintenance(w, r, storage.MaintenanceWindow{SensorID: id})
+	return s.putMaintenance(w, r, domain.MaintenanceWindow{SensorID: id})
 }
 
 // putSiteMaintenance handles PUT /v1/sites/{site}/maintenance.
@@ -55,7 +56,7 @@ func (s *Server) putSiteMaintenance(w http.ResponseWriter, r *http.Request) erro
 	if checkSite(&errs, site); errs.err() != nil {
 		return notFound("site %q not found: a site is 1 to 64 ASCII letters, digits, '_', '-' or '.'", site)
 	}
-	return s.putMaintenance(w, r, storage.MaintenanceWindow{Site: site})
+	return s.putMaintenance(w, r, domain.MaintenanceWindow{Site: site})
 }
 
 // putMaintenance sets the window of the sensor or site in win from the body
@@ -63,7 +64,7 @@ func (s *Server) putSiteMaintenance(w http.ResponseWriter, r *http.Request) erro
 // long): losses whose deadline falls in it are notified to nobody, and one
 // maintenance_ended lists them when it ends. It moves the window not ended
 // yet, if there is one.
-func (s *Server) putMaintenance(w http.ResponseWriter, r *http.Request, win storage.MaintenanceWindow) error {
+func (s *Server) putMaintenance(w http.ResponseWriter, r *http.Request, win domain.MaintenanceWindow) error {
 	var req struct {
 		From *time.Time `json:"from"`
 		To   *time.Time `json:"to"`

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/webapi"
@@ -431,7 +432,7 @@ func TestSensorSite(t *testing.T) {
 func TestMaintenanceRoutes(t *testing.T) {
 	t.Parallel()
 	api := newDeliveryAPI(t, func(s *storagetest.Stores) []webapi.Option {
-		return []webapi.Option{webapi.WithMaintenance(s.Postgres)}
+		return []webapi.Option{webapi.WithMaintenance(heartbeat.NewPostgresStore(s.Postgres))}
 	})
 	api.createSensor("door", "1 Main St")
 	from := time.Now().UTC().Truncate(time.Second)

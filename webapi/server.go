@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -200,18 +201,14 @@ func (f PingerFunc) Ping(ctx context.Context) error { return f(ctx) }
 
 // The connection states a sensor shows in the API.
 const (
-	ConnectionOnline  = "online"
-	ConnectionLost    = "lost"
-	ConnectionUnknown = "unknown"
+	ConnectionOnline  = domain.ConnectionOnline
+	ConnectionLost    = domain.ConnectionLost
+	ConnectionUnknown = domain.ConnectionUnknown
 )
 
-// SensorConnection is what the heartbeat knows of one sensor.
-type SensorConnection struct {
-	// LastSeen is when the sensor was last seen; zero when never.
-	LastSeen time.Time
-	// Connection is ConnectionOnline, ConnectionLost or ConnectionUnknown.
-	Connection string
-}
+// SensorConnection is what the heartbeat knows of one sensor: when it was
+// last seen (zero when never) and its connection.
+type SensorConnection = domain.SensorConnection
 
 // SensorStatus reports what the heartbeat knows of sensors, a page at a time: one
 // call (and one store round trip) per page of a sensor list, whatever its length.

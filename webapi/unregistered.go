@@ -7,13 +7,13 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/domain"
 )
 
 // UnregisteredSensors lists the unregistered sensor ids the consumers saw most
-// (storage.Postgres).
+// (the consumer's store).
 type UnregisteredSensors interface {
-	TopUnregistered(ctx context.Context, since time.Time, limit int) ([]storage.UnregisteredSensor, error)
+	TopUnregistered(ctx context.Context, since time.Time, limit int) ([]domain.UnregisteredSensor, error)
 }
 
 // WithUnregistered serves GET /v1/sensors/unregistered from store.

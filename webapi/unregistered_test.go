@@ -6,14 +6,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/consumer"
+	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/webapi"
 )
 
 // lateUnregistered is the test's Postgres, known once newTestAPI made it.
-type lateUnregistered struct{ pg *storage.Postgres }
+type lateUnregistered struct{ pg *consumer.PostgresStore }
 
-func (l *lateUnregistered) TopUnregistered(ctx context.Context, since time.Time, limit int) ([]storage.UnregisteredSensor, error) {
+func (l *lateUnregistered) TopUnregistered(ctx context.Context, since time.Time, limit int) ([]domain.UnregisteredSensor, error) {
 	return l.pg.TopUnregistered(ctx, since, limit)
 }
 
@@ -24,7 +25,7 @@ func TestUnregisteredSensorsSumsTheLastDay(t *testing.T) {
 	t.Parallel()
 	late := &lateUnregistered{}
 	api := newTestAPI(t, apiOptions{opts: []webapi.Option{webapi.WithUnregistered(late)}})
-	late.pg = api.stores.Postgres
+	late.pg = consumer.NewPostgresStore(api.stores.Postgres)
 	ctx := context.Background()
 	now := time.Now().UTC()
 	hour := now.Truncate(time.Hour)
@@ -33,19 +34,19 @@ func TestUnregisteredSensorsSumsTheLastDay(t *testing.T) {
 	for _, s := range []struct {
 		hour    time.Time
 		process string
-		counts  []storage.UnregisteredCount
+		counts  []consumer.UnregisteredCount
 	}{
-		{hour, "a", []storage.UnregisteredCount{{SensorID: "noisy", Count: 50, LastSeen: seen}, {SensorID: "quiet", Count: 3, CountError: 2, LastSeen: seen}}},
-		{hour, "b", []storage.UnregisteredCount{{SensorID: "noisy", Count: 20, LastSeen: seen}, {SensorID: "later", Count: 100, LastSeen: seen}}},
-		{hour.Add(-2 * time.Hour), "a", []storage.UnregisteredCount{{SensorID: "quiet", Count: 40, LastSeen: seen.Add(-2 * time.Hour)}}},
-		{hour.Add(-30 * time.Hour), "a", []storage.UnregisteredCount{{SensorID: "old", Count: 1000, LastSeen: seen.Add(-30 * time.Hour)}}},
+		{hour, "a", []consumer.UnregisteredCount{{SensorID: "noisy", Count: 50, LastSeen: seen}, {SensorID: "quiet", Count: 3, CountError: 2, LastSeen: seen}}},
+		{hour, "b", []consumer.UnregisteredCount{{SensorID: "noisy", Count: 20, LastSeen: seen}, {SensorID: "later", Count: 100, LastSeen: seen}}},
+		{hour.Add(-2 * time.Hour), "a", []consumer.UnregisteredCount{{SensorID: "quiet", Count: 40, LastSeen: seen.Add(-2 * time.Hour)}}},
+		{hour.Add(-30 * time.Hour), "a", []consumer.UnregisteredCount{{SensorID: "old", Count: 1000, LastSeen: seen.Add(-30 * time.Hour)}}},
 	} {
 		// The oldest is written last with an expiry before it, so it stays.
 		exp := expired
 		if s.hour.Before(expired) {
 			exp = s.hour.Add(-time.Hour)
 		}
-		if err := api.stores.Postgres.ReplaceUnregistered(ctx, s.hour, s.process, s.counts, exp); err != nil {
+		if err := consumer.NewPostgresStore(api.stores.Postgres).ReplaceUnregistered(ctx, s.hour, s.process, s.counts, exp); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -76,8 +77,8 @@ func TestUnregisteredSensorsSumsTheLastDay(t *testing.T) {
 	api.request("GET", "/v1/sensors/unregistered?limit=1001", nil).expectProblem(http.StatusBadRequest, "invalid-parameter")
 
 	// A flush replaces its (hour, process) slice and drops what expired.
-	if err := api.stores.Postgres.ReplaceUnregistered(ctx, hour, "a",
-		[]storage.UnregisteredCount{{SensorID: "quiet", Count: 1, LastSeen: seen}}, expired); err != nil {
+	if err := consumer.NewPostgresStore(api.stores.Postgres).ReplaceUnregistered(ctx, hour, "a",
+		[]consumer.UnregisteredCount{{SensorID: "quiet", Count: 1, LastSeen: seen}}, expired); err != nil {
 		t.Fatal(err)
 	}
 	api.request("GET", "/v1/sensors/unregistered", nil).expect(http.StatusOK).decode(&got)

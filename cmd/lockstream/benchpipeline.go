@@ -79,7 +79,7 @@ func runBenchPipeline(ctx context.Context, v *values, cfg bench.PipelineConfig, 
 	}
 	run := func(ctx context.Context, ready func(bench.PipelineNode)) error {
 		return startAll(ctx, v, io.Discard, logger, "127.0.0.1:0", func(n *node) {
-			ready(bench.PipelineNode{Stream: n.stream, Metrics: n.reg, Store: n.pg})
+			ready(bench.PipelineNode{Stream: n.stream, Metrics: n.reg, Store: bench.NewPostgresStore(n.pg)})
 		})
 	}
 	res, err := bench.Pipeline(ctx, cfg, run, logger, stdout)

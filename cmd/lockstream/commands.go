@@ -366,8 +366,7 @@ func apiDaemon(ctx context.Context, n *node) (daemon, error) {
 	if err != nil {
 		return daemon{}, err
 	}
-	hooks := heartbeatHooks{tracker: tracker, pg: n.pg}
-	con, err := newConsole(n, token, hooks)
+	con, err := newConsole(n, token, tracker)
 	if err != nil {
 		return daemon{}, err
 	}
@@ -376,10 +375,10 @@ func apiDaemon(ctx context.Context, n *node) (daemon, error) {
 		return daemon{}, err
 	}
 	a := n.analytics()
-	opts := []webapi.Option{webapi.WithHistory(a), webapi.WithAnalytics(a), webapi.WithDeliveries(n.pg, n.pg), webapi.WithClientEvents(n.pg), webapi.WithMaintenance(n.pg), webapi.WithPushes(n.pg, n.pg),
-		webapi.WithSensorStatus(hooks),
-		webapi.WithSensorObserver(hooks), webapi.WithLostSensors(hooks), webapi.WithConsole(con.Handler()),
-		webapi.WithInbox(n.pg, n.pg, n.redis, inboxCfg), webapi.WithUnregistered(n.pg)}
+	opts := []webapi.Option{webapi.WithHistory(a), webapi.WithAnalytics(a), webapi.WithDeliveries(n.pg, n.pg), webapi.WithClientEvents(n.pg), webapi.WithMaintenance(n.heartbeatStores().Postgres), webapi.WithPushes(n.pg, n.pg),
+		webapi.WithSensorStatus(tracker),
+		webapi.WithSensorObserver(tracker), webapi.WithLostSensors(tracker), webapi.WithConsole(con.Handler()),
+		webapi.WithInbox(n.pg, n.pg, n.redis, inboxCfg), webapi.WithUnregistered(consumer.NewPostgresStore(n.pg))}
 	retention, err := maintain.ParseRetention(n.v.str("retention"))
 	if err != nil {
 		return daemon{}, fmt.Errorf("--retention: %w", err)
@@ -465,8 +464,9 @@ func consumerDaemon(_ context.Context, n *node) (daemon, error) {
 	if err != nil {
 		return daemon{}, err
 	}
+	store := consumer.NewPostgresStore(n.pg)
 	c, err := consumer.New(consumer.Config{Stream: n.stream, FlapChanges: flapChanges, FlapWindow: flapWindow},
-		consumer.Deps{States: n.pg, Sightings: tracker, Unregistered: n.pg}, n.reg, n.logger.With("daemon", "consumer"))
+		consumer.Deps{States: store, Sightings: tracker, Unregistered: store}, n.reg, n.logger.With("daemon", "consumer"))
 	if err != nil {
 		return daemon{}, err
 	}
@@ -477,7 +477,7 @@ func historyDaemon(_ context.Context, n *node) (daemon, error) {
 	if err := n.requireBrokers(); err != nil {
 		return daemon{}, err
 	}
-	h, err := history.New(history.Config{Stream: n.stream}, n.ch, n.reg, n.logger.With("daemon", "history"))
+	h, err := history.New(history.Config{Stream: n.stream}, history.NewClickHouseStore(n.ch), n.reg, n.logger.With("daemon", "history"))
 	if err != nil {
 		return daemon{}, err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
+	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream/streamtest"
@@ -391,7 +392,7 @@ func (env *consoleNode) seedChanges(t *testing.T, sensor string) int {
 				SensorID: sensor, Data: &data, Previous: &previous, At: hour.Add(time.Duration(i*7) * time.Minute)})
 		}
 	}
-	if err := env.stores.ClickHouse.InsertEvents(context.Background(), events); err != nil {
+	if err := history.NewClickHouseStore(env.stores.ClickHouse).InsertEvents(context.Background(), events); err != nil {
 		t.Fatal(err)
 	}
 	return len(events)

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream"
 	"github.com/lockstream/lockstream/stream/streamtest"
@@ -248,14 +249,14 @@ func siteOutageDeciderKilled(t *testing.T, reached bool) {
 		if !gate.isHeld() {
 			return false, "no publication to lockstream.events yet"
 		}
-		outages, err := stores.Postgres.UnpublishedSiteEvents(ctx, time.Now().Add(time.Hour), 10, false)
+		outages, err := heartbeat.NewPostgresStore(stores.Postgres).UnpublishedSiteEvents(ctx, time.Now().Add(time.Hour), 10, false)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return len(outages) == 1, fmt.Sprintf("unpublished outages %+v", outages)
 	})
 	decider.kill()
-	outages, err := stores.Postgres.UnpublishedSiteEvents(ctx, time.Now().Add(time.Hour), 10, false)
+	outages, err := heartbeat.NewPostgresStore(stores.Postgres).UnpublishedSiteEvents(ctx, time.Now().Add(time.Hour), 10, false)
 	if err != nil || len(outages) != 1 {
 		t.Fatalf("after the kill: unpublished outages %+v (%v), want the one decided", outages, err)
 	}

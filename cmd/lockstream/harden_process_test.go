@@ -20,6 +20,7 @@ import (
 
 	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/reading"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
@@ -81,7 +82,7 @@ func countHeartbeats(t *testing.T, r *storage.Redis) (tracked, lost int64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tracked, lost, err := r.CountHeartbeats(ctx)
+	tracked, lost, err := heartbeat.NewRedisStore(r).CountHeartbeats(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +183,7 @@ func TestProcessUnregisteredSensorsCostNothingThatGrows(t *testing.T) {
 	h.waitFor("the unregistered ids to be summarised", func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		top, err := stores.Postgres.TopUnregistered(ctx, time.Now().Add(-time.Hour), 1000)
+		top, err := consumer.NewPostgresStore(stores.Postgres).TopUnregistered(ctx, time.Now().Add(-time.Hour), 1000)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -241,13 +242,13 @@ func TestProcessRecreatedTopicIsApplied(t *testing.T) {
 			}
 		}
 	}
-	state := func() storage.StateChange {
+	state := func() consumer.StateChange {
 		for _, s := range storagetest.AllSensorStates(t, stores.PostgresURL) {
 			if s.SensorID == "door1" {
 				return s
 			}
 		}
-		return storage.StateChange{Offset: -1}
+		return consumer.StateChange{Offset: -1}
 	}
 
 	oldID := streamtest.TopicID(t, kafka, topic)

@@ -3,15 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/heartbeat"
-	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
-	"github.com/lockstream/lockstream/webapi"
 )
 
 // heartbeatConfig is the heartbeat configuration of a node.
@@ -40,8 +37,14 @@ func (n *node) heartbeatConfig() (heartbeat.Config, error) {
 		FlapWindow: flapWindow}, nil
 }
 
+// heartbeatStores are the heartbeat's statements on the node's stores.
+func (n *node) heartbeatStores() heartbeat.Stores {
+	return heartbeat.NewStores(n.pg, n.redis, n.ch)
+}
+
 // heartbeatTracker returns the node's one tracker, creating it on first use: the
-// consumer records sightings through it and the API reads connections from it.
+// consumer records sightings through it, the API and the console read
+// connections from it and tell it of the registry's changes.
 func (n *node) heartbeatTracker() (*heartbeat.Tracker, error) {
 	if n.tracker != nil {
 		return n.tracker, nil
@@ -50,7 +53,8 @@ func (n *node) heartbeatTracker() (*heartbeat.Tracker, error) {
 	if err != nil {
 		return nil, err
 	}
-	t, err := heartbeat.NewTracker(cfg, n.redis, n.pg, n.reg, n.logger.With("daemon", "heartbeat"))
+	stores := n.heartbeatStores()
+	t, err := heartbeat.NewTracker(cfg, stores.Redis, stores.Postgres, n.reg, n.logger.With("daemon", "heartbeat"))
 	if err != nil {
 		return nil, err
 	}
@@ -80,72 +84,10 @@ func heartbeatDaemon(_ context.Context, n *node) (daemon, error) {
 		client.Close()
 		return daemon{}, err
 	}
-	d, err := heartbeat.New(cfg, heartbeat.Deps{
-		Store: n.redis, Registry: n.pg, History: n.ch,
-		Publisher: stream.NewEventPublisher(n.stream, client),
-		Progress:  progress,
-		States:    n.pg, OpenAlerts: n.pg,
-		Sites: n.pg, SiteStore: n.redis, Maintenance: n.pg, Flapping: n.pg,
-	}, n.reg, logger)
+	d, err := heartbeat.New(cfg, n.heartbeatStores().Deps(stream.NewEventPublisher(n.stream, client), progress), n.reg, logger)
 	if err != nil {
 		client.Close()
 		return daemon{}, err
 	}
 	return daemon{name: "heartbeat", run: d.Run, close: client.Close}, nil
-}
-
-// heartbeatHooks keeps the tracker in step with the registry as the admin API
-// changes it, and lists lost sensors for it.
-type heartbeatHooks struct {
-	tracker *heartbeat.Tracker
-	pg      *storage.Postgres
-}
-
-// SensorCreated starts the sensor's deadline at registration, so one that never
-// reports is still declared lost; a timeout given at creation applies from the
-// start (the tracker's cache of timeouts does not know the sensor yet).
-func (h heartbeatHooks) SensorCreated(ctx context.Context, sensorID string, createdAt time.Time) error {
-	s, err := h.pg.GetSensor(ctx, sensorID)
-	if err != nil {
-		return err
-	}
-	if s.HeartbeatTimeout > 0 {
-		if err := h.tracker.SetTimeout(ctx, sensorID, s.HeartbeatTimeout); err != nil {
-			return err
-		}
-	}
-	return h.tracker.Register(ctx, sensorID, createdAt)
-}
-
-// SensorUpdated applies a changed heartbeat timeout at once.
-func (h heartbeatHooks) SensorUpdated(ctx context.Context, sensorID string) error {
-	s, err := h.pg.GetSensor(ctx, sensorID)
-	if err != nil {
-		return err
-	}
-	return h.tracker.SetTimeout(ctx, sensorID, s.HeartbeatTimeout)
-}
-
-// SensorDeleted stops tracking the sensor.
-func (h heartbeatHooks) SensorDeleted(ctx context.Context, sensorID string) error {
-	return h.tracker.Forget(ctx, sensorID)
-}
-
-// SensorStatuses asks the tracker about a page of sensors at once.
-func (h heartbeatHooks) SensorStatuses(ctx context.Context, sensorIDs []string) (map[string]webapi.SensorConnection, error) {
-	statuses, err := h.tracker.Statuses(ctx, sensorIDs)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]webapi.SensorConnection, len(statuses))
-	for id, st := range statuses {
-		out[id] = webapi.SensorConnection{LastSeen: st.LastSeen, Connection: st.Connection}
-	}
-	return out, nil
-}
-
-// LostSensorIDs lists the sensors whose connection is lost, a page of the lost
-// index; the API then asks for their connections with the page's other sensors.
-func (h heartbeatHooks) LostSensorIDs(ctx context.Context, page storage.Page) ([]string, error) {
-	return h.tracker.LostIDs(ctx, page)
 }

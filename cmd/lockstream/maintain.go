@@ -22,7 +22,7 @@ func maintainDaemon(_ context.Context, n *node) (daemon, error) {
 		return daemon{}, err
 	}
 	m, err := maintain.New(maintain.Config{Retention: retention, HistoryRetention: historyRetention, Interval: interval},
-		n.pg, n.ch, n.reg, n.logger.With("daemon", "maintain"))
+		maintain.NewPostgresStore(n.pg), maintain.NewClickHouseStore(n.ch), n.reg, n.logger.With("daemon", "maintain"))
 	if err != nil {
 		return daemon{}, err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/reading"
 	"github.com/lockstream/lockstream/storage"
@@ -565,8 +566,8 @@ func (p *producer) wait(t *testing.T) []produced {
 
 // outcome is what lockstream must make of the produced readings.
 type outcome struct {
-	final   map[string]storage.StateChange // per sensor, its last change
-	changes map[string][]event.Event       // per sensor, in order
+	final   map[string]consumer.StateChange // per sensor, its last change
+	changes map[string][]event.Event        // per sensor, in order
 	byID    map[string]event.Event
 	source  map[string]pos // event id → the reading that caused it
 	valid   map[pos]produced
@@ -577,7 +578,7 @@ type outcome struct {
 // timestamp, topicID is the readings topic's id. Every sensor is registered
 // (registerFleet).
 func expectOutcome(records []produced, at map[pos]time.Time, topicID [16]byte) outcome {
-	o := outcome{final: map[string]storage.StateChange{}, changes: map[string][]event.Event{},
+	o := outcome{final: map[string]consumer.StateChange{}, changes: map[string][]event.Event{},
 		byID: map[string]event.Event{}, source: map[string]pos{}, valid: map[pos]produced{}, bad: map[pos]produced{}}
 	for _, r := range records {
 		where := pos{r.partition, r.offset}
@@ -600,7 +601,7 @@ func expectOutcome(records []produced, at map[pos]time.Time, topicID [16]byte) o
 		o.changes[r.sensor] = append(o.changes[r.sensor], e)
 		o.byID[e.ID] = e
 		o.source[e.ID] = where
-		o.final[r.sensor] = storage.StateChange{SensorID: r.sensor, Data: r.data, ChangedAt: e.At,
+		o.final[r.sensor] = consumer.StateChange{SensorID: r.sensor, Data: r.data, ChangedAt: e.At,
 			TopicID: topicID, Partition: r.partition, Offset: r.offset}
 	}
 	return o

@@ -17,6 +17,7 @@ import (
 
 	"github.com/lockstream/lockstream/bench"
 	"github.com/lockstream/lockstream/bridge/mqtt"
+	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
 )
@@ -142,8 +143,8 @@ func runBenchIngest(ctx context.Context, v *values, ingest bench.IngestConfig, s
 		return err
 	}
 	defer ch.Close()
-	ingest.History = ch
-	_, err = bench.Ingest(ctx, ingest, pg, logger, stdout)
+	ingest.History = history.NewClickHouseStore(ch)
+	_, err = bench.Ingest(ctx, ingest, bench.NewPostgresStore(pg), logger, stdout)
 	return err
 }
 

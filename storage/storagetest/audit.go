@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -19,7 +20,7 @@ const auditTimeout = 60 * time.Second
 
 // AllSensorStates returns every row of sensor_state of the Postgres database at
 // pgURL, ordered by sensor id.
-func AllSensorStates(t testing.TB, pgURL string) []storage.StateChange {
+func AllSensorStates(t testing.TB, pgURL string) []consumer.StateChange {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), auditTimeout)
 	defer cancel()
@@ -35,10 +36,10 @@ func AllSensorStates(t testing.TB, pgURL string) []storage.StateChange {
 		t.Fatalf("reading all sensor states: %v", err)
 	}
 	defer rows.Close()
-	var out []storage.StateChange
+	var out []consumer.StateChange
 	for rows.Next() {
 		var (
-			s     storage.StateChange
+			s     consumer.StateChange
 			data  int16
 			topic pgtype.UUID
 		)

@@ -1,4 +1,4 @@
-package storage
+package heartbeat
 
 import (
 	"context"
@@ -7,24 +7,14 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lockstream/lockstream/domain"
+	"github.com/lockstream/lockstream/storage"
 )
 
-// MaintenanceWindow is a time when a sensor, or every sensor of a site, is
-// expected to go silent: its losses are notified to nobody, and one
-// maintenance_ended lists them when it ends.
-type MaintenanceWindow struct {
-	ID string
-	// SensorID or Site (exactly one) says what the window is for.
-	SensorID string
-	Site     string
-	// From is inclusive, To exclusive: a loss whose deadline falls in it is
-	// covered.
-	From, To time.Time
-	// Silent lists the sensors lost inside it, in id order.
-	Silent []string
-	// EndedAt is when a heartbeat ended it; zero before.
-	EndedAt time.Time
-}
+// MaintenanceWindow is domain.MaintenanceWindow: the API sets it, the
+// heartbeat keeps and ends it.
+type MaintenanceWindow = domain.MaintenanceWindow
 
 const maintenanceColumns = `id::text, coalesce(sensor_id, ''), coalesce(site, ''), starts_at, ends_at, silent, ended_at`
 
@@ -45,7 +35,7 @@ func collectWindows(rows pgx.Rows) ([]MaintenanceWindow, error) {
 // SetMaintenance sets the window of w.SensorID or w.Site that has not ended
 // yet, creating it if there is none (what it recorded as silent is kept), and
 // returns it. A sensor that is not registered is ErrNotFound.
-func (p *Postgres) SetMaintenance(ctx context.Context, w MaintenanceWindow) (MaintenanceWindow, error) {
+func (p *PostgresStore) SetMaintenance(ctx context.Context, w MaintenanceWindow) (MaintenanceWindow, error) {
 	var sensor, site *string
 	conflict := "(site) WHERE site IS NOT NULL AND ended_at IS NULL"
 	if w.SensorID != "" {
@@ -60,14 +50,14 @@ func (p *Postgres) SetMaintenance(ctx context.Context, w MaintenanceWindow) (Mai
 		ON CONFLICT `+conflict+` DO UPDATE SET starts_at = excluded.starts_at, ends_at = excluded.ends_at
 		RETURNING `+maintenanceColumns, uuid.Must(uuid.NewV7()).String(), sensor, site, w.From, w.To)
 	if err != nil {
-		return MaintenanceWindow{}, fmt.Errorf("setting a maintenance window: %w", mapError(err))
+		return MaintenanceWindow{}, fmt.Errorf("setting a maintenance window: %w", storage.MapError(err))
 	}
 	out, err := collectWindows(rows)
 	if err != nil {
-		return MaintenanceWindow{}, fmt.Errorf("setting a maintenance window: %w", mapError(err))
+		return MaintenanceWindow{}, fmt.Errorf("setting a maintenance window: %w", storage.MapError(err))
 	}
 	if len(out) == 0 {
-		return MaintenanceWindow{}, fmt.Errorf("setting a maintenance window of sensor %s: %w", w.SensorID, ErrNotFound)
+		return MaintenanceWindow{}, fmt.Errorf("setting a maintenance window of sensor %s: %w", w.SensorID, storage.ErrNotFound)
 	}
 	return out[0], nil
 }
@@ -76,7 +66,7 @@ func (p *Postgres) SetMaintenance(ctx context.Context, w MaintenanceWindow) (Mai
 // it missed) that falls in a window of its sensor or its site not ended yet,
 // the window's id, and adds those sensors to the windows' silent lists — one
 // statement whatever the number of losses.
-func (p *Postgres) CoverByMaintenance(ctx context.Context, sensors, sites []string, deadlines []time.Time) (map[string]string, error) {
+func (p *PostgresStore) CoverByMaintenance(ctx context.Context, sensors, sites []string, deadlines []time.Time) (map[string]string, error) {
 	out := map[string]string{}
 	if len(sensors) == 0 {
 		return out, nil
@@ -112,17 +102,19 @@ func (p *Postgres) CoverByMaintenance(ctx context.Context, sensors, sites []stri
 	return out, nil
 }
 
-// EndMaintenance ends up to limit windows whose end is at or before now and
-// returns those this call ended (of several heartbeats, one ends each): the
-// caller publishes their maintenance_ended.
-func (p *Postgres) EndMaintenance(ctx context.Context, now time.Time, limit int) ([]MaintenanceWindow, error) {
+// EndMaintenance ends, at now, up to limit windows whose end is at or before
+// cutoff, and returns those this call ended (of several heartbeats, one ends
+// each): the caller publishes their maintenance_ended. cutoff is the
+// watermark the heartbeat judges by; now, its clock, is what
+// UnpublishedMaintenanceEnds later compares with.
+func (p *PostgresStore) EndMaintenance(ctx context.Context, cutoff, now time.Time, limit int) ([]MaintenanceWindow, error) {
 	rows, err := p.pool.Query(ctx, `
 		WITH due AS (
 			SELECT id FROM maintenance_windows WHERE ended_at IS NULL AND ends_at <= $1
 			ORDER BY ends_at LIMIT $2 FOR UPDATE SKIP LOCKED
 		)
-		UPDATE maintenance_windows w SET ended_at = now() FROM due WHERE w.id = due.id
-		RETURNING `+maintenanceColumnsW, now, limit)
+		UPDATE maintenance_windows w SET ended_at = $3 FROM due WHERE w.id = due.id
+		RETURNING `+maintenanceColumnsW, cutoff, limit, now)
 	if err != nil {
 		return nil, fmt.Errorf("ending maintenance windows: %w", err)
 	}
@@ -137,7 +129,7 @@ const maintenanceColumnsW = `w.id::text, coalesce(w.sensor_id, ''), coalesce(w.s
 
 // UnpublishedMaintenanceEnds returns up to limit windows ended before before
 // whose maintenance_ended is not known to be on Kafka.
-func (p *Postgres) UnpublishedMaintenanceEnds(ctx context.Context, before time.Time, limit int) ([]MaintenanceWindow, error) {
+func (p *PostgresStore) UnpublishedMaintenanceEnds(ctx context.Context, before time.Time, limit int) ([]MaintenanceWindow, error) {
 	rows, err := p.pool.Query(ctx, `
 		SELECT `+maintenanceColumns+` FROM maintenance_windows
 		WHERE ended_at < $1 AND ended_published_at IS NULL ORDER BY ended_at LIMIT $2`, before, limit)
@@ -152,14 +144,14 @@ func (p *Postgres) UnpublishedMaintenanceEnds(ctx context.Context, before time.T
 }
 
 // MarkMaintenanceEndsPublished records that these windows' maintenance_ended
-// are on Kafka.
-func (p *Postgres) MarkMaintenanceEndsPublished(ctx context.Context, ids []string) error {
+// are on Kafka at at.
+func (p *PostgresStore) MarkMaintenanceEndsPublished(ctx context.Context, ids []string, at time.Time) error {
 	if len(ids) == 0 {
 		return nil
 	}
 	if _, err := p.pool.Exec(ctx, `
-		UPDATE maintenance_windows SET ended_published_at = coalesce(ended_published_at, now())
-		WHERE id = ANY ($1::uuid[])`, ids); err != nil {
+		UPDATE maintenance_windows SET ended_published_at = coalesce(ended_published_at, $2)
+		WHERE id = ANY ($1::uuid[])`, ids, at); err != nil {
 		return fmt.Errorf("marking %d maintenance ends published: %w", len(ids), err)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package storage_test
+package heartbeat
 
 import (
 	"context"
@@ -74,16 +74,16 @@ func (c *roundTrips) take() (trips, elements int, commands []string) {
 }
 
 // loseSensors records n sensors and has them all claimed lost.
-func loseSensors(t *testing.T, r *storage.Redis, n int) {
+func loseSensors(t *testing.T, r *RedisStore, n int) {
 	t.Helper()
 	ctx := context.Background()
-	batch := make([]storage.HeartbeatDeadline, n)
+	batch := make([]Deadline, n)
 	for i := range batch {
 		batch[i] = dl(fmt.Sprintf("s%05d", i), i%100)
 	}
 	mustRecord(t, r, batch...)
 	for claimed := 0; claimed < n; {
-		got, err := r.ClaimHeartbeatExpired(ctx, at(100), storage.MaxHeartbeatBatch, at(1000))
+		got, err := r.ClaimHeartbeatExpired(ctx, at(100), MaxBatch, at(1000))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,7 +107,7 @@ func TestLostPageIsBoundedWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	hook := &roundTrips{}
-	storage.AddRedisHook(r, hook)
+	r.client.AddHook(hook)
 
 	const limit = 101
 	page := storage.Page{After: "s04999", Limit: limit}
@@ -161,7 +161,7 @@ func TestLostIndexIsBuiltForOldLosses(t *testing.T) {
 	ctx := context.Background()
 	r := newRedis(t)
 	loseSensors(t, r, 2_500)
-	if err := storage.DropLostIndex(r); err != nil {
+	if err := r.client.Del(context.Background(), r.key(hbLostIDs), r.key(hbLostIDsBuilt)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	// One of them reports again before the index is built: it must not be listed.
@@ -199,7 +199,7 @@ func TestHeartbeatStatusesIsOneRoundTrip(t *testing.T) {
 	loseSensors(t, r, 500)
 	mustRecord(t, r, dl("online", 5000))
 	hook := &roundTrips{}
-	storage.AddRedisHook(r, hook)
+	r.client.AddHook(hook)
 
 	ids := []string{"online", "never"}
 	for i := range 998 {

@@ -1,4 +1,4 @@
-package storage
+package consumer
 
 import (
 	"context"
@@ -10,7 +10,22 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockstream/lockstream/storage"
 )
+
+// PostgresStore holds the state consumer's statements: sensors' states and
+// registrations read in one round trip, states written in one statement, and
+// the hourly summaries of unregistered ids.
+type PostgresStore struct {
+	pool *pgxpool.Pool
+}
+
+// NewPostgresStore returns the consumer's store on p's pool.
+func NewPostgresStore(p *storage.Postgres) *PostgresStore {
+	return &PostgresStore{pool: p.Pool()}
+}
 
 // StateChange is a sensor's state as of the reading that last changed it, with that
 // reading's position in the readings topic, which orders changes.
@@ -45,7 +60,7 @@ type SensorLookup struct {
 // LookupSensors returns whether each sensor is registered and its stored state:
 // one entry per id, in the order of ids (ids may repeat). It costs one round
 // trip.
-func (p *Postgres) LookupSensors(ctx context.Context, ids []string) ([]SensorLookup, error) {
+func (p *PostgresStore) LookupSensors(ctx context.Context, ids []string) ([]SensorLookup, error) {
 	out := make([]SensorLookup, len(ids))
 	if len(ids) == 0 {
 		return out, nil
@@ -173,7 +188,7 @@ func idArray(ids []string) (string, any) {
 // higher offset; otherwise (the topic gained partitions and the sensor moved, or
 // it was deleted and created again), a later ChangedAt. When changes repeat a
 // sensor, the one with the highest offset is kept.
-func (p *Postgres) ApplyStateChanges(ctx context.Context, changes []StateChange) error {
+func (p *PostgresStore) ApplyStateChanges(ctx context.Context, changes []StateChange) error {
 	if len(changes) == 0 {
 		return nil
 	}

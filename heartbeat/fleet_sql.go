@@ -1,4 +1,4 @@
-package storage
+package heartbeat
 
 import (
 	"context"
@@ -19,7 +19,7 @@ type SensorFact struct {
 // has either, in one query; the heartbeat puts the state in the connection_lost
 // events it publishes, so a loss while unlocked is graded critical, and judges
 // sites by the site.
-func (p *Postgres) SensorFacts(ctx context.Context, ids []string) (map[string]SensorFact, error) {
+func (p *PostgresStore) SensorFacts(ctx context.Context, ids []string) (map[string]SensorFact, error) {
 	out := make(map[string]SensorFact, len(ids))
 	if len(ids) == 0 {
 		return out, nil
@@ -43,7 +43,7 @@ func (p *Postgres) SensorFacts(ctx context.Context, ids []string) (map[string]Se
 		if err := rows.Scan(&id, &data, &f.Site); err != nil {
 			return nil, fmt.Errorf("reading the state and site of %d sensors: %w", len(ids), err)
 		}
-		f.Data = outboxIntPtr(data)
+		f.Data = intPtr(data)
 		out[id] = f
 	}
 	if err := rows.Err(); err != nil {
@@ -69,7 +69,7 @@ func (a OpenAlert) At() time.Time { return a.OpenedAt.Add(a.After) }
 // open_alert_after before now whose opening was not reported yet
 // (MarkOpenAlerted), oldest first. It reads only the sensors that set
 // open_alert_after (a partial index) and their states.
-func (p *Postgres) DueOpenAlerts(ctx context.Context, now time.Time, limit int) ([]OpenAlert, error) {
+func (p *PostgresStore) DueOpenAlerts(ctx context.Context, now time.Time, limit int) ([]OpenAlert, error) {
 	rows, err := p.pool.Query(ctx, `
 		SELECT s.id, st.changed_at, s.open_alert_after
 		FROM sensors s JOIN sensor_state st ON st.sensor_id = s.id
@@ -99,7 +99,7 @@ func (p *Postgres) DueOpenAlerts(ctx context.Context, now time.Time, limit int) 
 // MarkOpenAlerted records that these openings were reported, in one statement.
 // A sensor whose state changed meanwhile is left alone: its new opening (if it
 // is one) is reported on its own.
-func (p *Postgres) MarkOpenAlerted(ctx context.Context, alerts []OpenAlert) error {
+func (p *PostgresStore) MarkOpenAlerted(ctx context.Context, alerts []OpenAlert) error {
 	if len(alerts) == 0 {
 		return nil
 	}
@@ -131,7 +131,7 @@ type Stabilized struct {
 
 // DueStable returns up to limit unstable sensors whose last change is at
 // least window before now, over the partial index of unstable sensors.
-func (p *Postgres) DueStable(ctx context.Context, now time.Time, window time.Duration, limit int) ([]Stabilized, error) {
+func (p *PostgresStore) DueStable(ctx context.Context, now time.Time, window time.Duration, limit int) ([]Stabilized, error) {
 	rows, err := p.pool.Query(ctx, `
 		SELECT sensor_id, data, changed_at, unstable_since FROM sensor_state
 		WHERE unstable_since IS NOT NULL AND changed_at + $2::interval <= $1
@@ -160,7 +160,7 @@ func (p *Postgres) DueStable(ctx context.Context, now time.Time, window time.Dur
 
 // ClearUnstable ends these streaks, in one statement; a sensor whose state or
 // streak changed meanwhile is left alone.
-func (p *Postgres) ClearUnstable(ctx context.Context, stable []Stabilized) error {
+func (p *PostgresStore) ClearUnstable(ctx context.Context, stable []Stabilized) error {
 	if len(stable) == 0 {
 		return nil
 	}
@@ -179,4 +179,13 @@ func (p *Postgres) ClearUnstable(ctx context.Context, stable []Stabilized) error
 		return fmt.Errorf("ending %d unstable streaks: %w", len(stable), err)
 	}
 	return nil
+}
+
+// intPtr widens a nullable smallint.
+func intPtr(v *int16) *int {
+	if v == nil {
+		return nil
+	}
+	i := int(*v)
+	return &i
 }

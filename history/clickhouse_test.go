@@ -1,10 +1,11 @@
-package storage_test
+package history_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -13,7 +14,7 @@ func TestHistoryInsertsCollapseReplays(t *testing.T) {
 	t.Parallel()
 	stores := storagetest.New(t)
 	ctx := context.Background()
-	ch := stores.ClickHouse
+	ch := history.NewClickHouseStore(stores.ClickHouse)
 	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	one, zero := 1, 0
 

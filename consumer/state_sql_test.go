@@ -1,10 +1,11 @@
-package storage_test
+package consumer_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -13,8 +14,8 @@ func TestStateChangesNeverGoBackwards(t *testing.T) {
 	t.Parallel()
 	stores := storagetest.New(t)
 	ctx := context.Background()
-	pg := stores.Postgres
-	if _, err := pg.CreateSensor(ctx, storage.Sensor{ID: "reg1", Address: "1 Main St"}); err != nil {
+	pg := consumer.NewPostgresStore(stores.Postgres)
+	if _, err := stores.Postgres.CreateSensor(ctx, storage.Sensor{ID: "reg1", Address: "1 Main St"}); err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
@@ -38,7 +39,7 @@ func TestStateChangesNeverGoBackwards(t *testing.T) {
 		t.Fatalf("fresh lookup = %+v", got)
 	}
 
-	apply := func(changes ...storage.StateChange) {
+	apply := func(changes ...consumer.StateChange) {
 		t.Helper()
 		if err := pg.ApplyStateChanges(ctx, changes); err != nil {
 			t.Fatal(err)
@@ -58,9 +59,9 @@ func TestStateChangesNeverGoBackwards(t *testing.T) {
 
 	// Repeats of one sensor in a batch: the highest offset wins.
 	apply(
-		storage.StateChange{SensorID: "reg1", Data: 1, ChangedAt: t0, Partition: 3, Offset: 10},
-		storage.StateChange{SensorID: "reg1", Data: 0, ChangedAt: t0.Add(time.Second), Partition: 3, Offset: 12},
-		storage.StateChange{SensorID: "other", Data: 1, ChangedAt: t0, Partition: 5, Offset: 7},
+		consumer.StateChange{SensorID: "reg1", Data: 1, ChangedAt: t0, Partition: 3, Offset: 10},
+		consumer.StateChange{SensorID: "reg1", Data: 0, ChangedAt: t0.Add(time.Second), Partition: 3, Offset: 12},
+		consumer.StateChange{SensorID: "other", Data: 1, ChangedAt: t0, Partition: 5, Offset: 7},
 	)
 	want("reg1", 0, 3, 12)
 	want("other", 1, 5, 7)
@@ -75,15 +76,15 @@ func TestStateChangesNeverGoBackwards(t *testing.T) {
 	}
 
 	// A replay of an older offset on the same partition is ignored.
-	apply(storage.StateChange{SensorID: "reg1", Data: 1, ChangedAt: t0.Add(time.Hour), Partition: 3, Offset: 11})
+	apply(consumer.StateChange{SensorID: "reg1", Data: 1, ChangedAt: t0.Add(time.Hour), Partition: 3, Offset: 11})
 	want("reg1", 0, 3, 12)
 	// A newer offset applies.
-	apply(storage.StateChange{SensorID: "reg1", Data: 1, ChangedAt: t0.Add(2 * time.Second), Partition: 3, Offset: 40})
+	apply(consumer.StateChange{SensorID: "reg1", Data: 1, ChangedAt: t0.Add(2 * time.Second), Partition: 3, Offset: 40})
 	want("reg1", 1, 3, 40)
 	// From another partition, time decides.
-	apply(storage.StateChange{SensorID: "reg1", Data: 0, ChangedAt: t0, Partition: 4, Offset: 99})
+	apply(consumer.StateChange{SensorID: "reg1", Data: 0, ChangedAt: t0, Partition: 4, Offset: 99})
 	want("reg1", 1, 3, 40)
-	apply(storage.StateChange{SensorID: "reg1", Data: 0, ChangedAt: t0.Add(time.Minute), Partition: 4, Offset: 1})
+	apply(consumer.StateChange{SensorID: "reg1", Data: 0, ChangedAt: t0.Add(time.Minute), Partition: 4, Offset: 1})
 	want("reg1", 0, 4, 1)
 
 	got, err = pg.LookupSensors(ctx, []string{"reg1"})
@@ -93,7 +94,7 @@ func TestStateChangesNeverGoBackwards(t *testing.T) {
 	if s := got[0].State; !s.ChangedAt.Equal(t0.Add(time.Minute)) {
 		t.Fatalf("changed_at = %v, want %v", s.ChangedAt, t0.Add(time.Minute))
 	}
-	sensor, err := pg.GetSensor(ctx, "reg1")
+	sensor, err := stores.Postgres.GetSensor(ctx, "reg1")
 	if err != nil {
 		t.Fatal(err)
 	}

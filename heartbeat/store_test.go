@@ -1,7 +1,8 @@
-package storage_test
+package heartbeat
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -21,11 +22,11 @@ var base = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 
 func at(seconds int) time.Time { return base.Add(time.Duration(seconds) * time.Second) }
 
-func dl(id string, seconds int) storage.HeartbeatDeadline {
-	return storage.HeartbeatDeadline{SensorID: id, Deadline: at(seconds)}
+func dl(id string, seconds int) Deadline {
+	return Deadline{SensorID: id, Deadline: at(seconds)}
 }
 
-func newRedis(t *testing.T) *storage.Redis {
+func newRedis(t *testing.T) *RedisStore {
 	t.Helper()
 	ctx := context.Background()
 	r, err := storage.OpenRedis(ctx, storagetest.RedisURL(t), storagetest.NewRedisPrefix(t))
@@ -33,12 +34,12 @@ func newRedis(t *testing.T) *storage.Redis {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.Close() })
-	return r
+	return NewRedisStore(r)
 }
 
 // mustRecord records sightings due at the given deadlines, each seen at its deadline
 // (Seen only matters to restores).
-func mustRecord(t *testing.T, r *storage.Redis, deadlines ...storage.HeartbeatDeadline) []storage.HeartbeatRestore {
+func mustRecord(t *testing.T, r *RedisStore, deadlines ...Deadline) []Restore {
 	t.Helper()
 	restores, err := r.RecordHeartbeats(context.Background(), sightings(deadlines...))
 	if err != nil {
@@ -47,15 +48,15 @@ func mustRecord(t *testing.T, r *storage.Redis, deadlines ...storage.HeartbeatDe
 	return restores
 }
 
-func sightings(deadlines ...storage.HeartbeatDeadline) []storage.HeartbeatSighting {
-	out := make([]storage.HeartbeatSighting, len(deadlines))
+func sightings(deadlines ...Deadline) []Sighting {
+	out := make([]Sighting, len(deadlines))
 	for i, d := range deadlines {
-		out[i] = storage.HeartbeatSighting{SensorID: d.SensorID, Seen: d.Deadline, Deadline: d.Deadline}
+		out[i] = Sighting{SensorID: d.SensorID, Seen: d.Deadline, Deadline: d.Deadline}
 	}
 	return out
 }
 
-func status(t *testing.T, r *storage.Redis, id string) storage.HeartbeatStatus {
+func status(t *testing.T, r *RedisStore, id string) RedisStatus {
 	t.Helper()
 	st, err := r.HeartbeatStatuses(context.Background(), []string{id})
 	if err != nil {
@@ -64,7 +65,7 @@ func status(t *testing.T, r *storage.Redis, id string) storage.HeartbeatStatus {
 	return st[id]
 }
 
-func counts(t *testing.T, r *storage.Redis) (tracked, lost int64) {
+func counts(t *testing.T, r *RedisStore) (tracked, lost int64) {
 	t.Helper()
 	tracked, lost, err := r.CountHeartbeats(context.Background())
 	if err != nil {
@@ -97,7 +98,7 @@ func TestHeartbeatLargeBatch(t *testing.T) {
 	t.Parallel()
 	r := newRedis(t)
 	// More than one script's worth: split into several calls in one pipeline.
-	batch := make([]storage.HeartbeatDeadline, 2*storage.MaxHeartbeatBatch+7)
+	batch := make([]Deadline, 2*MaxBatch+7)
 	for i := range batch {
 		batch[i] = dl(fmt.Sprintf("s%d", i), i)
 	}
@@ -105,12 +106,12 @@ func TestHeartbeatLargeBatch(t *testing.T) {
 	if tracked, _ := counts(t, r); tracked != int64(len(batch)) {
 		t.Fatalf("tracked = %d, want %d", tracked, len(batch))
 	}
-	claimed, err := r.ClaimHeartbeatExpired(context.Background(), at(len(batch)), 5*storage.MaxHeartbeatBatch, at(10_000))
+	claimed, err := r.ClaimHeartbeatExpired(context.Background(), at(len(batch)), 5*MaxBatch, at(10_000))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(claimed) != storage.MaxHeartbeatBatch {
-		t.Fatalf("claimed %d, want the limit clamped to %d", len(claimed), storage.MaxHeartbeatBatch)
+	if len(claimed) != MaxBatch {
+		t.Fatalf("claimed %d, want the limit clamped to %d", len(claimed), MaxBatch)
 	}
 }
 
@@ -124,14 +125,14 @@ func TestHeartbeatClaimExpired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []storage.HeartbeatDeadline{dl("a", 10), dl("b", 20)}; !equalDeadlines(claimed, want) {
+	if want := []Deadline{dl("a", 10), dl("b", 20)}; !equalDeadlines(claimed, want) {
 		t.Fatalf("first chunk = %v, want %v", claimed, want)
 	}
 	claimed, err = r.ClaimHeartbeatExpired(ctx, at(30), 2, at(100))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []storage.HeartbeatDeadline{dl("c", 30)}; !equalDeadlines(claimed, want) {
+	if want := []Deadline{dl("c", 30)}; !equalDeadlines(claimed, want) {
 		t.Fatalf("second chunk = %v, want %v", claimed, want)
 	}
 	claimed, err = r.ClaimHeartbeatExpired(ctx, at(30), 2, at(100))
@@ -151,7 +152,7 @@ func TestHeartbeatConcurrentClaimsNeverOverlap(t *testing.T) {
 	ctx := context.Background()
 	r := newRedis(t)
 	const sensors = 500
-	batch := make([]storage.HeartbeatDeadline, sensors)
+	batch := make([]Deadline, sensors)
 	for i := range batch {
 		batch[i] = dl(fmt.Sprintf("s%d", i), i%50)
 	}
@@ -219,7 +220,7 @@ func TestHeartbeatRestoreExactlyOnce(t *testing.T) {
 	}
 
 	got := mustRecord(t, r, dl("a", 50), dl("b", 50), dl("c", 50))
-	want := []storage.HeartbeatRestore{
+	want := []Restore{
 		{SensorID: "a", Missed: at(10), RestoredAt: at(50)},
 		{SensorID: "b", Missed: at(10), RestoredAt: at(50), Unpublished: true},
 	}
@@ -249,7 +250,7 @@ func TestHeartbeatRememberedRestores(t *testing.T) {
 	if _, err := r.ClaimHeartbeatExpired(ctx, at(10), 10, at(100)); err != nil {
 		t.Fatal(err)
 	}
-	r1 := []storage.HeartbeatSighting{
+	r1 := []Sighting{
 		{SensorID: "a", Seen: at(20), Deadline: at(30)},
 		{SensorID: "b", Seen: at(21), Deadline: at(31)},
 		{SensorID: "c", Seen: at(22), Deadline: at(32)},
@@ -264,7 +265,7 @@ func TestHeartbeatRememberedRestores(t *testing.T) {
 	if n, err := r.ExpireHeartbeatRestores(ctx, at(21), 10); err != nil || n != 1 {
 		t.Fatalf("expired %d, %v; want 1 (b's: a's went with its new loss, c's is newer)", n, err)
 	}
-	got, err := r.RecordHeartbeats(ctx, []storage.HeartbeatSighting{
+	got, err := r.RecordHeartbeats(ctx, []Sighting{
 		{SensorID: "b", Seen: at(40), Deadline: at(50)},
 		{SensorID: "c", Seen: at(40), Deadline: at(50)},
 	})
@@ -272,16 +273,16 @@ func TestHeartbeatRememberedRestores(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Nobody confirmed the losses here, so each restore carries its unpublished loss.
-	want := []storage.HeartbeatRestore{{SensorID: "c", Missed: at(10), RestoredAt: at(22), Unpublished: true, Replay: true}}
+	want := []Restore{{SensorID: "c", Missed: at(10), RestoredAt: at(22), Unpublished: true, Replay: true}}
 	if !equalRestores(got, want) {
 		t.Fatalf("remembered restores = %+v, want only c's %+v", got, want)
 	}
 	// a's next sighting ends its second loss, a fresh restore.
-	got, err = r.RecordHeartbeats(ctx, []storage.HeartbeatSighting{{SensorID: "a", Seen: at(45), Deadline: at(55)}})
+	got, err = r.RecordHeartbeats(ctx, []Sighting{{SensorID: "a", Seen: at(45), Deadline: at(55)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = []storage.HeartbeatRestore{{SensorID: "a", Missed: at(30), RestoredAt: at(45), Unpublished: true}}
+	want = []Restore{{SensorID: "a", Missed: at(30), RestoredAt: at(45), Unpublished: true}}
 	if !equalRestores(got, want) {
 		t.Fatalf("a = %+v, want %+v", got, want)
 	}
@@ -341,26 +342,26 @@ func TestHeartbeatPendingLosses(t *testing.T) {
 		t.Fatalf("reclaim before lease end = %v, %v", got, err)
 	}
 	// a's publisher failed and released it: due at once.
-	if err := r.ReleaseHeartbeatLosses(ctx, []storage.HeartbeatDeadline{dl("a", 10)}); err != nil {
+	if err := r.ReleaseHeartbeatLosses(ctx, []Deadline{dl("a", 10)}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := r.ReclaimHeartbeatPending(ctx, at(11), 10, at(200))
-	if err != nil || !equalDeadlines(got, []storage.HeartbeatDeadline{dl("a", 10)}) {
+	if err != nil || !equalDeadlines(got, []Deadline{dl("a", 10)}) {
 		t.Fatalf("reclaim after release = %v, %v; want a", got, err)
 	}
 	// b's publisher died: after its lease, b comes back, once.
 	got, err = r.ReclaimHeartbeatPending(ctx, at(150), 10, at(300))
-	if err != nil || !equalDeadlines(got, []storage.HeartbeatDeadline{dl("b", 10)}) {
+	if err != nil || !equalDeadlines(got, []Deadline{dl("b", 10)}) {
 		t.Fatalf("reclaim after lease = %v, %v; want b", got, err)
 	}
-	if err := r.AckHeartbeatLosses(ctx, []storage.HeartbeatDeadline{dl("a", 10), dl("b", 10)}); err != nil {
+	if err := r.AckHeartbeatLosses(ctx, []Deadline{dl("a", 10), dl("b", 10)}); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := r.ReclaimHeartbeatPending(ctx, at(10_000), 10, at(20_000)); err != nil || len(got) != 0 {
 		t.Fatalf("reclaim after ack = %v, %v; want nothing", got, err)
 	}
 	// Releasing an acknowledged loss does not bring it back.
-	if err := r.ReleaseHeartbeatLosses(ctx, []storage.HeartbeatDeadline{dl("a", 10)}); err != nil {
+	if err := r.ReleaseHeartbeatLosses(ctx, []Deadline{dl("a", 10)}); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := r.ReclaimHeartbeatPending(ctx, at(10_000), 10, at(20_000)); err != nil || len(got) != 0 {
@@ -381,11 +382,11 @@ func TestHeartbeatAckKeepsNewerLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A slow publisher confirms the first loss: the second must stay pending.
-	if err := r.AckHeartbeatLosses(ctx, []storage.HeartbeatDeadline{dl("a", 10)}); err != nil {
+	if err := r.AckHeartbeatLosses(ctx, []Deadline{dl("a", 10)}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := r.ReclaimHeartbeatPending(ctx, at(101), 10, at(200))
-	if err != nil || !equalDeadlines(got, []storage.HeartbeatDeadline{dl("a", 20)}) {
+	if err != nil || !equalDeadlines(got, []Deadline{dl("a", 20)}) {
 		t.Fatalf("reclaim = %v, %v; want a's second loss", got, err)
 	}
 }
@@ -418,7 +419,7 @@ func TestHeartbeatLostListing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	r := newRedis(t)
-	var batch []storage.HeartbeatDeadline
+	var batch []Deadline
 	for i := range 25 {
 		batch = append(batch, dl(fmt.Sprintf("s%02d", i), i))
 	}
@@ -426,7 +427,7 @@ func TestHeartbeatLostListing(t *testing.T) {
 	if _, err := r.ClaimHeartbeatExpired(ctx, at(19), 100, at(100)); err != nil { // s00..s19
 		t.Fatal(err)
 	}
-	var all []storage.HeartbeatDeadline
+	var all []Deadline
 	page := storage.Page{Limit: 7}
 	for {
 		got, err := r.LostHeartbeats(ctx, page)
@@ -509,7 +510,7 @@ func TestHeartbeatLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	n, err := r.LoadHeartbeatDeadlines(ctx, []storage.HeartbeatDeadline{dl("a", 50), dl("b", 80), dl("l", 90)})
+	n, err := r.LoadHeartbeatDeadlines(ctx, []Deadline{dl("a", 50), dl("b", 80), dl("l", 90)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -526,11 +527,11 @@ func TestHeartbeatLoad(t *testing.T) {
 		t.Errorf("l = %+v, want still lost", st)
 	}
 
-	seen, err := r.LoadHeartbeatLosses(ctx, []storage.HeartbeatDeadline{dl("l", 5), dl("s", 400), dl("x", 30)})
+	seen, err := r.LoadHeartbeatLosses(ctx, []Deadline{dl("l", 5), dl("s", 400), dl("x", 30)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !equalDeadlines(seen, []storage.HeartbeatDeadline{dl("s", 500)}) {
+	if !equalDeadlines(seen, []Deadline{dl("s", 500)}) {
 		t.Errorf("reported since = %v, want s with its deadline", seen)
 	}
 	if st := status(t, r, "l"); !st.Missed.Equal(at(10)) {
@@ -553,12 +554,12 @@ func TestHeartbeatPostgres(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	stores := storagetest.New(t)
-	pg := stores.Postgres
-	plain, err := pg.CreateSensor(ctx, storage.Sensor{ID: "plain", Address: "1 Main St"})
+	pg := NewPostgresStore(stores.Postgres)
+	plain, err := stores.Postgres.CreateSensor(ctx, storage.Sensor{ID: "plain", Address: "1 Main St"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pg.CreateSensor(ctx, storage.Sensor{ID: "slow", Address: "2 Main St", HeartbeatTimeout: 3 * time.Hour}); err != nil {
+	if _, err := stores.Postgres.CreateSensor(ctx, storage.Sensor{ID: "slow", Address: "2 Main St", HeartbeatTimeout: 3 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	timeouts, err := pg.HeartbeatTimeouts(ctx)
@@ -568,8 +569,8 @@ func TestHeartbeatPostgres(t *testing.T) {
 	if len(timeouts) != 1 || timeouts["slow"] != 3*time.Hour {
 		t.Errorf("timeouts = %v, want only slow: 3h", timeouts)
 	}
-	got := map[string]storage.HeartbeatSensor{}
-	if err := pg.EachHeartbeatSensor(ctx, func(s storage.HeartbeatSensor) error {
+	got := map[string]RegisteredSensor{}
+	if err := pg.EachHeartbeatSensor(ctx, func(s RegisteredSensor) error {
 		got[s.ID] = s
 		return nil
 	}); err != nil {
@@ -578,6 +579,15 @@ func TestHeartbeatPostgres(t *testing.T) {
 	if len(got) != 2 || got["plain"].Timeout != 0 || got["slow"].Timeout != 3*time.Hour ||
 		!got["plain"].CreatedAt.Equal(plain.CreatedAt) {
 		t.Errorf("sensors = %+v", got)
+	}
+	// One sensor's timeout, for the admin API's changes: 0 is the fleet's.
+	for id, want := range map[string]time.Duration{"plain": 0, "slow": 3 * time.Hour} {
+		if got, err := pg.HeartbeatTimeout(ctx, id); err != nil || got != want {
+			t.Errorf("timeout of %s = %v, %v; want %v", id, got, err, want)
+		}
+	}
+	if _, err := pg.HeartbeatTimeout(ctx, "nobody"); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("timeout of an unregistered sensor: %v, want ErrNotFound", err)
 	}
 }
 
@@ -597,8 +607,9 @@ func TestHeartbeatClickHouse(t *testing.T) {
 			{"d", "state_changed", at(500)},
 		})
 
+	ch := NewClickHouseStore(stores.ClickHouse)
 	last := map[string]time.Time{}
-	if err := stores.ClickHouse.EachLastReading(ctx, func(id string, t time.Time) error {
+	if err := ch.EachLastReading(ctx, func(id string, t time.Time) error {
 		last[id] = t
 		return nil
 	}); err != nil {
@@ -608,7 +619,7 @@ func TestHeartbeatClickHouse(t *testing.T) {
 		t.Errorf("last readings = %v", last)
 	}
 	open := map[string]time.Time{}
-	if err := stores.ClickHouse.EachOpenLoss(ctx, func(id string, t time.Time) error {
+	if err := ch.EachOpenLoss(ctx, func(id string, t time.Time) error {
 		open[id] = t
 		return nil
 	}); err != nil {
@@ -673,16 +684,16 @@ func insertHistory(t *testing.T, url string, readings []reading, events []connEv
 	}
 }
 
-func equalRestores(got, want []storage.HeartbeatRestore) bool {
-	slices.SortFunc(got, func(x, y storage.HeartbeatRestore) int { return strings.Compare(x.SensorID, y.SensorID) })
-	return slices.EqualFunc(got, want, func(x, y storage.HeartbeatRestore) bool {
+func equalRestores(got, want []Restore) bool {
+	slices.SortFunc(got, func(x, y Restore) int { return strings.Compare(x.SensorID, y.SensorID) })
+	return slices.EqualFunc(got, want, func(x, y Restore) bool {
 		return x.SensorID == y.SensorID && x.Missed.Equal(y.Missed) && x.RestoredAt.Equal(y.RestoredAt) &&
 			x.Unpublished == y.Unpublished && x.Replay == y.Replay
 	})
 }
 
-func equalDeadlines(a, b []storage.HeartbeatDeadline) bool {
-	return slices.EqualFunc(a, b, func(x, y storage.HeartbeatDeadline) bool {
+func equalDeadlines(a, b []Deadline) bool {
+	return slices.EqualFunc(a, b, func(x, y Deadline) bool {
 		return x.SensorID == y.SensorID && x.Deadline.Equal(y.Deadline)
 	})
 }

@@ -1,11 +1,11 @@
-package storage_test
+package consumer_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
 
@@ -13,7 +13,7 @@ func TestAllSensorStatesReadsEveryRowInIDOrder(t *testing.T) {
 	t.Parallel()
 	stores := storagetest.New(t)
 	ctx := context.Background()
-	pg := stores.Postgres
+	pg := consumer.NewPostgresStore(stores.Postgres)
 
 	got := storagetest.AllSensorStates(t, stores.PostgresURL)
 	if len(got) != 0 {
@@ -21,7 +21,7 @@ func TestAllSensorStatesReadsEveryRowInIDOrder(t *testing.T) {
 	}
 
 	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
-	changes := []storage.StateChange{
+	changes := []consumer.StateChange{
 		{SensorID: "zz", Data: 1, ChangedAt: t0, Partition: 3, Offset: 17},
 		{SensorID: "aa", Data: 0, ChangedAt: t0.Add(time.Second), Partition: 0, Offset: 4},
 	}
@@ -29,7 +29,7 @@ func TestAllSensorStatesReadsEveryRowInIDOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	got = storagetest.AllSensorStates(t, stores.PostgresURL)
-	want := []storage.StateChange{changes[1], changes[0]}
+	want := []consumer.StateChange{changes[1], changes[0]}
 	if len(got) != len(want) {
 		t.Fatalf("got %d states %+v, want %+v", len(got), got, want)
 	}

@@ -1,4 +1,4 @@
-package storage
+package consumer
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/lockstream/lockstream/domain"
 )
 
 // UnregisteredCount is one id of a consumer process's summary of the
@@ -20,7 +21,7 @@ type UnregisteredCount struct {
 // ReplaceUnregistered replaces the summary of (hour, process) with counts and
 // deletes every summary of an hour before expired, in one transaction of two
 // statements: a flush costs the same whatever the summary holds.
-func (p *Postgres) ReplaceUnregistered(ctx context.Context, hour time.Time, process string,
+func (p *PostgresStore) ReplaceUnregistered(ctx context.Context, hour time.Time, process string,
 	counts []UnregisteredCount, expired time.Time) error {
 	ids := make([]string, len(counts))
 	cnt := make([]int64, len(counts))
@@ -47,18 +48,12 @@ func (p *Postgres) ReplaceUnregistered(ctx context.Context, hour time.Time, proc
 	return nil
 }
 
-// UnregisteredSensor is an unregistered sensor id with its readings since some
-// time, summed over the consumer processes' summaries.
-type UnregisteredSensor struct {
-	SensorID string
-	// Count is an upper bound of the readings seen; MinCount a lower bound.
-	Count, MinCount int64
-	LastSeen        time.Time
-}
+// UnregisteredSensor is domain.UnregisteredSensor: the API shows them.
+type UnregisteredSensor = domain.UnregisteredSensor
 
 // TopUnregistered returns the ids seen most in the summaries of the hours from
 // since on, at most limit, most first, leaving out ids registered meanwhile.
-func (p *Postgres) TopUnregistered(ctx context.Context, since time.Time, limit int) ([]UnregisteredSensor, error) {
+func (p *PostgresStore) TopUnregistered(ctx context.Context, since time.Time, limit int) ([]UnregisteredSensor, error) {
 	rows, err := p.pool.Query(ctx, `
 		SELECT u.sensor_id, sum(u.count)::bigint, sum(u.count - u.count_error)::bigint, max(u.last_seen)
 		FROM unregistered_sightings u
