@@ -1,5 +1,9 @@
-// Package storage is lockstream's only door to its stores: Postgres (the registry,
-// sensor state and the outbox), Redis (heartbeat bookkeeping) and ClickHouse (history).
+// Package storage is the plumbing every box shares to reach its stores: the
+// Postgres pool, the Redis client and its key prefix, the ClickHouse
+// connection, pgx errors mapped to the domain's, batch helpers and month
+// partitions. The boxes own their statements and scripts (heartbeat's Lua and
+// SQL, the consumer's state, the history's inserts, …); storage still holds
+// those not moved to their box yet.
 //
 // Callers see domain types and the sentinel errors below, never pgx, go-redis or
 // clickhouse-go types, and declare the small interface they need in their own package.
