@@ -102,8 +102,13 @@ type Event struct {
 	Previous *int `json:"previous"`
 	// At is when it happened, on server receive time.
 	At time.Time `json:"at"`
-	// SilentFor is how long a restored sensor was silent, in whole seconds.
+	// SilentFor is how long a restored sensor was silent, in whole seconds:
+	// from LostSince to At.
 	SilentFor int64 `json:"silent_seconds,omitempty"`
+	// LostSince, on a connection_restored, is the sensor's last reading before
+	// the loss it ends (DESIGN.md "Incidents": every channel says how long the
+	// sensor was lost).
+	LostSince *time.Time `json:"lost_since,omitempty"`
 	// Severity grades the event (SeverityOf its type and data). Encode sets it
 	// when empty, and Decode for events written before it existed.
 	Severity Severity `json:"severity,omitempty"`
@@ -128,6 +133,10 @@ func (e Event) Encode() ([]byte, error) {
 		return nil, fmt.Errorf("encoding event %s: unknown type %q", e.ID, e.Type)
 	}
 	e.At = e.At.UTC()
+	if e.LostSince != nil {
+		utc := e.LostSince.UTC()
+		e.LostSince = &utc
+	}
 	if e.Severity == "" {
 		e.Severity = SeverityOf(e.Type, e.Data)
 	}

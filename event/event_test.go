@@ -85,3 +85,25 @@ func TestSeverity(t *testing.T) {
 		t.Error("two openings share an alert id")
 	}
 }
+
+func TestRestoredCarriesLostSince(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 22, 12, 14, 0, 0, time.UTC)
+	since := at.Add(-(2*time.Hour + 14*time.Minute)).In(time.FixedZone("x", 3600))
+	in := Event{ID: "r", Type: ConnectionRestored, SensorID: "s1", At: at, SilentFor: 8040, LostSince: &since}
+	b, err := in.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"id":"r","type":"connection_restored","sensor_id":"s1","data":null,"previous":null,"at":"2026-11-22T12:14:00Z","silent_seconds":8040,"lost_since":"2026-11-22T10:00:00Z","severity":"info"}`
+	if string(b) != want {
+		t.Fatalf("encoded %s, want %s", b, want)
+	}
+	out, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.LostSince == nil || !out.LostSince.Equal(since) || out.SilentFor != 8040 {
+		t.Fatalf("decoded %+v, want lost_since %v", out, since)
+	}
+}

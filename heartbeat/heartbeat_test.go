@@ -74,6 +74,9 @@ func TestSilentSensorLostOnceThenRestoredOnce(t *testing.T) {
 		r.ID != event.ConnectionRestoredID("quiet", b.at(3)) || r.SilentFor < 5 || r.SilentFor > 7 {
 		t.Fatalf("restore = %+v, want quiet restored at %v, silent about 7s, id from the missed deadline", r, b.at(7))
 	}
+	if r.LostSince == nil || int64(r.At.Sub(*r.LostSince)/time.Second) != r.SilentFor {
+		t.Fatalf("restore's lost_since = %v, want the last reading before the loss, %ds before %v", r.LostSince, r.SilentFor, r.At)
+	}
 	b.advance(8)
 	if again := b.record(t, b.tracker, "quiet"); len(again) != 0 {
 		t.Fatalf("second sighting emitted %v", again)

@@ -480,12 +480,14 @@ func restoredEvent(sensorID string, missed, seen, lastSeen time.Time) event.Even
 	if at.Before(missed) {
 		at = missed
 	}
+	lostSince := lastSeen.UTC()
 	return event.Event{
 		ID:        event.ConnectionRestoredID(sensorID, missed),
 		Type:      event.ConnectionRestored,
 		SensorID:  sensorID,
 		At:        at,
 		SilentFor: max(0, int64(at.Sub(lastSeen)/time.Second)),
+		LostSince: &lostSince,
 	}
 }
 
