@@ -284,6 +284,13 @@ func TestAutoDisableThroughAll(t *testing.T) {
 		e := n.call("GET", "/v1/clients/"+id+"/endpoint", deliveryAdminToken, nil, http.StatusOK)
 		return e["state"] == "disabled", fmt.Sprintf("endpoint %v after %v failures", e["state"], e["failures"])
 	})
+	// A delivery still in flight when the endpoint was disabled fails, and is
+	// SUPERSEDED rather than paused if a newer state already waits behind it
+	// (the outbox's rule): wait for the first two to be PAUSED before flipping again.
+	n.h.waitFor("the first webhook deliveries to be PAUSED", func() (bool, string) {
+		states := n.webhookStates(id)
+		return states["PAUSED"] == 2 && len(states) == 1, fmt.Sprintf("%v", states)
+	})
 	n.flipAll(doors, 0) // kept too, behind the first ones
 	n.flipAll(doors[:1], 1)
 	n.h.waitFor("every webhook delivery to be PAUSED", func() (bool, string) {
