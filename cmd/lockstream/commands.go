@@ -47,7 +47,7 @@ type command struct {
 func commands() []command {
 	storeSettings := []string{"pg-url", "redis-url", "redis-prefix", "clickhouse-url", "metrics-addr"}
 	kafkaSettings := []string{"kafka-brokers", "kafka-partitions", "kafka-topic-prefix"}
-	apiSettings := []string{"http-addr", "admin-token", "ingest-token", "push-token",
+	apiSettings := []string{"http-addr", "admin-token", "ingest-token", "push-token", "v1-token",
 		"http-read-timeout", "http-write-timeout", "http-idle-timeout", "secret-key", "secret-overlap", "data-dir",
 		"amqp-url", "amqp-exchange", "new-member-window", "retention"}
 	heartbeatSettings := []string{"heartbeat-timeout", "heartbeat-sweep-interval", "site-outage-min", "site-hold",
@@ -430,7 +430,7 @@ func apiDaemon(ctx context.Context, n *node) (daemon, error) {
 // apiConfig is the HTTP API's configuration from the node's settings.
 func (n *node) apiConfig() (webapi.Config, error) {
 	cfg := webapi.Config{Addr: n.v.str("http-addr"), AdminToken: n.v.str("admin-token"),
-		IngestToken: n.v.str("ingest-token"), PushToken: n.v.str("push-token")}
+		IngestToken: n.v.str("ingest-token"), PushToken: n.v.str("push-token"), V1Token: n.v.str("v1-token")}
 	var err error
 	for _, d := range []struct {
 		name string
