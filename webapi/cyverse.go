@@ -230,7 +230,7 @@ func renderV1Message(m storage.InboxMessage, user string) v1Message {
 		User:    user,
 	}
 	var text string
-	if json.Unmarshal(v2.Message, &text) == nil {
+	if json.Unmarshal(v2.Message, &text) == nil && string(v2.Message) != "null" {
 		out.Message.Text = text
 	}
 	switch {
