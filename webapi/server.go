@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockstream/lockstream/domain"
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -334,7 +335,7 @@ type Server struct {
 	inbox         InboxStore
 	tickets       StreamTickets
 	inboxCfg      InboxConfig
-	hub           *hub
+	hub           *inbox.Hub
 	streamMetrics *streamMetrics
 }
 
@@ -396,8 +397,14 @@ func New(cfg Config, registry Registry, checks map[string]Pinger, reg prometheus
 	if err := s.inboxCfg.Validate(); err != nil {
 		return nil, err
 	}
+	hubMetrics, err := inbox.NewHubMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("registering stream metrics: %w", err)
+	}
 	if s.inbox != nil {
-		s.hub = newHub(s.inbox, s.inboxCfg, s.streamMetrics, logger.With("component", "stream-hub"))
+		s.hub = inbox.NewHub(s.inbox, inbox.HubConfig{Buffer: s.inboxCfg.StreamBuffer,
+			FetchBatch: s.inboxCfg.StreamFetchBatch, WriteTimeout: s.inboxCfg.StreamWriteTimeout,
+			ListenRetry: s.inboxCfg.ListenRetry}, hubMetrics, logger.With("component", "stream-hub"))
 	}
 	s.handler = s.routes()
 	return s, nil

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -114,7 +115,7 @@ func (s *Server) RunStreams(ctx context.Context) error {
 	if s.hub == nil {
 		return nil
 	}
-	return s.hub.run(ctx)
+	return s.hub.Run(ctx)
 }
 
 // ticketBody is the answer of POST /v1/stream/tickets.
@@ -200,7 +201,7 @@ func (s *Server) openStream(w http.ResponseWriter, r *http.Request) error {
 	if s.tickets == nil || s.hub == nil {
 		return unavailable("the live stream is disabled: the server has no ticket store")
 	}
-	if !s.hub.running.Load() {
+	if !s.hub.Running() {
 		return unavailable("the live stream is not running on this server")
 	}
 	q := r.URL.Query()
@@ -279,10 +280,10 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, member stri
 			_ = conn.Close()
 			return nil // the client left before hello; nothing to report
 		}
-		sub := s.hub.subscribe(member, pos, state.LastSeq)
+		sub := s.hub.Subscribe(member, pos, state.LastSeq)
 		go func() {
 			defer func() { _ = conn.Close() }()
-			defer s.hub.unsubscribe(sub)
+			defer s.hub.Unsubscribe(sub)
 			s.pump(sub, sink, member, nil)
 		}()
 		return nil
@@ -303,8 +304,8 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, member stri
 	if err := sink.send(head); err != nil {
 		return nil
 	}
-	sub := s.hub.subscribe(member, pos, state.LastSeq)
-	defer s.hub.unsubscribe(sub)
+	sub := s.hub.Subscribe(member, pos, state.LastSeq)
+	defer s.hub.Unsubscribe(sub)
 	s.pump(sub, sink, member, r.Context().Done())
 	return nil
 }
@@ -312,7 +313,7 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, member stri
 // pump writes what the hub queues for sub, and a ping every StreamPing, until
 // the hub drops the stream, done closes or a write fails (a write that times out
 // cuts a slow reader off). Each round goes out in one write.
-func (s *Server) pump(sub *subscriber, sink streamSink, member string, done <-chan struct{}) {
+func (s *Server) pump(sub *inbox.Subscriber, sink streamSink, member string, done <-chan struct{}) {
 	defer func() {
 		// Off the handler's goroutine a panic would end the process.
 		if v := recover(); v != nil {
@@ -324,15 +325,15 @@ func (s *Server) pump(sub *subscriber, sink streamSink, member string, done <-ch
 	for {
 		var buf []byte
 		select {
-		case m := <-sub.out:
+		case m := <-sub.Messages():
 			buf = s.appendMessage(buf, sub, m)
-			for n := len(sub.out); n > 0; n-- {
-				buf = s.appendMessage(buf, sub, <-sub.out)
+			for n := len(sub.Messages()); n > 0; n-- {
+				buf = s.appendMessage(buf, sub, <-sub.Messages())
 			}
-			s.hub.drained(sub)
+			s.hub.Drained(sub)
 		case <-ping.C:
 			buf = append(buf, ": ping\n\n"...)
-		case <-sub.gone:
+		case <-sub.Gone():
 			s.streamMetrics.cutoffs.WithLabelValues("shutdown").Inc()
 			return
 		case <-done:
@@ -350,9 +351,9 @@ func (s *Server) pump(sub *subscriber, sink streamSink, member string, done <-ch
 }
 
 // appendMessage adds one message event to buf.
-func (s *Server) appendMessage(buf []byte, sub *subscriber, m *storage.InboxMessage) []byte {
+func (s *Server) appendMessage(buf []byte, sub *inbox.Subscriber, m *storage.InboxMessage) []byte {
 	mode := "direct"
-	if m.Seq <= sub.replayUpTo {
+	if sub.Replayed(m) {
 		mode = "replayed"
 	}
 	s.streamMetrics.sent.WithLabelValues(mode).Inc()

@@ -1,4 +1,7 @@
-package webapi
+// Package inbox owns what feeds members' live streams: the hub that hears of
+// new inbox messages on Postgres and queues each stream what follows its
+// position, in seq order, with no gap and no duplicate.
+package inbox
 
 import (
 	"context"
@@ -15,7 +18,7 @@ import (
 	"github.com/lockstream/lockstream/storage"
 )
 
-// hub feeds the streams connected to this process. It listens on Postgres
+// Hub feeds the streams connected to this process. It listens on Postgres
 // (storage.InboxChannel: NOTIFY sent by every inbox write in its transaction,
 // so heard only once committed, whichever process wrote). A new message that
 // comes whole in the notification and follows a stream's position right away
@@ -32,22 +35,22 @@ import (
 // its writer drains it, and a writer that cannot write within the write timeout
 // is cut off (the client resumes by replay). Memory is bounded by streams ×
 // buffer.
-type hub struct {
-	store   InboxStore
-	cfg     InboxConfig
+type Hub struct {
+	store   Store
+	cfg     HubConfig
 	logger  *slog.Logger
-	metrics *streamMetrics
+	metrics *HubMetrics
 
 	mu      sync.Mutex
-	streams map[string]map[*subscriber]struct{} // by member id
-	dirty   map[*subscriber]struct{}
+	streams map[string]map[*Subscriber]struct{} // by member id
+	dirty   map[*Subscriber]struct{}
 	stopped bool
 	wake    chan struct{}
 	running atomic.Bool
 }
 
-// subscriber is one connected stream.
-type subscriber struct {
+// Subscriber is one connected stream.
+type Subscriber struct {
 	member string
 	// out is the stream's buffer; only the hub's fetch loop sends on it. It holds
 	// pointers: a buffer of values would cost its whole capacity of messages per
@@ -68,19 +71,20 @@ type subscriber struct {
 	gen uint64 // moves on with every notice, so a read that raced one is redone
 }
 
-func newHub(store InboxStore, cfg InboxConfig, metrics *streamMetrics, logger *slog.Logger) *hub {
-	return &hub{
+// NewHub returns a hub reading from store; Run starts it.
+func NewHub(store Store, cfg HubConfig, metrics *HubMetrics, logger *slog.Logger) *Hub {
+	return &Hub{
 		store: store, cfg: cfg, logger: logger, metrics: metrics,
-		streams: map[string]map[*subscriber]struct{}{},
-		dirty:   map[*subscriber]struct{}{},
+		streams: map[string]map[*Subscriber]struct{}{},
+		dirty:   map[*Subscriber]struct{}{},
 		wake:    make(chan struct{}, 1),
 	}
 }
 
-// subscribe registers a stream of member positioned after seq pos; the hub
+// Subscribe registers a stream of member positioned after seq pos; the hub
 // replays what follows at once.
-func (h *hub) subscribe(member string, pos, replayUpTo int64) *subscriber {
-	sub := &subscriber{member: member, out: make(chan *storage.InboxMessage, h.cfg.StreamBuffer),
+func (h *Hub) Subscribe(member string, pos, replayUpTo int64) *Subscriber {
+	sub := &Subscriber{member: member, out: make(chan *storage.InboxMessage, h.cfg.Buffer),
 		gone: make(chan struct{}), replayUpTo: replayUpTo, pos: pos}
 	h.mu.Lock()
 	if h.stopped {
@@ -89,7 +93,7 @@ func (h *hub) subscribe(member string, pos, replayUpTo int64) *subscriber {
 		return sub
 	}
 	if h.streams[member] == nil {
-		h.streams[member] = map[*subscriber]struct{}{}
+		h.streams[member] = map[*Subscriber]struct{}{}
 	}
 	h.streams[member][sub] = struct{}{}
 	h.dirty[sub] = struct{}{}
@@ -99,8 +103,8 @@ func (h *hub) subscribe(member string, pos, replayUpTo int64) *subscriber {
 	return sub
 }
 
-// unsubscribe forgets a stream whose handler returned.
-func (h *hub) unsubscribe(sub *subscriber) {
+// Unsubscribe forgets a stream whose handler returned.
+func (h *Hub) Unsubscribe(sub *Subscriber) {
 	h.mu.Lock()
 	if set := h.streams[sub.member]; set != nil {
 		if _, ok := set[sub]; ok {
@@ -115,19 +119,31 @@ func (h *hub) unsubscribe(sub *subscriber) {
 	h.mu.Unlock()
 }
 
-func (sub *subscriber) drop() {
+// Messages is the stream's buffer: what the hub queued, in seq order.
+func (sub *Subscriber) Messages() <-chan *storage.InboxMessage { return sub.out }
+
+// Gone is closed when the hub drops the stream (it stopped).
+func (sub *Subscriber) Gone() <-chan struct{} { return sub.gone }
+
+// Replayed reports whether m was stored before the stream connected.
+func (sub *Subscriber) Replayed(m *storage.InboxMessage) bool { return m.Seq <= sub.replayUpTo }
+
+// Running reports whether Run is feeding the streams.
+func (h *Hub) Running() bool { return h.running.Load() }
+
+func (sub *Subscriber) drop() {
 	sub.goneOnce.Do(func() { close(sub.gone) })
 }
 
-func (h *hub) signal() {
+func (h *Hub) signal() {
 	select {
 	case h.wake <- struct{}{}:
 	default:
 	}
 }
 
-// drained is called by a writer that emptied part of a stalled buffer.
-func (h *hub) drained(sub *subscriber) {
+// Drained is called by a writer that emptied part of a stalled buffer.
+func (h *Hub) Drained(sub *Subscriber) {
 	if !sub.stalled.CompareAndSwap(true, false) {
 		return
 	}
@@ -143,7 +159,7 @@ func (h *hub) drained(sub *subscriber) {
 // right away is queued at once (direct delivery, no read); a pointer, or a
 // message after a gap (the stream is still replaying, or missed something) or
 // for a full buffer, marks the stream for the fetch loop to read.
-func (h *hub) notice(news storage.InboxNews) {
+func (h *Hub) notice(news storage.InboxNews) {
 	marked := false
 	h.mu.Lock()
 	for i := range news.Messages {
@@ -175,7 +191,7 @@ func (h *hub) notice(news storage.InboxNews) {
 }
 
 // queue puts m in sub's buffer unless it is full; h.mu is held.
-func (h *hub) queue(sub *subscriber, m *storage.InboxMessage) bool {
+func (h *Hub) queue(sub *Subscriber, m *storage.InboxMessage) bool {
 	select {
 	case sub.out <- m:
 		sub.pos = m.Seq
@@ -188,7 +204,7 @@ func (h *hub) queue(sub *subscriber, m *storage.InboxMessage) bool {
 }
 
 // resync marks every stream: notifications may have been missed.
-func (h *hub) resync() {
+func (h *Hub) resync() {
 	h.mu.Lock()
 	for _, set := range h.streams {
 		for sub := range set {
@@ -200,11 +216,11 @@ func (h *hub) resync() {
 	h.signal()
 }
 
-// run listens and fetches until ctx ends, then drops every stream so their
+// Run listens and fetches until ctx ends, then drops every stream so their
 // handlers return (the HTTP server's shutdown waits for them).
-func (h *hub) run(ctx context.Context) error {
+func (h *Hub) Run(ctx context.Context) error {
 	if !h.running.CompareAndSwap(false, true) {
-		return errors.New("webapi: the stream hub is already running")
+		return errors.New("inbox: the stream hub is already running")
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { h.listen(ctx) })
@@ -223,7 +239,7 @@ func (h *hub) run(ctx context.Context) error {
 }
 
 // listen keeps a LISTEN open, re-reading every stream after each (re)connection.
-func (h *hub) listen(ctx context.Context) {
+func (h *Hub) listen(ctx context.Context) {
 	for ctx.Err() == nil {
 		err := h.store.ListenInbox(ctx, func() {
 			h.metrics.listening.Set(1)
@@ -244,13 +260,13 @@ func (h *hub) listen(ctx context.Context) {
 
 // fetchJob is one stream's part of a fetch.
 type fetchJob struct {
-	sub   *subscriber
+	sub   *Subscriber
 	gen   uint64
 	limit int
 }
 
 // fetchLoop serves the marked streams, a batch at a time, until ctx ends.
-func (h *hub) fetchLoop(ctx context.Context) {
+func (h *Hub) fetchLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -263,7 +279,7 @@ func (h *hub) fetchLoop(ctx context.Context) {
 				break
 			}
 			start := time.Now()
-			fctx, cancel := context.WithTimeout(ctx, h.cfg.StreamWriteTimeout)
+			fctx, cancel := context.WithTimeout(ctx, h.cfg.WriteTimeout)
 			messages, err := h.store.InboxAfter(fctx, cursors)
 			cancel()
 			h.metrics.fetchDuration.Observe(time.Since(start).Seconds())
@@ -289,7 +305,7 @@ func (h *hub) fetchLoop(ctx context.Context) {
 
 // takeDirty takes up to FetchBatch marked streams that have room in their
 // buffer; a full one is left stalled until its writer drains it.
-func (h *hub) takeDirty() ([]fetchJob, []storage.InboxCursor) {
+func (h *Hub) takeDirty() ([]fetchJob, []storage.InboxCursor) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var (
@@ -297,7 +313,7 @@ func (h *hub) takeDirty() ([]fetchJob, []storage.InboxCursor) {
 		cursors []storage.InboxCursor
 	)
 	for sub := range h.dirty {
-		if len(jobs) == h.cfg.StreamFetchBatch {
+		if len(jobs) == h.cfg.FetchBatch {
 			break
 		}
 		delete(h.dirty, sub)
@@ -314,7 +330,7 @@ func (h *hub) takeDirty() ([]fetchJob, []storage.InboxCursor) {
 }
 
 // requeue marks again the streams of a failed fetch.
-func (h *hub) requeue(jobs []fetchJob) {
+func (h *Hub) requeue(jobs []fetchJob) {
 	h.mu.Lock()
 	for _, j := range jobs {
 		if _, ok := h.streams[j.sub.member][j.sub]; ok {
@@ -326,7 +342,7 @@ func (h *hub) requeue(jobs []fetchJob) {
 
 // deliver queues what a fetch read. A stream that got a full buffer's worth may
 // have more and stays marked, as does one noticed again while it was read.
-func (h *hub) deliver(jobs []fetchJob, messages [][]storage.InboxMessage) {
+func (h *Hub) deliver(jobs []fetchJob, messages [][]storage.InboxMessage) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i, j := range jobs {
@@ -355,34 +371,43 @@ func (h *hub) deliver(jobs []fetchJob, messages [][]storage.InboxMessage) {
 	}
 }
 
-// streamMetrics are the live stream's Prometheus collectors.
-type streamMetrics struct {
+// Store is what the hub reads: the inbox's notifications and its messages
+// after each stream's position (storage.Postgres).
+type Store interface {
+	ListenInbox(ctx context.Context, onListen func(), onNews func(storage.InboxNews)) error
+	InboxAfter(ctx context.Context, cursors []storage.InboxCursor) ([][]storage.InboxMessage, error)
+}
+
+// HubConfig bounds the hub; every field must be positive (the caller applies
+// its defaults).
+type HubConfig struct {
+	// Buffer is how many messages may wait for one stream's writer; the hub
+	// reads no more for a stream whose buffer is full.
+	Buffer int
+	// FetchBatch is how many streams one read of the inbox serves.
+	FetchBatch int
+	// WriteTimeout bounds one read of the inbox for a batch of streams.
+	WriteTimeout time.Duration
+	// ListenRetry is the pause before listening, or reading, again after a failure.
+	ListenRetry time.Duration
+}
+
+// HubMetrics are the hub's Prometheus collectors.
+type HubMetrics struct {
 	connected     prometheus.Gauge
 	listening     prometheus.Gauge
-	sent          *prometheus.CounterVec
-	cutoffs       *prometheus.CounterVec
-	resets        prometheus.Counter
 	stalls        prometheus.Counter
 	fetchErrors   prometheus.Counter
 	fetchDuration prometheus.Histogram
 }
 
-func newStreamMetrics(reg prometheus.Registerer) (*streamMetrics, error) {
-	m := &streamMetrics{
+// NewHubMetrics registers the hub's collectors in reg.
+func NewHubMetrics(reg prometheus.Registerer) (*HubMetrics, error) {
+	m := &HubMetrics{
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "lockstream_stream_connections", Help: "Live streams (GET /v1/stream) connected to this process."}),
 		listening: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "lockstream_stream_listening", Help: "1 while this process listens for new inbox messages on Postgres."}),
-		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "lockstream_stream_messages_sent_total",
-			Help: "Messages written to live streams: replayed (stored before the stream connected) or direct (arrived while connected).",
-		}, []string{"mode"}),
-		cutoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "lockstream_stream_cutoffs_total",
-			Help: "Streams ended by the server: slow (a write did not finish within the write timeout), shutdown.",
-		}, []string{"reason"}),
-		resets: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "lockstream_stream_resets_total", Help: "Streams told to reload: the messages they asked for are no longer stored."}),
 		stalls: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockstream_stream_stalls_total", Help: "Times a stream's buffer was found full: its reader is slower than its messages."}),
 		fetchErrors: prometheus.NewCounter(prometheus.CounterOpts{
@@ -391,11 +416,8 @@ func newStreamMetrics(reg prometheus.Registerer) (*streamMetrics, error) {
 			Name: "lockstream_stream_fetch_duration_seconds", Help: "Time of one read of inbox messages for a batch of streams.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 9)}),
 	}
-	if err := lsmetrics.RegisterAll(reg, m.connected, m.listening, m.sent, m.cutoffs, m.resets, m.stalls,
-		m.fetchErrors, m.fetchDuration); err != nil {
-		return nil, fmt.Errorf("live streams: %w", err)
+	if err := lsmetrics.RegisterAll(reg, m.connected, m.listening, m.stalls, m.fetchErrors, m.fetchDuration); err != nil {
+		return nil, fmt.Errorf("live stream hub: %w", err)
 	}
-	m.sent.WithLabelValues("direct")
-	m.sent.WithLabelValues("replayed")
 	return m, nil
 }

@@ -1,0 +1,38 @@
+package webapi
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	lsmetrics "github.com/lockstream/lockstream/internal/metrics"
+)
+
+// streamMetrics are the live stream handlers' Prometheus collectors (the hub
+// has its own, inbox.HubMetrics).
+type streamMetrics struct {
+	sent    *prometheus.CounterVec
+	cutoffs *prometheus.CounterVec
+	resets  prometheus.Counter
+}
+
+func newStreamMetrics(reg prometheus.Registerer) (*streamMetrics, error) {
+	m := &streamMetrics{
+		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockstream_stream_messages_sent_total",
+			Help: "Messages written to live streams: replayed (stored before the stream connected) or direct (arrived while connected).",
+		}, []string{"mode"}),
+		cutoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockstream_stream_cutoffs_total",
+			Help: "Streams ended by the server: slow (a write did not finish within the write timeout), shutdown.",
+		}, []string{"reason"}),
+		resets: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockstream_stream_resets_total", Help: "Streams told to reload: the messages they asked for are no longer stored."}),
+	}
+	if err := lsmetrics.RegisterAll(reg, m.sent, m.cutoffs, m.resets); err != nil {
+		return nil, fmt.Errorf("live streams: %w", err)
+	}
+	m.sent.WithLabelValues("direct")
+	m.sent.WithLabelValues("replayed")
+	return m, nil
+}
