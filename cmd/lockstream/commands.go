@@ -49,7 +49,7 @@ func commands() []command {
 	kafkaSettings := []string{"kafka-brokers", "kafka-partitions", "kafka-topic-prefix"}
 	apiSettings := []string{"http-addr", "admin-token", "ingest-token", "push-token",
 		"http-read-timeout", "http-write-timeout", "http-idle-timeout", "secret-key", "secret-overlap", "data-dir",
-		"amqp-url", "amqp-exchange", "new-member-window", "retention"}
+		"amqp-url", "amqp-exchange", "new-member-window", "member-token-idle", "retention"}
 	heartbeatSettings := []string{"heartbeat-timeout", "heartbeat-sweep-interval", "site-outage-min", "site-hold",
 		"flap-changes", "flap-window"}
 	return []command{

@@ -64,6 +64,8 @@ func settingTable() map[string]setting {
 			"how long the loss of a sensor with a site waits after its deadline for the site to be judged; 0 = timeout/10 + 2 sweep intervals + 1s"},
 		"new-member-window": {"new-member-window", "LOCKSTREAM_NEW_MEMBER_WINDOW", "24h",
 			"how far back a new member's inbox is filled with the client's messages (at most 20)"},
+		"member-token-idle": {"member-token-idle", "LOCKSTREAM_MEMBER_TOKEN_IDLE", "60d",
+			"a member token unused for this long stops working (401) until rotated; days (60d) or a Go duration"},
 		"retry-max-attempts": {"retry-max-attempts", "LOCKSTREAM_RETRY_MAX_ATTEMPTS", "10", "delivery attempts before GIVEN_UP"},
 		"retry-backoff-base": {"retry-backoff-base", "LOCKSTREAM_RETRY_BACKOFF_BASE", "5m",
 			"scale of the logarithmic back-off between delivery attempts"},
@@ -212,6 +214,19 @@ func (v *values) duration(name string) (time.Duration, error) {
 		return 0, fmt.Errorf("%s / --%s: %w", v.table[name].env, name, err)
 	}
 	return d, nil
+}
+
+// days reads a long duration: a number of days ("60d") or a Go duration.
+func (v *values) days(name string) (time.Duration, error) {
+	s := strings.TrimSpace(v.str(name))
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		days, err := strconv.Atoi(n)
+		if err != nil || days < 0 {
+			return 0, fmt.Errorf("%s / --%s: want a number of days (60d) or a duration (1440h), got %q", v.table[name].env, name, s)
+		}
+		return time.Duration(days) * 24 * time.Hour, nil
+	}
+	return v.duration(name)
 }
 
 func (v *values) int(name string) (int, error) {

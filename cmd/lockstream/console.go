@@ -21,7 +21,11 @@ func newConsole(n *node, adminToken string, tracker *heartbeat.Tracker) (*consol
 	if len(n.stream.Brokers) > 0 {
 		deps.Events = eventTail{cfg: n.stream, logger: n.logger.With("daemon", "console")}
 	}
-	return console.New(console.Config{AdminToken: adminToken}, deps, n.reg, n.logger.With("daemon", "console"))
+	idle, err := memberTokenIdle(n.v)
+	if err != nil {
+		return nil, err
+	}
+	return console.New(console.Config{AdminToken: adminToken, MemberTokenIdle: idle}, deps, n.reg, n.logger.With("daemon", "console"))
 }
 
 // eventTail follows the events topic for the console's live view.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/lockstream/lockstream/webapi"
@@ -13,7 +14,21 @@ func inboxConfig(v *values) (webapi.InboxConfig, error) {
 	if err != nil {
 		return webapi.InboxConfig{}, err
 	}
-	return webapi.InboxConfig{NewMemberWindow: window}, nil
+	idle, err := memberTokenIdle(v)
+	if err != nil {
+		return webapi.InboxConfig{}, err
+	}
+	return webapi.InboxConfig{NewMemberWindow: window, MemberTokenIdle: idle}, nil
+}
+
+// memberTokenIdle reads LOCKSTREAM_MEMBER_TOKEN_IDLE, which the API and the
+// console's sign-in both apply.
+func memberTokenIdle(v *values) (time.Duration, error) {
+	idle, err := v.days("member-token-idle")
+	if err == nil && idle <= 0 {
+		err = fmt.Errorf("LOCKSTREAM_MEMBER_TOKEN_IDLE / --member-token-idle: must be positive, got %q", v.str("member-token-idle"))
+	}
+	return idle, err
 }
 
 // inboxPartitionsAhead is how many months of inbox partitions are kept ready

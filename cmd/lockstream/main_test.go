@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -95,5 +96,32 @@ func TestCounterTotalsByNameAndLabel(t *testing.T) {
 	}
 	if totals["x_total"] != 5 || totals[`x_total{outcome="sent"}`] != 3 {
 		t.Errorf("totals = %v", totals)
+	}
+}
+
+// TestMemberTokenIdleSetting: LOCKSTREAM_MEMBER_TOKEN_IDLE takes days or a Go
+// duration, defaults to 60 days, and refuses zero and garbage naming itself.
+func TestMemberTokenIdleSetting(t *testing.T) {
+	for in, want := range map[string]time.Duration{"": 60 * 24 * time.Hour, "30d": 30 * 24 * time.Hour, "36h": 36 * time.Hour} {
+		if in != "" {
+			t.Setenv("LOCKSTREAM_MEMBER_TOKEN_IDLE", in)
+		}
+		v := newFlagSet("api", []string{"member-token-idle"})
+		if err := v.fs.Parse(nil); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := memberTokenIdle(v); err != nil || got != want {
+			t.Errorf("%q: %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"0d", "0", "soon", "-3d", "1.5d"} {
+		t.Setenv("LOCKSTREAM_MEMBER_TOKEN_IDLE", bad)
+		v := newFlagSet("api", []string{"member-token-idle"})
+		if err := v.fs.Parse(nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := memberTokenIdle(v); err == nil || !strings.Contains(err.Error(), "LOCKSTREAM_MEMBER_TOKEN_IDLE") {
+			t.Errorf("%q: err = %v", bad, err)
+		}
 	}
 }
