@@ -126,6 +126,8 @@ func benchPipelineSettings(v *values, scratch *storage.ScratchStores, dir string
 	v.set("secret-key", storage.NewSecretKey())
 	v.set("webhook-allow-private", "true")
 	v.set("stats-interval", "0")
+	// The benchmark's node stops once it has measured: nobody routes to it.
+	v.set("shutdown-delay", "0s")
 	v.set("metrics-addr", "")
 	v.set("amqp-url", "")
 	v.set("mqtt-url", "")

@@ -45,7 +45,7 @@ type command struct {
 // process. It is one long literal, an entry a subcommand, so that every subcommand
 // and the settings it takes read in one place.
 func commands() []command {
-	storeSettings := []string{"pg-url", "redis-url", "redis-prefix", "clickhouse-url", "metrics-addr"}
+	storeSettings := []string{"pg-url", "redis-url", "redis-prefix", "clickhouse-url", "metrics-addr", "shutdown-delay", "shutdown-timeout"}
 	kafkaSettings := []string{"kafka-brokers", "kafka-partitions", "kafka-topic-prefix"}
 	apiSettings := []string{"http-addr", "admin-token", "ingest-token", "push-token",
 		"http-read-timeout", "http-write-timeout", "http-idle-timeout", "secret-key", "secret-overlap", "data-dir",
@@ -71,25 +71,25 @@ func commands() []command {
 			name:     "consume",
 			summary:  "the state consumer: readings → sensor state, change events, DLQ, heartbeat sightings",
 			settings: concat(heartbeatSettings, storeSettings, kafkaSettings),
-			run:      runDaemonsCommand(usesPostgres|usesRedis, consumerDaemon, metricsDaemon),
+			run:      runDaemonsCommand(usesPostgres|usesRedis, metricsDaemon, consumerDaemon),
 		},
 		{
 			name:     "history",
 			summary:  "the history writer: readings and events → ClickHouse",
 			settings: concat(storeSettings, kafkaSettings),
-			run:      runDaemonsCommand(usesClickHouse, historyDaemon, metricsDaemon),
+			run:      runDaemonsCommand(usesClickHouse, metricsDaemon, historyDaemon),
 		},
 		{
 			name:     "heartbeat",
 			summary:  "the heartbeat daemon: silent sensors → connection_lost",
 			settings: concat(heartbeatSettings, storeSettings, kafkaSettings),
-			run:      runDaemonsCommand(usesAll, heartbeatDaemon, metricsDaemon),
+			run:      runDaemonsCommand(usesAll, metricsDaemon, heartbeatDaemon),
 		},
 		{
 			name:     "fanout",
 			summary:  "the fan-out: events → one notification and delivery per linked client and channel (the outbox)",
 			settings: concat([]string{"fanout-writers"}, storeSettings, kafkaSettings),
-			run:      runDaemonsCommand(usesPostgres, fanoutDaemon, inboxPartitionsDaemon, metricsDaemon),
+			run:      runDaemonsCommand(usesPostgres, metricsDaemon, inboxPartitionsDaemon, fanoutDaemon),
 		},
 		{
 			name:    "retrier",
@@ -99,26 +99,26 @@ func commands() []command {
 				"endpoint-disable-after", "endpoint-disable-min-failures",
 				"swrve-url", "swrve-rate", "swrve-push-keys", "secret-key", "data-dir"},
 				storeSettings, kafkaSettings),
-			run: runDaemonsCommand(usesPostgres|usesRedis|usesClickHouse|usesSecretKey, retrierDaemon, metricsDaemon),
+			run: runDaemonsCommand(usesPostgres|usesRedis|usesClickHouse|usesSecretKey, metricsDaemon, retrierDaemon),
 		},
 		{
 			name:     "maintain",
 			summary:  "keep the stores bounded: month partitions made ahead, whole months dropped past the retention",
 			settings: concat([]string{"retention", "history-retention", "maintain-interval"}, storeSettings, kafkaSettings),
-			run:      runDaemonsCommand(usesPostgres|usesClickHouse, maintainDaemon, metricsDaemon),
+			run:      runDaemonsCommand(usesPostgres|usesClickHouse, metricsDaemon, maintainDaemon),
 		},
 		{
 			name:     "escalation",
 			summary:  "escalate unseen messages: an email and a push per episode left unseen, digests (into the outbox)",
 			settings: concat([]string{"escalation-interval", "escalate-email-after", "escalate-push-after", "escalation-limit"}, storeSettings, kafkaSettings),
-			run:      runDaemonsCommand(usesPostgres, escalationDaemon, metricsDaemon),
+			run:      runDaemonsCommand(usesPostgres, metricsDaemon, escalationDaemon),
 		},
 		{
 			name:     "bridge",
 			summary:  "the intake bridges: AMQP (RabbitMQ) and MQTT (Mosquitto) messages → readings on Kafka, acknowledged once Kafka has them",
-			settings: concat(bridgeSettings, []string{"pg-url", "metrics-addr"}, kafkaSettings),
+			settings: concat(bridgeSettings, []string{"pg-url", "metrics-addr", "shutdown-delay", "shutdown-timeout"}, kafkaSettings),
 			// Postgres: free-form notifications over AMQP go into members' inboxes.
-			run: runDaemonsCommand(usesPostgres, bridgeDaemon, metricsDaemon),
+			run: runDaemonsCommand(usesPostgres, metricsDaemon, bridgeDaemon),
 		},
 		simulateCommand(kafkaSettings),
 		benchCommand(),
@@ -173,8 +173,14 @@ type node struct {
 
 	// tracker is shared by the consumer and the API; see heartbeatTracker.
 	tracker *heartbeat.Tracker
-	// probe pings the open stores for lockstream_store_up and GET /readyz.
+	// probe pings the open stores for lockstream_store_up.
 	probe *storeProbe
+	// health serves GET /healthz and GET /readyz (on the API's address or the
+	// metrics address); the shutdown drains it before anything stops.
+	health *webapi.Health
+	// abandoned is set when the shutdown timed out with daemons still running:
+	// then nothing they hold is closed (closing would wait for them).
+	abandoned bool
 	// ready, when not nil, is called by run once every daemon is built.
 	ready func(*node)
 }
@@ -242,11 +248,20 @@ func openNode(ctx context.Context, v *values, logger *slog.Logger, need storeSet
 	}
 	n.probe = newStoreProbe(n)
 	n.reg.MustRegister(n.probe)
+	checks := make(map[string]webapi.Pinger, len(n.probe.stores))
+	for name, store := range n.probe.stores {
+		checks[name] = store
+	}
+	n.health = webapi.NewHealth(checks, storePingTimeout, logger)
 	return n, nil
 }
 
-// close releases the stores in reverse order of opening.
+// close releases the stores in reverse order of opening, unless the shutdown
+// abandoned daemons that still use them.
 func (n *node) close() {
+	if n.abandoned {
+		return
+	}
 	if n.ch != nil {
 		_ = n.ch.Close()
 	}
@@ -296,8 +311,11 @@ func runDaemonsCommand(need storeSet, factories ...daemonFactory) func(context.C
 	}
 }
 
-// run builds every daemon, then runs them until ctx ends or one fails; the first
-// failure stops the others and is reported with the daemon's name.
+// run builds every daemon in the order given, which is their start order (what a
+// daemon needs starts before it; the process's metrics and probes first, intake
+// last), then runs them until ctx ends or one fails, and stops them in reverse
+// order (see runInOrder): the first failure stops the others and is reported with
+// the daemon's name.
 func (n *node) run(ctx context.Context, factories ...daemonFactory) error {
 	if len(n.stream.Brokers) > 0 {
 		if err := n.ensureTopics(ctx); err != nil {
@@ -306,6 +324,9 @@ func (n *node) run(ctx context.Context, factories ...daemonFactory) error {
 	}
 	var daemons []daemon
 	defer func() {
+		if n.abandoned {
+			return
+		}
 		for i := len(daemons) - 1; i >= 0; i-- {
 			if daemons[i].close != nil {
 				daemons[i].close()
@@ -322,18 +343,32 @@ func (n *node) run(ctx context.Context, factories ...daemonFactory) error {
 	if n.ready != nil {
 		n.ready(n)
 	}
-	g, ctx := errgroup.WithContext(ctx)
-	for _, d := range daemons {
-		g.Go(func() error {
-			n.logger.Info("daemon starting", "daemon", d.name)
-			if err := d.run(ctx); err != nil {
-				return fmt.Errorf("%s: %w", d.name, err)
-			}
-			n.logger.Info("daemon stopped", "daemon", d.name)
-			return nil
-		})
+	plan, err := n.shutdownPlan()
+	if err != nil {
+		return err
 	}
-	return g.Wait()
+	err = runInOrder(ctx, daemons, plan, n.logger)
+	if errors.Is(err, errShutdownTimeout) {
+		// Daemons still run: closing what they hold would wait for them.
+		n.abandoned = true
+	}
+	return err
+}
+
+// shutdownPlan is how the node's daemons stop, from its settings.
+func (n *node) shutdownPlan() (shutdown, error) {
+	delay, err := n.v.duration("shutdown-delay")
+	if err != nil {
+		return shutdown{}, err
+	}
+	timeout, err := n.v.duration("shutdown-timeout")
+	if err != nil {
+		return shutdown{}, err
+	}
+	if delay < 0 || timeout <= 0 {
+		return shutdown{}, fmt.Errorf("LOCKSTREAM_SHUTDOWN_DELAY (%v) must be 0 or more and LOCKSTREAM_SHUTDOWN_TIMEOUT (%v) more than 0", delay, timeout)
+	}
+	return shutdown{delay: delay, timeout: timeout, drain: n.health.Drain}, nil
 }
 
 // ensureTopics creates lockstream's topics where they are missing, so a fresh
@@ -361,7 +396,6 @@ func apiDaemon(ctx context.Context, n *node) (daemon, error) {
 	} else if encrypted > 0 {
 		n.logger.Info("encrypted client secrets stored in plaintext", "clients", encrypted)
 	}
-	checks := map[string]webapi.Pinger{"postgres": n.pg, "redis": n.redis, "clickhouse": n.ch}
 	tracker, err := n.heartbeatTracker()
 	if err != nil {
 		return daemon{}, err
@@ -375,7 +409,7 @@ func apiDaemon(ctx context.Context, n *node) (daemon, error) {
 		return daemon{}, err
 	}
 	a := n.analytics()
-	opts := []webapi.Option{webapi.WithHistory(a), webapi.WithAnalytics(a), webapi.WithDeliveries(n.pg, n.pg), webapi.WithClientEvents(n.pg), webapi.WithMaintenance(n.heartbeatStores().Postgres), webapi.WithPushes(n.pg, n.pg),
+	opts := []webapi.Option{webapi.WithHealth(n.health), webapi.WithHistory(a), webapi.WithAnalytics(a), webapi.WithDeliveries(n.pg, n.pg), webapi.WithClientEvents(n.pg), webapi.WithMaintenance(n.heartbeatStores().Postgres), webapi.WithPushes(n.pg, n.pg),
 		webapi.WithSensorStatus(tracker),
 		webapi.WithSensorObserver(tracker), webapi.WithLostSensors(tracker), webapi.WithConsole(con.Handler()),
 		webapi.WithInbox(n.pg, n.pg, n.redis, inboxCfg), webapi.WithUnregistered(consumer.NewPostgresStore(n.pg))}
@@ -409,7 +443,7 @@ func apiDaemon(ctx context.Context, n *node) (daemon, error) {
 		}
 		return daemon{}, err
 	}
-	srv, err := webapi.New(cfg, n.pg, checks, n.reg, n.reg, n.logger, opts...)
+	srv, err := webapi.New(cfg, n.pg, nil, n.reg, n.reg, n.logger, opts...)
 	if err != nil {
 		if d.close != nil {
 			d.close()
@@ -494,11 +528,8 @@ func metricsDaemon(_ context.Context, n *node) (daemon, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"status":"ok"}`))
-	})
-	mux.HandleFunc("GET /readyz", n.probe.readyz)
+	mux.HandleFunc("GET /healthz", n.health.Healthz)
+	mux.HandleFunc("GET /readyz", n.health.Readyz)
 	return daemon{name: "metrics", run: func(ctx context.Context) error {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
@@ -533,15 +564,25 @@ func startAll(ctx context.Context, v *values, stdout io.Writer, logger *slog.Log
 		if err != nil {
 			return err
 		}
-		defer broker.Close()
+		defer func() {
+			if !n.abandoned {
+				broker.Close()
+			}
+		}()
 		n.stream.Brokers = broker.Addrs()
 		logger.Info("embedded Kafka broker started", "addr", n.stream.Brokers, "dir", dir)
 	}
-	daemons := []daemonFactory{apiDaemon, consumerDaemon, historyDaemon, heartbeatDaemon, fanoutDaemon, inboxPartitionsDaemon,
-		retrierDaemon, maintainDaemon, escalationDaemon, statsDaemon(stdout)}
+	// Start order: what reads the stores only, then what turns events into
+	// deliveries and history, then the state consumer, then intake (bridges,
+	// then the API, whose listener also serves the probes). They stop in
+	// reverse: intake first, then each stage drains what it holds while the
+	// stages after it still run.
+	daemons := []daemonFactory{statsDaemon(stdout), maintainDaemon, inboxPartitionsDaemon, escalationDaemon, retrierDaemon,
+		fanoutDaemon, historyDaemon, heartbeatDaemon, consumerDaemon}
 	if bridgesConfigured(v) {
 		daemons = append(daemons, bridgeDaemon)
 	}
+	daemons = append(daemons, apiDaemon)
 	n.ready = ready
 	return n.run(ctx, daemons...)
 }

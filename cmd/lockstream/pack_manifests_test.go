@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 	appsv1 "k8s.io/api/apps/v1"
@@ -137,6 +138,7 @@ func TestOpsPackManifests(t *testing.T) {
 		for _, c := range d.Spec.Template.Spec.Containers {
 			cmd := checkContainer(t, "deployment "+d.Name, c, settings, config, objs, true)
 			deployed[cmd] = true
+			checkGracePeriod(t, "deployment "+d.Name, d.Spec.Template.Spec.TerminationGracePeriodSeconds, c, config)
 		}
 	}
 	for _, j := range objs.jobs {
@@ -227,6 +229,39 @@ func checkContainer(t *testing.T, where string, c corev1.Container, settings map
 		}
 	}
 	return cmd
+}
+
+// checkGracePeriod fails t unless Kubernetes waits longer than the container's
+// shutdown delay and timeout before it kills it: a process killed mid-drain
+// leaves its in-flight work to be redone.
+func checkGracePeriod(t *testing.T, where string, grace *int64, c corev1.Container, config map[string]string) {
+	t.Helper()
+	budget := time.Duration(0)
+	for _, name := range []string{"shutdown-delay", "shutdown-timeout"} {
+		s := settingTable()[name]
+		value := s.def
+		if v, ok := config[s.env]; ok {
+			value = v
+		}
+		for _, e := range c.Env {
+			if e.Name == s.env {
+				value = e.Value
+			}
+		}
+		d, err := time.ParseDuration(value)
+		if err != nil {
+			t.Errorf("%s: %s = %q: %v", where, s.env, value, err)
+		}
+		budget += d
+	}
+	const k8sDefaultGrace = 30 // seconds, when the manifest sets none
+	seconds := int64(k8sDefaultGrace)
+	if grace != nil {
+		seconds = *grace
+	}
+	if time.Duration(seconds)*time.Second <= budget {
+		t.Errorf("%s: terminationGracePeriodSeconds %d, want more than the shutdown delay + timeout (%v)", where, seconds, budget)
+	}
 }
 
 // containerPort resolves a named or numbered port of c.
