@@ -98,8 +98,9 @@ func TestRunInOrderFailureStopsTheOthers(t *testing.T) {
 	}
 }
 
-// A daemon still stopping at the timeout is named in errShutdownTimeout, and the
-// daemons started before it are cancelled rather than waited for.
+// A daemon still stopping at the timeout is named in errShutdownTimeout (one
+// that stopped is not), and the daemons started before it are cancelled rather
+// than waited for.
 func TestRunInOrderTimeoutAbandons(t *testing.T) {
 	t.Parallel()
 	j := &journal{}
@@ -113,9 +114,10 @@ func TestRunInOrderTimeoutAbandons(t *testing.T) {
 		politeDaemon(j, "api"),
 	}
 	err := runInOrder(ctx, daemons, testPlan(j, 0, 10*time.Millisecond), slog.New(slog.DiscardHandler))
-	if !errors.Is(err, errShutdownTimeout) || !strings.Contains(err.Error(), "consumer still stopping") ||
-		strings.Contains(err.Error(), "metrics") {
-		t.Fatalf("runInOrder returned %v, want the timeout naming consumer only", err)
+	// metrics, cancelled at the timeout, may be named too: it may not have
+	// returned yet when the names are taken.
+	if !errors.Is(err, errShutdownTimeout) || !strings.Contains(err.Error(), "consumer") || strings.Contains(err.Error(), "api") {
+		t.Fatalf("runInOrder returned %v, want the timeout naming consumer and not api", err)
 	}
 	// metrics was cancelled at the timeout; it records its stop on its own time.
 	deadline := time.Now().Add(time.Minute)
