@@ -11,6 +11,7 @@ type maintainMetrics struct {
 	kept                             prometheus.Gauge
 	defaultRows                      *prometheus.GaugeVec
 	errors                           prometheus.Counter
+	reports, reportErrors            prometheus.Counter
 }
 
 func newMaintainMetrics(reg prometheus.Registerer) (*maintainMetrics, error) {
@@ -27,8 +28,13 @@ func newMaintainMetrics(reg prometheus.Registerer) (*maintainMetrics, error) {
 			Name: "maintain_default_partition_rows", Help: "Rows in a table's DEFAULT partition (times outside every month partition; never dropped)."}, []string{"table"}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace,
 			Name: "maintain_errors_total", Help: "Maintenance passes that failed in part."}),
+		reports: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace,
+			Name: "maintain_weekly_reports_total", Help: "Weekly reports put into the outbox (one per client and week, across maintainers)."}),
+		reportErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace,
+			Name: "maintain_weekly_report_errors_total", Help: "Weekly report rounds that failed in part (retried at the next round)."}),
 	}
-	if err := metrics.RegisterAll(reg, m.created, m.dropped, m.historyDropped, m.kept, m.defaultRows, m.errors); err != nil {
+	if err := metrics.RegisterAll(reg, m.created, m.dropped, m.historyDropped, m.kept, m.defaultRows, m.errors,
+		m.reports, m.reportErrors); err != nil {
 		return nil, err
 	}
 	return m, nil
