@@ -96,20 +96,18 @@ type SensorUpdate struct {
 	Site *string
 }
 
-// Platform is a push target's mobile platform.
-type Platform string
+// Platform is a push target's mobile platform (domain.Platform).
+type Platform = domain.Platform
 
 // The platforms Swrve pushes to.
 const (
-	PlatformIOS     Platform = "IOS"
-	PlatformAndroid Platform = "ANDROID"
+	PlatformIOS     = domain.PlatformIOS
+	PlatformAndroid = domain.PlatformAndroid
 )
 
-// PushTarget is one device of a client that receives push notifications.
-type PushTarget struct {
-	Platform Platform
-	PushKey  string
-}
+// PushTarget is one device of a client that receives push notifications
+// (domain.PushTarget).
+type PushTarget = domain.PushTarget
 
 // Client is a system or person that is notified about the sensors it is linked to.
 type Client struct {

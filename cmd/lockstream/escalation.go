@@ -27,7 +27,7 @@ func escalationDaemon(_ context.Context, n *node) (daemon, error) {
 	}
 	e, err := escalation.New(escalation.Config{Interval: interval, EmailAfter: emailAfter, PushAfter: pushAfter,
 		Limit: limit},
-		n.pg, n.reg, n.logger.With("daemon", "escalation"))
+		escalation.NewPostgresStore(n.pg), n.reg, n.logger.With("daemon", "escalation"))
 	if err != nil {
 		return daemon{}, err
 	}

@@ -5,9 +5,9 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/notifier"
-	"github.com/lockstream/lockstream/storage"
 )
 
 // PrototypePrefix is put before an event type to name the message prototype
@@ -30,7 +30,7 @@ func (s *Sender) Notifications() NotificationSender {
 // Send pushes n to the device target: the event type picks the message
 // prototype (PrototypePrefix + type), and the message names the sensor, where
 // it is and its state.
-func (ns NotificationSender) Send(ctx context.Context, target storage.PushTarget, n notifier.Notification) notifier.Result {
+func (ns NotificationSender) Send(ctx context.Context, target domain.PushTarget, n notifier.Notification) notifier.Result {
 	return ns.s.Send(ctx, Push{
 		Platform:            target.Platform,
 		MessagePrototypeKey: PrototypePrefix + n.Type,

@@ -11,15 +11,15 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/domain"
 )
 
 // PushKeys maps a message prototype to the Swrve push key (the transactional
 // campaign key) of each platform.
-type PushKeys map[string]map[storage.Platform]string
+type PushKeys map[string]map[domain.Platform]string
 
 // Lookup returns the push key of prototype on platform, and whether there is one.
-func (k PushKeys) Lookup(prototype string, platform storage.Platform) (string, bool) {
+func (k PushKeys) Lookup(prototype string, platform domain.Platform) (string, bool) {
 	key, ok := k[prototype][platform]
 	return key, ok && key != ""
 }
@@ -84,10 +84,10 @@ func parsePushKeys(raw []byte) (PushKeys, error) {
 			errs = append(errs, fmt.Errorf("swrve.messagePrototypePushKeys[%q]: no platforms", prototype))
 			continue
 		}
-		byPlatform := make(map[storage.Platform]string, len(platforms))
+		byPlatform := make(map[domain.Platform]string, len(platforms))
 		for platform, key := range platforms {
-			switch p := storage.Platform(platform); p {
-			case storage.PlatformIOS, storage.PlatformAndroid:
+			switch p := domain.Platform(platform); p {
+			case domain.PlatformIOS, domain.PlatformAndroid:
 				if strings.TrimSpace(key) == "" {
 					errs = append(errs, fmt.Errorf("swrve.messagePrototypePushKeys[%q][%s]: empty push key", prototype, platform))
 					continue
@@ -95,7 +95,7 @@ func parsePushKeys(raw []byte) (PushKeys, error) {
 				byPlatform[p] = strings.TrimSpace(key)
 			default:
 				errs = append(errs, fmt.Errorf("swrve.messagePrototypePushKeys[%q]: unknown platform %q (want %s or %s)",
-					prototype, platform, storage.PlatformIOS, storage.PlatformAndroid))
+					prototype, platform, domain.PlatformIOS, domain.PlatformAndroid))
 			}
 		}
 		keys[prototype] = byPlatform

@@ -36,8 +36,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/notifier"
-	"github.com/lockstream/lockstream/storage"
 )
 
 // The ErrorType values of the results Send returns.
@@ -68,7 +68,7 @@ const (
 // Push is one message to one device.
 type Push struct {
 	// Platform is the device's platform, IOS or ANDROID.
-	Platform storage.Platform
+	Platform domain.Platform
 	// MessagePrototypeKey names the message prototype whose push key (for
 	// Platform) is the campaign Swrve sends through.
 	MessagePrototypeKey string
