@@ -173,7 +173,7 @@ func TestWeeklyReportMailedOnce(t *testing.T) {
 	now := reportDue.Add(-time.Minute)
 	maintainer := func() *maintain.Maintainer {
 		mt, err := maintain.New(maintain.Config{Now: func() time.Time { return now }}, maintain.NewPostgresStore(pg), nil,
-			prometheus.NewRegistry(), nil, maintain.WithReports(pg, source))
+			prometheus.NewRegistry(), nil, maintain.WithReports(maintain.NewPostgresStore(pg), source))
 		if err != nil {
 			t.Fatal(err)
 		}

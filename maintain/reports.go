@@ -8,17 +8,16 @@ import (
 
 	"github.com/lockstream/lockstream/analytics"
 	"github.com/lockstream/lockstream/internal/contain"
-	"github.com/lockstream/lockstream/storage"
 )
 
 // reportHour is the local hour of Monday at which a week's report is due.
 const reportHour = 8
 
 // ReportStore keeps the weekly reports' subscribers and puts each week's
-// report into the outbox once (storage.Postgres).
+// report into the outbox once (PostgresStore).
 type ReportStore interface {
-	ReportSubscribers(ctx context.Context) ([]storage.ReportSubscriber, error)
-	EnqueueWeeklyReport(ctx context.Context, r storage.WeeklyReport, now time.Time) (string, error)
+	ReportSubscribers(ctx context.Context) ([]ReportSubscriber, error)
+	EnqueueWeeklyReport(ctx context.Context, r WeeklyReport, now time.Time) (string, error)
 }
 
 // ReportSource computes a client's report (analytics.Store: the figures of
@@ -97,7 +96,7 @@ func (mt *Maintainer) RunReports(ctx context.Context) (int, error) {
 }
 
 // reportOne writes sub's report if it is due and not written yet.
-func (mt *Maintainer) reportOne(ctx context.Context, sub storage.ReportSubscriber, now time.Time) (bool, error) {
+func (mt *Maintainer) reportOne(ctx context.Context, sub ReportSubscriber, now time.Time) (bool, error) {
 	loc, err := time.LoadLocation(sub.Timezone)
 	if err != nil {
 		return false, fmt.Errorf("weekly report of client %s: time zone %q: %w", sub.ClientID, sub.Timezone, err)
@@ -117,7 +116,7 @@ func (mt *Maintainer) reportOne(ctx context.Context, sub storage.ReportSubscribe
 	if err != nil {
 		return false, fmt.Errorf("weekly report of client %s for %s: %w", sub.ClientID, week, err)
 	}
-	id, err := mt.reports.store.EnqueueWeeklyReport(ctx, storage.WeeklyReport{ClientID: sub.ClientID, Week: from,
+	id, err := mt.reports.store.EnqueueWeeklyReport(ctx, WeeklyReport{ClientID: sub.ClientID, Week: from,
 		Timezone: loc.String(), DueAt: at, Subject: mail.Subject, Text: mail.Text, HTML: mail.HTML}, now)
 	if err != nil || id == "" {
 		return false, err

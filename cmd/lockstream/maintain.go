@@ -24,7 +24,7 @@ func maintainDaemon(_ context.Context, n *node) (daemon, error) {
 	}
 	m, err := maintain.New(maintain.Config{Retention: retention, HistoryRetention: historyRetention, Interval: interval},
 		maintain.NewPostgresStore(n.pg), maintain.NewClickHouseStore(n.ch), n.reg, n.logger.With("daemon", "maintain"),
-		maintain.WithReports(n.pg, n.analytics()))
+		maintain.WithReports(maintain.NewPostgresStore(n.pg), n.analytics()))
 	if err != nil {
 		return daemon{}, err
 	}
