@@ -22,9 +22,10 @@ func maintainDaemon(_ context.Context, n *node) (daemon, error) {
 	if err != nil {
 		return daemon{}, err
 	}
+	an := n.analytics()
 	m, err := maintain.New(maintain.Config{Retention: retention, HistoryRetention: historyRetention, Interval: interval},
 		maintain.NewPostgresStore(n.pg), maintain.NewClickHouseStore(n.ch), n.reg, n.logger.With("daemon", "maintain"),
-		maintain.WithReports(maintain.NewPostgresStore(n.pg), n.analytics()))
+		maintain.WithReports(maintain.NewPostgresStore(n.pg), an), maintain.WithRollupRepair(an))
 	if err != nil {
 		return daemon{}, err
 	}
