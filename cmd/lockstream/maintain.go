@@ -7,7 +7,8 @@ import (
 	"github.com/lockstream/lockstream/maintain"
 )
 
-// maintainDaemon keeps the stores bounded (package maintain).
+// maintainDaemon keeps the stores bounded and mails the clients' weekly
+// reports (package maintain).
 func maintainDaemon(_ context.Context, n *node) (daemon, error) {
 	retention, err := maintain.ParseRetention(n.v.str("retention"))
 	if err != nil {
@@ -22,7 +23,8 @@ func maintainDaemon(_ context.Context, n *node) (daemon, error) {
 		return daemon{}, err
 	}
 	m, err := maintain.New(maintain.Config{Retention: retention, HistoryRetention: historyRetention, Interval: interval},
-		maintain.NewPostgresStore(n.pg), maintain.NewClickHouseStore(n.ch), n.reg, n.logger.With("daemon", "maintain"))
+		maintain.NewPostgresStore(n.pg), maintain.NewClickHouseStore(n.ch), n.reg, n.logger.With("daemon", "maintain"),
+		maintain.WithReports(maintain.NewPostgresStore(n.pg), n.analytics()))
 	if err != nil {
 		return daemon{}, err
 	}
