@@ -59,14 +59,14 @@ func benchEscalationRound(b *testing.B, members, limit int) {
 		}
 		seedEscalation(ctx, b, stores.PostgresURL, pg, members)
 		now := time.Now().Add(time.Hour)
-		var total storage.EscalationResult
+		var total escalation.Result
 		var first, all time.Duration
 		rounds, want := 0, members*escalationSensors
 		for {
 			before := count.Count()
 			b.StartTimer()
 			start := time.Now()
-			res, err := pg.RunEscalationRound(ctx, storage.EscalationRound{Now: now,
+			res, err := escalation.NewPostgresStore(pg).RunRound(ctx, escalation.Round{Now: now,
 				EmailAfter: 15 * time.Minute, PushAfter: 2 * time.Minute, Limit: limit})
 			took := time.Since(start)
 			b.StopTimer()

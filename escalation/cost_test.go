@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/escalation"
 )
 
 // dueEpisodes makes members × sensors due episodes (one flip per sensor, every
@@ -32,7 +32,7 @@ func dueEpisodes(t *testing.T, members, sensors int) *fixture {
 // (100 members × 100 sensors), counted on the wire by a pgx tracer.
 func TestRoundStatementsDoNotGrow(t *testing.T) {
 	t.Parallel()
-	count := func(members, sensors int) (int64, storage.EscalationResult) {
+	count := func(members, sensors int) (int64, escalation.Result) {
 		f := dueEpisodes(t, members, sensors)
 		now := time.Now().Add(time.Hour)
 		e := f.escalator(t, &now)

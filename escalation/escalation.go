@@ -27,7 +27,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockstream/lockstream/internal/contain"
-	"github.com/lockstream/lockstream/storage"
 )
 
 // Defaults of Config.
@@ -88,9 +87,9 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Store runs rounds (storage.Postgres).
+// Store runs rounds (PostgresStore).
 type Store interface {
-	RunEscalationRound(ctx context.Context, r storage.EscalationRound) (storage.EscalationResult, error)
+	RunRound(ctx context.Context, r Round) (Result, error)
 }
 
 // Escalator runs escalation rounds. Create it with New.
@@ -139,7 +138,7 @@ func (e *Escalator) Run(ctx context.Context) error {
 	ticker := time.NewTicker(e.cfg.Interval)
 	defer ticker.Stop()
 	for {
-		var res storage.EscalationResult
+		var res Result
 		err := contain.Run(ctx, "escalation", e.panics, func(ctx context.Context) (err error) {
 			res, err = e.RunRound(ctx)
 			return err
@@ -164,11 +163,11 @@ func (e *Escalator) Run(ctx context.Context) error {
 // RunRound runs one round now and records it in the metrics. The round is
 // not cut short when ctx is cancelled (it is one transaction: cutting it
 // would only roll it back); Timeout bounds it.
-func (e *Escalator) RunRound(ctx context.Context) (storage.EscalationResult, error) {
+func (e *Escalator) RunRound(ctx context.Context) (Result, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.Timeout)
 	defer cancel()
 	start := time.Now()
-	res, err := e.store.RunEscalationRound(rctx, storage.EscalationRound{
+	res, err := e.store.RunRound(rctx, Round{
 		Now: e.cfg.Now(), EmailAfter: e.cfg.EmailAfter, PushAfter: e.cfg.PushAfter,
 		Limit: e.cfg.Limit,
 	})

@@ -94,7 +94,7 @@ func (f *fixture) flip(t *testing.T, typ string, data int, sensors ...string) {
 // escalator returns an escalator whose clock reads now() when asked.
 func (f *fixture) escalator(t *testing.T, now *time.Time) *escalation.Escalator {
 	t.Helper()
-	e, err := escalation.New(escalation.Config{Now: func() time.Time { return *now }}, f.pg,
+	e, err := escalation.New(escalation.Config{Now: func() time.Time { return *now }}, escalation.NewPostgresStore(f.pg),
 		prometheus.NewRegistry(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +102,7 @@ func (f *fixture) escalator(t *testing.T, now *time.Time) *escalation.Escalator 
 	return e
 }
 
-func (f *fixture) round(t *testing.T, e *escalation.Escalator) storage.EscalationResult {
+func (f *fixture) round(t *testing.T, e *escalation.Escalator) escalation.Result {
 	t.Helper()
 	res, err := e.RunRound(f.ctx)
 	if err != nil {

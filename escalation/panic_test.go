@@ -12,23 +12,22 @@ import (
 
 	"github.com/lockstream/lockstream/escalation"
 	"github.com/lockstream/lockstream/internal/contain"
-	"github.com/lockstream/lockstream/storage"
 )
 
 // panicOnce is the Postgres store, except that its first round panics (a bug
 // in a round); ran is closed when a later round returns without an error.
 type panicOnce struct {
-	*storage.Postgres
+	*escalation.PostgresStore
 	calls atomic.Int64
 	once  sync.Once
 	ran   chan struct{}
 }
 
-func (p *panicOnce) RunEscalationRound(ctx context.Context, r storage.EscalationRound) (storage.EscalationResult, error) {
+func (p *panicOnce) RunRound(ctx context.Context, r escalation.Round) (escalation.Result, error) {
 	if p.calls.Add(1) == 1 {
 		panic("a bug in the round")
 	}
-	res, err := p.Postgres.RunEscalationRound(ctx, r)
+	res, err := p.PostgresStore.RunRound(ctx, r)
 	if err == nil {
 		p.once.Do(func() { close(p.ran) })
 	}
@@ -40,7 +39,7 @@ func (p *panicOnce) RunEscalationRound(ctx context.Context, r storage.Escalation
 func TestRunGoesOnAfterAPanic(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	store := &panicOnce{Postgres: f.pg, ran: make(chan struct{})}
+	store := &panicOnce{PostgresStore: escalation.NewPostgresStore(f.pg), ran: make(chan struct{})}
 	reg := prometheus.NewRegistry()
 	e, err := escalation.New(escalation.Config{Interval: 10 * time.Millisecond}, store, reg, nil)
 	if err != nil {

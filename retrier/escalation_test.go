@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/escalation"
 	"github.com/lockstream/lockstream/notifier"
 	"github.com/lockstream/lockstream/retrier"
 	"github.com/lockstream/lockstream/storage"
@@ -64,7 +65,7 @@ func TestEscalationsCheckedWhenSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now().Add(time.Hour)
-	res, err := b.pg.RunEscalationRound(b.ctx, storage.EscalationRound{Now: now, EmailAfter: 15 * time.Minute,
+	res, err := escalation.NewPostgresStore(b.pg).RunRound(b.ctx, escalation.Round{Now: now, EmailAfter: 15 * time.Minute,
 		PushAfter: 2 * time.Minute, Limit: 100})
 	if err != nil || res.Emails != 2 || res.Pushes != 2 {
 		t.Fatalf("round: %+v, %v", res, err)

@@ -17,7 +17,7 @@ type escalationBox struct {
 func (b *escalationBox) RegisterSettings(s *settings.Set) { b.Escalation.RegisterSettings(s) }
 
 func (b *escalationBox) daemon(_ context.Context, n *node) (daemon, error) {
-	e, err := escalation.New(b.Escalation, n.pg, n.reg, n.logger.With("daemon", "escalation"))
+	e, err := escalation.New(b.Escalation, escalation.NewPostgresStore(n.pg), n.reg, n.logger.With("daemon", "escalation"))
 	if err != nil {
 		return daemon{}, err
 	}
