@@ -1,7 +1,8 @@
 // Package maintain keeps the stores bounded (docs/DESIGN.md "Stores"): it makes
 // the month partitions of the Postgres tables that grow with traffic ahead of
 // time, drops whole months older than the retention — keeping a month that
-// still holds an open delivery, and saying so — and drops ClickHouse history
+// still holds an open delivery, and saying so — deletes the notification
+// idempotency keys older than the retention, and drops ClickHouse history
 // months older than the history retention.
 package maintain
 
@@ -42,7 +43,9 @@ var DefaultHistoryTables = []string{"readings", "events", "delivery_attempts",
 // Config configures the maintainer.
 type Config struct {
 	// Retention: a month partition whose month ended before now-Retention is
-	// dropped. Defaults to DefaultRetention (90 days).
+	// dropped, and a notification idempotency key recorded before it deleted
+	// (a copy of its message arriving later is recorded again). Defaults to
+	// DefaultRetention (90 days).
 	Retention time.Duration
 	// HistoryRetention is the same for ClickHouse history; 0 keeps it forever.
 	// Defaults to 0.
@@ -115,6 +118,7 @@ type Store interface {
 	OpenDeliveries(ctx context.Context, partition storage.MonthPartition) (int64, error)
 	DropMonthPartition(ctx context.Context, partition storage.MonthPartition) error
 	DefaultPartitionRows(ctx context.Context, table string) (int64, error)
+	DeleteNotificationKeys(ctx context.Context, before time.Time, limit int) (int64, error)
 }
 
 // History is the ClickHouse side (ClickHouseStore); nil leaves ClickHouse be.
@@ -128,6 +132,8 @@ type Report struct {
 	// Created, Dropped and Kept name partitions (Kept: old enough to drop, kept
 	// for an open delivery in its month). HistoryDropped is "table/YYYYMM".
 	Created, Dropped, Kept, HistoryDropped []string
+	// KeysDeleted counts the notification idempotency keys deleted.
+	KeysDeleted int64
 }
 
 // Maintainer runs the passes. Create it with New.

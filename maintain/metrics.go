@@ -10,7 +10,7 @@ type maintainMetrics struct {
 	created, dropped, historyDropped *prometheus.CounterVec
 	kept                             prometheus.Gauge
 	defaultRows                      *prometheus.GaugeVec
-	errors                           prometheus.Counter
+	errors, keysDeleted              prometheus.Counter
 }
 
 func newMaintainMetrics(reg prometheus.Registerer) (*maintainMetrics, error) {
@@ -27,8 +27,10 @@ func newMaintainMetrics(reg prometheus.Registerer) (*maintainMetrics, error) {
 			Name: "maintain_default_partition_rows", Help: "Rows in a table's DEFAULT partition (times outside every month partition; never dropped)."}, []string{"table"}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace,
 			Name: "maintain_errors_total", Help: "Maintenance passes that failed in part."}),
+		keysDeleted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace,
+			Name: "maintain_notification_keys_deleted_total", Help: "Notification idempotency keys deleted past the retention."}),
 	}
-	if err := metrics.RegisterAll(reg, m.created, m.dropped, m.historyDropped, m.kept, m.defaultRows, m.errors); err != nil {
+	if err := metrics.RegisterAll(reg, m.created, m.dropped, m.historyDropped, m.kept, m.defaultRows, m.errors, m.keysDeleted); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -20,7 +20,7 @@ func (c *Config) RegisterSettings(s *settings.Set) {
 // what it outlived, and the API refuses to recover deliveries older than it.
 func RegisterRetention(s *settings.Set, p *time.Duration) {
 	settings.Func(s, p, DefaultRetention, ParseRetention, FormatRetention, settings.Decl{Name: "retention",
-		Doc: "maintain: drop whole month partitions of the outbox (and inbox) ended longer ago than this (days: 90d, or a duration)"})
+		Doc: "maintain: drop whole month partitions of the outbox (and inbox) ended longer ago than this, and delete AMQP notification idempotency keys recorded before it (days: 90d, or a duration)"})
 }
 
 // FormatRetention writes a retention as ParseRetention reads it: whole days as

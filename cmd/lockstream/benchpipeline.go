@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/bench"
+	"github.com/lockstream/lockstream/migrations"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -33,7 +35,7 @@ func (p *pipelineFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&p.config.Timeout, "timeout", bench.DefaultPipelineTimeout, "pipeline: the longest the whole run may take")
 	fs.StringVar(&p.cpuProfile, "cpuprofile", "", "pipeline: write a CPU profile of the process (every daemon, the load and the sink) here")
 	fs.BoolVar(&p.keepStores, "keep-stores", false,
-		"pipeline: keep the private databases afterwards (their names are logged), to look into where the time went")
+		"keep the private databases afterwards (their names are logged), to look into where the time went")
 }
 
 // runBenchPipeline runs `lockstream all`'s daemons — the same startAll — on
@@ -42,22 +44,11 @@ func (p *pipelineFlags) register(fs *flag.FlagSet) {
 // free port, and measures them with bench.Pipeline.
 func runBenchPipeline(ctx context.Context, all *allSettings, cfg bench.PipelineConfig, flags pipelineFlags, stdout io.Writer,
 	logger *slog.Logger) (err error) {
-	scratch, err := storage.NewScratchStores(ctx, all.Node.PGURL, all.Node.ClickHouseURL, all.Node.RedisURL, all.Node.RedisPrefix)
+	scratch, dropScratch, err := newBenchScratch(ctx, &all.Node, "pipeline", flags.keepStores, logger)
 	if err != nil {
-		return fmt.Errorf("bench pipeline: %w", err)
+		return err
 	}
-	defer func() {
-		if flags.keepStores {
-			logger.Info("bench pipeline: private stores kept", "postgres", scratch.PostgresURL,
-				"clickhouse", scratch.ClickHouseURL, "redis_prefix", scratch.RedisPrefix)
-			return
-		}
-		dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		if dropErr := scratch.Drop(dropCtx); dropErr != nil && err == nil {
-			err = fmt.Errorf("bench pipeline: %w", dropErr)
-		}
-	}()
+	defer func() { err = errors.Join(err, dropScratch()) }()
 	dir, err := os.MkdirTemp("", "lockstream-bench-pipeline-")
 	if err != nil {
 		return fmt.Errorf("bench pipeline: data folder: %w", err)
@@ -85,6 +76,36 @@ func runBenchPipeline(ctx context.Context, all *allSettings, cfg bench.PipelineC
 		return err
 	}
 	return res.Check()
+}
+
+// newBenchScratch makes a benchmark's private stores next to the configured ones
+// and migrates them, so a benchmark runs on a fresh machine (an unmigrated
+// database, no ClickHouse database yet) and leaves the configured stores as they
+// were. drop removes them, unless keep: then it logs their names.
+func newBenchScratch(ctx context.Context, node *nodeSettings, name string, keep bool, logger *slog.Logger) (
+	scratch *storage.ScratchStores, drop func() error, err error) {
+	scratch, err = storage.NewScratchStores(ctx, node.PGURL, node.ClickHouseURL, node.RedisURL, node.RedisPrefix)
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench %s: %w", name, err)
+	}
+	drop = func() error {
+		if keep {
+			logger.Info("bench "+name+": private stores kept", "postgres", scratch.PostgresURL,
+				"clickhouse", scratch.ClickHouseURL, "redis_prefix", scratch.RedisPrefix)
+			return nil
+		}
+		// The run's context may be cancelled (an interrupt): the drop still runs.
+		dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if err := scratch.Drop(dropCtx); err != nil {
+			return fmt.Errorf("bench %s: %w", name, err)
+		}
+		return nil
+	}
+	if err := migrations.Migrate(ctx, scratch.PostgresURL, scratch.ClickHouseURL, logger); err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("bench %s: migrating the private stores: %w", name, err), drop())
+	}
+	return scratch, drop, nil
 }
 
 // benchPipelineSettings points the daemons' settings at the scratch stores and

@@ -115,7 +115,7 @@ func benchCommand() command {
 			return func(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) error {
 				switch {
 				case len(args) == 1 && args[0] == "ingest":
-					return runBenchIngest(ctx, &all.Node, ingest, stdout, logger)
+					return runBenchIngest(ctx, &all.Node, ingest, pipeline.keepStores, stdout, logger)
 				case len(args) == 1 && args[0] == "pipeline":
 					cfg := pipeline.config
 					cfg.Readings, cfg.Sensors, cfg.ChangeRate = ingest.Readings, ingest.Sensors, ingest.ChangeRate
@@ -127,19 +127,29 @@ func benchCommand() command {
 	}
 }
 
-func runBenchIngest(ctx context.Context, node *nodeSettings, ingest bench.IngestConfig, stdout io.Writer, logger *slog.Logger) error {
+// runBenchIngest runs the ingest benchmark on private stores made next to the
+// configured ones and migrated (dropped afterwards, unless --keep-stores), as
+// bench pipeline does: it works on a fresh machine, and its fleet of sensors
+// and their states never land in a deployment's registry.
+func runBenchIngest(ctx context.Context, node *nodeSettings, ingest bench.IngestConfig, keepStores bool, stdout io.Writer,
+	logger *slog.Logger) (err error) {
 	cfg, stop, err := benchStream(ctx, node.Stream, logger)
 	if err != nil {
 		return err
 	}
 	defer stop()
 	ingest.Stream = cfg
-	pg, err := storage.OpenPostgres(ctx, node.PGURL)
+	scratch, dropScratch, err := newBenchScratch(ctx, node, "ingest", keepStores, logger)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, dropScratch()) }()
+	pg, err := storage.OpenPostgres(ctx, scratch.PostgresURL)
 	if err != nil {
 		return err
 	}
 	defer pg.Close()
-	ch, err := storage.OpenClickHouse(ctx, node.ClickHouseURL)
+	ch, err := storage.OpenClickHouse(ctx, scratch.ClickHouseURL)
 	if err != nil {
 		return err
 	}
