@@ -11,6 +11,7 @@ type maintainMetrics struct {
 	kept                             prometheus.Gauge
 	defaultRows                      *prometheus.GaugeVec
 	errors, keysDeleted              prometheus.Counter
+	reports, reportErrors            prometheus.Counter
 }
 
 func newMaintainMetrics(reg prometheus.Registerer) (*maintainMetrics, error) {
@@ -29,8 +30,13 @@ func newMaintainMetrics(reg prometheus.Registerer) (*maintainMetrics, error) {
 			Name: "maintain_errors_total", Help: "Maintenance passes that failed in part."}),
 		keysDeleted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace,
 			Name: "maintain_notification_keys_deleted_total", Help: "Notification idempotency keys deleted past the retention."}),
+		reports: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace,
+			Name: "maintain_weekly_reports_total", Help: "Weekly reports put into the outbox (one per client and week, across maintainers)."}),
+		reportErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace,
+			Name: "maintain_weekly_report_errors_total", Help: "Weekly report rounds that failed in part (retried at the next round)."}),
 	}
-	if err := metrics.RegisterAll(reg, m.created, m.dropped, m.historyDropped, m.kept, m.defaultRows, m.errors, m.keysDeleted); err != nil {
+	if err := metrics.RegisterAll(reg, m.created, m.dropped, m.historyDropped, m.kept, m.defaultRows, m.errors,
+		m.keysDeleted, m.reports, m.reportErrors); err != nil {
 		return nil, err
 	}
 	return m, nil

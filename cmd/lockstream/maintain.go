@@ -7,7 +7,8 @@ import (
 	"github.com/lockstream/lockstream/maintain"
 )
 
-// maintainBox keeps the stores bounded (package maintain).
+// maintainBox keeps the stores bounded and mails the clients' weekly reports
+// (package maintain).
 type maintainBox struct {
 	Maintain maintain.Config
 }
@@ -17,7 +18,8 @@ func (b *maintainBox) RegisterSettings(s *settings.Set) { b.Maintain.RegisterSet
 
 func (b *maintainBox) daemon(_ context.Context, n *node) (daemon, error) {
 	m, err := maintain.New(b.Maintain,
-		maintain.NewPostgresStore(n.pg), maintain.NewClickHouseStore(n.ch), n.reg, n.logger.With("daemon", "maintain"))
+		maintain.NewPostgresStore(n.pg), maintain.NewClickHouseStore(n.ch), n.reg, n.logger.With("daemon", "maintain"),
+		maintain.WithReports(maintain.NewPostgresStore(n.pg), n.analytics()))
 	if err != nil {
 		return daemon{}, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/emersion/go-smtp"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/notifier/swrve/swrvetest"
 	"github.com/lockstream/lockstream/notifier/webhook"
 )
@@ -147,11 +148,11 @@ func sinkHandler(secret string, out io.Writer) http.Handler {
 	})
 }
 
-func describeState(eventType string, data *int) string {
+func describeState(eventType event.Type, data *int) string {
 	switch {
-	case eventType == "connection_lost":
+	case eventType == event.ConnectionLost:
 		return "went silent"
-	case eventType == "connection_restored":
+	case eventType == event.ConnectionRestored:
 		return "is back"
 	case data == nil:
 		return "state unknown"
