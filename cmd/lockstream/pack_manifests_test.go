@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -25,7 +26,7 @@ import (
 
 // packTools are the tools of the command table: every other subcommand is a
 // daemon and needs a Deployment.
-var packTools = []string{"migrate", "all", "simulate", "bench", "fake-swrve", "webhook-sink"}
+var packTools = []string{"migrate", "all", "simulate", "bench", "config", "fake-swrve", "webhook-sink"}
 
 // k8sObjects are the manifests of deploy/k8s, decoded.
 type k8sObjects struct {
@@ -93,11 +94,15 @@ func (o *k8sObjects) decode(doc []byte) error {
 
 // commandSettings returns, by subcommand, the environment variables it reads.
 func commandSettings() map[string][]string {
-	table := settingTable()
 	out := map[string][]string{}
 	for _, c := range commands() {
-		for _, name := range append([]string{"log-level"}, c.settings...) {
-			out[c.name] = append(out[c.name], table[name].env)
+		if c.setup == nil {
+			continue
+		}
+		s, _, _ := setupCommand(c, flag.NewFlagSet(c.name, flag.ContinueOnError))
+		out[c.name] = []string{}
+		for _, r := range s.Rows() {
+			out[c.name] = append(out[c.name], r.Variable)
 		}
 	}
 	return out
@@ -119,8 +124,12 @@ func TestOpsPackManifests(t *testing.T) {
 		}
 	}
 	daemonEnvs := map[string]bool{}
-	for _, name := range daemonSettingNames() {
-		daemonEnvs[settingTable()[name].env] = true
+	for name, envs := range settings {
+		if !slices.Contains(packTools, name) {
+			for _, env := range envs {
+				daemonEnvs[env] = true
+			}
+		}
 	}
 	for k := range config {
 		if !daemonEnvs[k] {
