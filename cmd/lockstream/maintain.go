@@ -7,8 +7,8 @@ import (
 	"github.com/lockstream/lockstream/maintain"
 )
 
-// maintainBox keeps the stores bounded and mails the clients' weekly reports
-// (package maintain).
+// maintainBox keeps the stores bounded, repairs the analytics rollups of the
+// last closed month and mails the clients' weekly reports (package maintain).
 type maintainBox struct {
 	Maintain maintain.Config
 }
@@ -17,9 +17,10 @@ type maintainBox struct {
 func (b *maintainBox) RegisterSettings(s *settings.Set) { b.Maintain.RegisterSettings(s) }
 
 func (b *maintainBox) daemon(_ context.Context, n *node) (daemon, error) {
+	an := n.analytics()
 	m, err := maintain.New(b.Maintain,
 		maintain.NewPostgresStore(n.pg), maintain.NewClickHouseStore(n.ch), n.reg, n.logger.With("daemon", "maintain"),
-		maintain.WithReports(maintain.NewPostgresStore(n.pg), n.analytics()))
+		maintain.WithReports(maintain.NewPostgresStore(n.pg), an), maintain.WithRollupRepair(an))
 	if err != nil {
 		return daemon{}, err
 	}
