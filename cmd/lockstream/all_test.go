@@ -234,7 +234,7 @@ func (s *webhookSink) next(t *testing.T, want string) webhook.Body {
 	t.Helper()
 	select {
 	case b := <-s.got:
-		if b.Type != want {
+		if string(b.Type) != want {
 			t.Fatalf("next webhook is %s (%+v), want %s", b.Type, b, want)
 		}
 		return b

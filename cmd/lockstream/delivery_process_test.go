@@ -462,9 +462,9 @@ func TestDeliverySurvivesSIGKILL(t *testing.T) {
 	sink.hold()
 	t.Cleanup(sink.release) // before the server's Close, which waits for handlers
 
-	// Four sensors: as many requests as the webhook sender sends to one endpoint
-	// at once (webhook.DefaultPerEndpointConcurrency).
-	sensors := make([]string, webhook.DefaultPerEndpointConcurrency)
+	// Four sensors, all held open at once: fewer than the requests the webhook
+	// sender sends to one endpoint at once (webhook.DefaultPerEndpointConcurrency).
+	sensors := make([]string, 4)
 	for i := range sensors {
 		sensors[i] = fmt.Sprintf("killDoor%d", i)
 	}

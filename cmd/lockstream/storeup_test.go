@@ -28,12 +28,10 @@ func (f pingFunc) Ping(ctx context.Context) error { return f(ctx) }
 func TestStoreProbe(t *testing.T) {
 	t.Parallel()
 	stores := storagetest.New(t)
-	v := newFlagSet("all", daemonSettingNames())
-	if err := v.fs.Parse([]string{"--pg-url=" + stores.PostgresURL, "--clickhouse-url=" + stores.ClickHouseURL,
-		"--redis-url=" + stores.RedisURL, "--redis-prefix=" + stores.RedisPrefix}); err != nil {
-		t.Fatal(err)
-	}
-	n, err := openNode(context.Background(), v, slog.New(slog.DiscardHandler), usesPostgres|usesClickHouse)
+	c := parseAllSettings(t, "--pg-url="+stores.PostgresURL, "--clickhouse-url="+stores.ClickHouseURL,
+		"--redis-url="+stores.RedisURL, "--redis-prefix="+stores.RedisPrefix)
+	c.Node.need = usesPostgres | usesClickHouse
+	n, err := openNode(context.Background(), &c.Node, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("opening the stores (make services starts them): %v", err)
 	}
