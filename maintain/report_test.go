@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"mime"
 	"mime/multipart"
 	"net"
@@ -215,7 +216,7 @@ func TestWeeklyReportMailedOnce(t *testing.T) {
 		t.Fatalf("weekly report deliveries = %+v; want one to client %s for report:2026-11-16", deliveries, on.ID)
 	}
 
-	msgs := sendOutbox(t, ctx, stores, deliveries[0].id)
+	msgs := sendOutbox(t, ctx, stores, map[string]string{deliveries[0].id: "SENT"})
 	if len(msgs) != 1 {
 		t.Fatalf("%d emails sent; want exactly 1", len(msgs))
 	}
@@ -301,8 +302,9 @@ type sentMail struct {
 }
 
 // sendOutbox runs a retrier with a real email sender against an SMTP sink
-// until delivery id is SENT, and returns every message the sink got.
-func sendOutbox(t *testing.T, ctx context.Context, stores *storagetest.Stores, id string) []sentMail {
+// until each delivery of want is in its state, and returns every message
+// the sink got.
+func sendOutbox(t *testing.T, ctx context.Context, stores *storagetest.Stores, want map[string]string) []sentMail {
 	t.Helper()
 	sink := &mailSink{}
 	srv := smtp.NewServer(smtp.BackendFunc(func(*smtp.Conn) (smtp.Session, error) { return &sinkSession{sink: sink}, nil }))
@@ -327,24 +329,31 @@ func sendOutbox(t *testing.T, ctx context.Context, stores *storagetest.Stores, i
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- r.Run(rctx) }()
-	state := ""
-	for deadline := time.Now().Add(time.Minute); state != "SENT" && time.Now().Before(deadline); {
-		if err := stores.Postgres.Pool().QueryRow(ctx, `SELECT state FROM deliveries WHERE id = $1`, id).Scan(&state); err != nil {
-			t.Fatal(err)
+	states := func() map[string]string {
+		got := map[string]string{}
+		for id := range want {
+			var state, lastErr string
+			if err := stores.Postgres.Pool().QueryRow(ctx, `SELECT state, last_error FROM deliveries WHERE id = $1`, id).
+				Scan(&state, &lastErr); err != nil {
+				t.Fatal(err)
+			}
+			got[id] = state
+			if state != want[id] {
+				got[id] += " (" + lastErr + ")"
+			}
 		}
-		if state == "FAILED" || state == "GIVEN_UP" {
-			break
-		}
+		return got
+	}
+	got := states()
+	for deadline := time.Now().Add(time.Minute); !maps.Equal(got, want) && time.Now().Before(deadline); got = states() {
 		time.Sleep(20 * time.Millisecond)
 	}
 	stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if state != "SENT" {
-		var lastErr string
-		_ = stores.Postgres.Pool().QueryRow(ctx, `SELECT last_error FROM deliveries WHERE id = $1`, id).Scan(&lastErr)
-		t.Fatalf("the weekly report's delivery is %s (%s); want SENT", state, lastErr)
+	if !maps.Equal(got, want) {
+		t.Fatalf("deliveries are %v; want %v", got, want)
 	}
 	return sink.all()
 }
@@ -419,4 +428,62 @@ func parseReportMail(t *testing.T, data []byte) (text, html, msgID string) {
 		t.Fatalf("the mail lacks a text or an HTML part:\n%s", data)
 	}
 	return text, html, msg.Header.Get("Message-Id")
+}
+
+// TestWeeklyReportFollowsTheClient: a report is sent to the client's address
+// as it is at sending time; one whose client removed its address fails as
+// NO_ADDRESS, one whose client was deleted as NOT_OWNED (its report went with
+// it); nothing is mailed for either.
+func TestWeeklyReportFollowsTheClient(t *testing.T) {
+	t.Parallel()
+	stores := storagetest.New(t)
+	pg := stores.Postgres
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	reports := maintain.NewPostgresStore(pg)
+	want := map[string]string{}
+	for _, c := range []struct{ name, state string }{{"moved", "SENT"}, {"no-address", "FAILED"}, {"deleted", "FAILED"}} {
+		client, err := pg.CreateClient(ctx, storage.Client{Name: c.name, Email: "old@" + c.name + ".example"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := reports.EnqueueWeeklyReport(ctx, maintain.WeeklyReport{ClientID: client.ID, Week: weekFrom, Timezone: "Europe/Paris",
+			DueAt: reportDue, Subject: "report of " + c.name, Text: "text", HTML: "<p>html</p>"}, reportDue)
+		if err != nil || id == "" {
+			t.Fatalf("enqueueing: %q, %v", id, err)
+		}
+		want[id] = c.state
+		switch c.name {
+		case "moved":
+			addr := "new@moved.example"
+			_, err = pg.UpdateClient(ctx, client.ID, storage.ClientUpdate{Email: &addr})
+		case "no-address":
+			none := ""
+			_, err = pg.UpdateClient(ctx, client.ID, storage.ClientUpdate{Email: &none})
+		case "deleted":
+			err = pg.DeleteClient(ctx, client.ID)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	msgs := sendOutbox(t, ctx, stores, want)
+	if len(msgs) != 1 || msgs[0].to != "new@moved.example" {
+		t.Fatalf("mailed %+v; want one email to new@moved.example", msgs)
+	}
+	rows, err := pg.Pool().Query(ctx, `SELECT last_error FROM deliveries WHERE state = 'FAILED' ORDER BY last_error`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errs []string
+	for rows.Next() {
+		var e string
+		if err := rows.Scan(&e); err != nil {
+			t.Fatal(err)
+		}
+		errs = append(errs, e)
+	}
+	if len(errs) != 2 || !strings.Contains(errs[0], "no email address") || !strings.Contains(errs[1], "deleted") {
+		t.Errorf("failed deliveries' errors = %q", errs)
+	}
 }
