@@ -124,6 +124,8 @@ func benchPipelineSettings(all *allSettings, scratch *storage.ScratchStores, dir
 	all.API.API.AdminToken = hex.EncodeToString(token)
 	all.Retrier.Webhook.AllowPrivate = true
 	all.Stats.Interval = 0
+	// The benchmark's node stops once it has measured: nobody routes to it.
+	all.Shutdown.Delay = 0
 	all.API.AMQP.URL = ""
 	all.Bridge.AMQP.URL = ""
 	all.Bridge.MQTT.URL = ""

@@ -71,43 +71,43 @@ func commands() []command {
 		{
 			name:    "consume",
 			summary: "the state consumer: readings → sensor state, change events, DLQ, heartbeat sightings",
-			setup:   daemonsCommand(usesPostgres|usesRedis|usesKafka, &consumerBox{}, &metricsBox{}),
+			setup:   daemonsCommand(usesPostgres|usesRedis|usesKafka, &metricsBox{}, &consumerBox{}),
 		},
 		{
 			name:    "history",
 			summary: "the history writer: readings and events → ClickHouse",
-			setup:   daemonsCommand(usesClickHouse|usesKafka, &historyBox{}, &metricsBox{}),
+			setup:   daemonsCommand(usesClickHouse|usesKafka, &metricsBox{}, &historyBox{}),
 		},
 		{
 			name:    "heartbeat",
 			summary: "the heartbeat daemon: silent sensors → connection_lost",
-			setup:   daemonsCommand(usesAll|usesKafka, &heartbeatBox{}, &metricsBox{}),
+			setup:   daemonsCommand(usesAll|usesKafka, &metricsBox{}, &heartbeatBox{}),
 		},
 		{
 			name:    "fanout",
 			summary: "the fan-out: events → one notification and delivery per linked client and channel (the outbox)",
-			setup:   daemonsCommand(usesPostgres|usesKafka, &fanoutBox{}, inboxPartitionsBox{}, &metricsBox{}),
+			setup:   daemonsCommand(usesPostgres|usesKafka, &metricsBox{}, inboxPartitionsBox{}, &fanoutBox{}),
 		},
 		{
 			name:    "retrier",
 			summary: "the retrier: due deliveries → webhooks, email and Swrve pushes, with logarithmic back-off",
-			setup:   daemonsCommand(usesPostgres|usesRedis|usesClickHouse|usesSecretKey, &retrierBox{}, &metricsBox{}),
+			setup:   daemonsCommand(usesPostgres|usesRedis|usesClickHouse|usesSecretKey, &metricsBox{}, &retrierBox{}),
 		},
 		{
 			name:    "maintain",
 			summary: "keep the stores bounded: month partitions made ahead, whole months dropped past the retention",
-			setup:   daemonsCommand(usesPostgres|usesClickHouse, &maintainBox{}, &metricsBox{}),
+			setup:   daemonsCommand(usesPostgres|usesClickHouse, &metricsBox{}, &maintainBox{}),
 		},
 		{
 			name:    "escalation",
 			summary: "escalate unseen messages: an email and a push per episode left unseen, digests (into the outbox)",
-			setup:   daemonsCommand(usesPostgres, &escalationBox{}, &metricsBox{}),
+			setup:   daemonsCommand(usesPostgres, &metricsBox{}, &escalationBox{}),
 		},
 		{
 			name:    "bridge",
 			summary: "the intake bridges: AMQP (RabbitMQ) and MQTT (Mosquitto) messages → readings on Kafka, acknowledged once Kafka has them",
 			// Postgres: free-form notifications over AMQP go into members' inboxes.
-			setup: daemonsCommand(usesPostgres|usesKafka, &bridgeBox{}, &metricsBox{}),
+			setup: daemonsCommand(usesPostgres|usesKafka, &metricsBox{}, &bridgeBox{}),
 		},
 		simulateCommand(),
 		benchCommand(),
@@ -161,7 +161,8 @@ type box interface {
 func daemonsCommand(need storeSet, boxes ...box) func(*settings.Set, *flag.FlagSet) runner {
 	return func(s *settings.Set, _ *flag.FlagSet) runner {
 		ns := &nodeSettings{need: need}
-		s.Register(ns)
+		sd := &shutdownSettings{}
+		s.Register(ns, sd)
 		for _, b := range boxes {
 			s.Register(b)
 		}
@@ -171,6 +172,7 @@ func daemonsCommand(need storeSet, boxes ...box) func(*settings.Set, *flag.FlagS
 				return err
 			}
 			defer n.close()
+			n.shutdown = *sd
 			return n.run(ctx, boxes...)
 		}
 	}
@@ -198,8 +200,16 @@ type node struct {
 
 	// tracker is shared by the consumer and the API; see heartbeatTracker.
 	tracker *heartbeat.Tracker
-	// probe pings the open stores for lockstream_store_up and GET /readyz.
+	// probe pings the open stores for lockstream_store_up.
 	probe *storeProbe
+	// health serves GET /healthz and GET /readyz (on the API's address or the
+	// metrics address); the shutdown drains it before anything stops.
+	health *webapi.Health
+	// shutdown is how run stops the daemons.
+	shutdown shutdownSettings
+	// abandoned is set when the shutdown timed out with daemons still running:
+	// then nothing they hold is closed (closing would wait for them).
+	abandoned bool
 	// ready, when not nil, is called by run once every daemon is built.
 	ready func(*node)
 }
@@ -268,11 +278,20 @@ func openNode(ctx context.Context, cfg *nodeSettings, logger *slog.Logger) (*nod
 	}
 	n.probe = newStoreProbe(n)
 	n.reg.MustRegister(n.probe)
+	checks := make(map[string]webapi.Pinger, len(n.probe.stores))
+	for name, store := range n.probe.stores {
+		checks[name] = store
+	}
+	n.health = webapi.NewHealth(checks, storePingTimeout, logger)
 	return n, nil
 }
 
-// close releases the stores in reverse order of opening.
+// close releases the stores in reverse order of opening, unless the shutdown
+// abandoned daemons that still use them.
 func (n *node) close() {
+	if n.abandoned {
+		return
+	}
 	if n.ch != nil {
 		_ = n.ch.Close()
 	}
@@ -306,18 +325,28 @@ type daemon struct {
 	close func()
 }
 
-// run builds every box's daemon, then runs them until ctx ends or one fails; the
-// first failure stops the others and is reported with the daemon's name. A box
-// with nothing to run (`all`'s bridges when no broker is configured) builds a
-// daemon without run, which is left out.
+// run builds every box's daemon in the order given, which is their start order
+// (what a daemon needs starts before it: the process's metrics and probes first,
+// intake last), then runs them until ctx ends or one fails, and stops them in
+// reverse order as n.shutdown says (see runInOrder); the first failure stops the
+// others and is reported with the daemon's name. A box with nothing to run
+// (`all`'s bridges when no broker is configured) builds a daemon without run,
+// which is left out.
 func (n *node) run(ctx context.Context, boxes ...box) error {
 	if len(n.stream.Brokers) > 0 {
 		if err := n.ensureTopics(ctx); err != nil {
 			return err
 		}
 	}
+	plan, err := n.shutdown.plan(n.health.Drain)
+	if err != nil {
+		return err
+	}
 	var daemons []daemon
 	defer func() {
+		if n.abandoned {
+			return
+		}
 		for i := len(daemons) - 1; i >= 0; i-- {
 			if daemons[i].close != nil {
 				daemons[i].close()
@@ -337,18 +366,12 @@ func (n *node) run(ctx context.Context, boxes ...box) error {
 	if n.ready != nil {
 		n.ready(n)
 	}
-	g, ctx := errgroup.WithContext(ctx)
-	for _, d := range daemons {
-		g.Go(func() error {
-			n.logger.Info("daemon starting", "daemon", d.name)
-			if err := d.run(ctx); err != nil {
-				return fmt.Errorf("%s: %w", d.name, err)
-			}
-			n.logger.Info("daemon stopped", "daemon", d.name)
-			return nil
-		})
+	err = runInOrder(ctx, daemons, plan, n.logger)
+	if errors.Is(err, errShutdownTimeout) {
+		// Daemons still run: closing what they hold would wait for them.
+		n.abandoned = true
 	}
-	return g.Wait()
+	return err
 }
 
 // ensureTopics creates lockstream's topics where they are missing, so a fresh
@@ -397,7 +420,6 @@ func (b *apiBox) daemon(ctx context.Context, n *node) (daemon, error) {
 	} else if encrypted > 0 {
 		n.logger.Info("encrypted client secrets stored in plaintext", "clients", encrypted)
 	}
-	checks := map[string]webapi.Pinger{"postgres": n.pg, "redis": n.redis, "clickhouse": n.ch}
 	tracker, err := n.heartbeatTracker(b.Heartbeat)
 	if err != nil {
 		return daemon{}, err
@@ -407,7 +429,7 @@ func (b *apiBox) daemon(ctx context.Context, n *node) (daemon, error) {
 		return daemon{}, err
 	}
 	a := n.analytics()
-	opts := []webapi.Option{webapi.WithHistory(a), webapi.WithAnalytics(a), webapi.WithDeliveries(n.pg, n.pg), webapi.WithClientEvents(n.pg), webapi.WithMaintenance(n.heartbeatStores().Postgres), webapi.WithPushes(n.pg, n.pg),
+	opts := []webapi.Option{webapi.WithHealth(n.health), webapi.WithHistory(a), webapi.WithAnalytics(a), webapi.WithDeliveries(n.pg, n.pg), webapi.WithClientEvents(n.pg), webapi.WithMaintenance(n.heartbeatStores().Postgres), webapi.WithPushes(n.pg, n.pg),
 		webapi.WithSensorStatus(tracker),
 		webapi.WithSensorObserver(tracker), webapi.WithLostSensors(tracker), webapi.WithConsole(con.Handler()),
 		webapi.WithInbox(n.pg, n.pg, n.redis, b.Inbox), webapi.WithUnregistered(consumer.NewPostgresStore(n.pg))}
@@ -430,7 +452,7 @@ func (b *apiBox) daemon(ctx context.Context, n *node) (daemon, error) {
 		d.close = closeBoth(d.close, client.Close)
 		opts = append(opts, webapi.WithReadingPublisher(stream.NewReadingPublisher(n.stream, client)))
 	}
-	srv, err := webapi.New(b.API, n.pg, checks, n.reg, n.reg, n.logger, opts...)
+	srv, err := webapi.New(b.API, n.pg, nil, n.reg, n.reg, n.logger, opts...)
 	if err != nil {
 		if d.close != nil {
 			d.close()
@@ -510,11 +532,8 @@ func (b *metricsBox) daemon(_ context.Context, n *node) (daemon, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"status":"ok"}`))
-	})
-	mux.HandleFunc("GET /readyz", n.probe.readyz)
+	mux.HandleFunc("GET /healthz", n.health.Healthz)
+	mux.HandleFunc("GET /readyz", n.health.Readyz)
 	return daemon{name: "metrics", run: func(ctx context.Context) error {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
@@ -539,6 +558,7 @@ type allSettings struct {
 	Escalation escalationBox
 	Bridge     bridgeBox
 	Stats      statsSettings
+	Shutdown   shutdownSettings
 }
 
 // newAllSettings returns `all`'s settings, to be registered: every store, Kafka,
@@ -550,18 +570,22 @@ func newAllSettings() *allSettings {
 // RegisterSettings declares every setting `all` reads.
 func (c *allSettings) RegisterSettings(s *settings.Set) {
 	s.Register(&c.Node, &c.API, &c.Consumer, &c.Heartbeat, &c.Fanout, &c.Retrier, &c.Maintain, &c.Escalation,
-		&c.Bridge, &c.Stats)
+		&c.Bridge, &c.Stats, &c.Shutdown)
 }
 
-// boxes are `all`'s daemons in the order they are built; the bridges only when a
-// broker URL is set.
+// boxes are `all`'s daemons in start order; the bridges only when a broker URL
+// is set. First what reads the stores only, then what turns events into
+// deliveries and history, then the state consumer, then intake (the bridges,
+// then the API, whose listener also serves the probes). They stop in reverse:
+// intake first, then each stage drains what it holds while the stages after it
+// still run.
 func (c *allSettings) boxes(stdout io.Writer) []box {
-	boxes := []box{&c.API, &c.Consumer, historyBox{}, &c.Heartbeat, &c.Fanout, inboxPartitionsBox{},
-		&c.Retrier, &c.Maintain, &c.Escalation, &statsBox{c.Stats, stdout}}
+	boxes := []box{&statsBox{c.Stats, stdout}, &c.Maintain, inboxPartitionsBox{}, &c.Escalation, &c.Retrier,
+		&c.Fanout, historyBox{}, &c.Heartbeat, &c.Consumer}
 	if c.Bridge.configured() {
 		boxes = append(boxes, &c.Bridge)
 	}
-	return boxes
+	return append(boxes, &c.API)
 }
 
 // startAll is `lockstream all`: it migrates, opens every store, starts the
@@ -584,11 +608,16 @@ func startAll(ctx context.Context, c *allSettings, stdout io.Writer, logger *slo
 		if err != nil {
 			return err
 		}
-		defer broker.Close()
+		defer func() {
+			if !n.abandoned {
+				broker.Close()
+			}
+		}()
 		n.stream.Brokers = broker.Addrs()
 		logger.Info("embedded Kafka broker started", "addr", n.stream.Brokers, "dir", dir)
 	}
 	n.ready = ready
+	n.shutdown = c.Shutdown
 	return n.run(ctx, c.boxes(stdout)...)
 }
 

@@ -29,6 +29,7 @@ func TestEveryDaemonCommandStartsAndStops(t *testing.T) {
 		"LOCKSTREAM_ADMIN_TOKEN":        "admin-token",
 		"LOCKSTREAM_INGEST_TOKEN":       "ingest-token",
 		"LOCKSTREAM_DATA_DIR":           t.TempDir(),
+		"LOCKSTREAM_SHUTDOWN_DELAY":     "0s", // stopped by the test: nobody to drain for
 	} {
 		t.Setenv(k, v)
 	}

@@ -86,6 +86,36 @@ func (c *metricsSettings) RegisterSettings(s *settings.Set) {
 		Doc: "consume, history, heartbeat, fanout, retrier, maintain, escalation, bridge: serve /metrics, /healthz and /readyz here (empty = not at all; api and all serve them on the HTTP address)"})
 }
 
+// shutdownSettings are how every daemon command (and `all`) stops: see runInOrder.
+type shutdownSettings struct {
+	Delay   time.Duration
+	Timeout time.Duration
+}
+
+// The shutdown's defaults: the timeout and the delay together stay below
+// Kubernetes' default grace period (30 s) and the manifests' (40 s).
+const (
+	DefaultShutdownDelay   = 5 * time.Second
+	DefaultShutdownTimeout = 25 * time.Second
+)
+
+// RegisterSettings declares the shutdown delay and timeout.
+func (c *shutdownSettings) RegisterSettings(s *settings.Set) {
+	s.Duration(&c.Delay, DefaultShutdownDelay, settings.Decl{Name: "shutdown-delay",
+		Doc: "on SIGTERM or SIGINT, /readyz answers 503 this long while everything still runs and serves, before the daemons stop (a second signal exits at once)"})
+	s.Duration(&c.Timeout, DefaultShutdownTimeout, settings.Decl{Name: "shutdown-timeout",
+		Doc: "after the shutdown delay, the daemons stop in reverse order of start within this long, else the process exits 1; keep delay + timeout below Kubernetes' terminationGracePeriodSeconds"})
+}
+
+// plan is the shutdown of a process whose readiness drain turns off.
+func (c *shutdownSettings) plan(drain func()) (shutdown, error) {
+	if c.Delay < 0 || c.Timeout <= 0 {
+		return shutdown{}, fmt.Errorf("LOCKSTREAM_SHUTDOWN_DELAY (%v) must be 0 or more and LOCKSTREAM_SHUTDOWN_TIMEOUT (%v) more than 0",
+			c.Delay, c.Timeout)
+	}
+	return shutdown{delay: c.Delay, timeout: c.Timeout, drain: drain}, nil
+}
+
 // statsSettings are `all`'s rates printer's.
 type statsSettings struct {
 	Interval time.Duration

@@ -21,12 +21,28 @@ import (
 )
 
 func main() {
-	// SIGINT and SIGTERM cancel the context: every daemon drains and stops.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first SIGINT or SIGTERM cancels the context: the process stops being
+	// ready, then its daemons drain and stop in order (see runInOrder). A second
+	// one exits at once, for an operator who will not wait.
+	ctx, cancel := context.WithCancel(context.Background())
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-signals
+		cancel()
+		sig := <-signals
+		fmt.Fprintf(os.Stderr, "lockstream: second signal (%v): exiting at once, without draining\n", sig)
+		os.Exit(exitSecondSignal)
+	}()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
+	signal.Stop(signals)
+	cancel()
 	os.Exit(code)
 }
+
+// exitSecondSignal is the exit status after a second SIGINT or SIGTERM: the
+// process did not drain.
+const exitSecondSignal = 1
 
 // run is main without the signals and the exit, for tests: it runs until ctx ends and
 // returns the process's exit code.
