@@ -3,7 +3,8 @@
 // time, drops whole months older than the retention — keeping a month that
 // still holds an open delivery, and saying so — deletes the notification
 // idempotency keys older than the retention, and drops ClickHouse history
-// months older than the history retention.
+// months older than the history retention. With WithReports it also puts the
+// clients' weekly reports into the outbox (docs/DESIGN.md "Analytics").
 package maintain
 
 import (
@@ -14,6 +15,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +29,14 @@ const (
 	DefaultRetention = 90 * 24 * time.Hour
 	DefaultInterval  = time.Hour
 	DefaultAhead     = 3
+	// DefaultReportInterval is how often due weekly reports are looked for.
+	DefaultReportInterval = time.Minute
+	// DefaultReportLateness is how late after Monday 08:00 a week's report
+	// still goes out.
+	DefaultReportLateness = 24 * time.Hour
+	// DefaultRollupSettle is how long after a month ends its rollups are
+	// first checked.
+	DefaultRollupSettle = 24 * time.Hour
 )
 
 // DefaultTables are the Postgres tables partitioned by month. deliveries holds
@@ -60,6 +70,18 @@ type Config struct {
 	Tables []string
 	// HistoryTables are the ClickHouse tables. Defaults to DefaultHistoryTables.
 	HistoryTables []string
+	// ReportInterval is how often the weekly reports due are looked for (one
+	// query when none is). Defaults to DefaultReportInterval (1m).
+	ReportInterval time.Duration
+	// ReportLateness: a week's report not written by Monday 08:00 local plus
+	// this (the maintainers were down) is skipped. Defaults to
+	// DefaultReportLateness (24h).
+	ReportLateness time.Duration
+	// RollupSettle: with WithRollupRepair, a month's rollups are checked (and
+	// rebuilt if they drift) from this long after the month ended — late
+	// events still arriving for it would be missed by a rebuild — until the
+	// next month ends. Defaults to DefaultRollupSettle (24h).
+	RollupSettle time.Duration
 	// Now returns the current time; tests walk through months with it.
 	// Defaults to time.Now.
 	Now func() time.Time
@@ -70,6 +92,9 @@ func (c Config) WithDefaults() Config {
 	c.Retention = cmp.Or(c.Retention, DefaultRetention)
 	c.Interval = cmp.Or(c.Interval, DefaultInterval)
 	c.Ahead = cmp.Or(c.Ahead, DefaultAhead)
+	c.ReportInterval = cmp.Or(c.ReportInterval, DefaultReportInterval)
+	c.ReportLateness = cmp.Or(c.ReportLateness, DefaultReportLateness)
+	c.RollupSettle = cmp.Or(c.RollupSettle, DefaultRollupSettle)
 	if c.Tables == nil {
 		c.Tables = DefaultTables
 	}
@@ -90,6 +115,12 @@ func (c Config) Validate() error {
 	}
 	if c.Interval <= 0 || c.Ahead < 0 {
 		errs = append(errs, errors.New("maintain: Interval must be positive and Ahead not negative"))
+	}
+	if c.ReportInterval <= 0 || c.ReportLateness <= 0 {
+		errs = append(errs, errors.New("maintain: ReportInterval and ReportLateness must be positive"))
+	}
+	if c.RollupSettle <= 0 || c.RollupSettle >= 28*24*time.Hour {
+		errs = append(errs, errors.New("maintain: RollupSettle must be positive and under 28 days"))
 	}
 	return errors.Join(errs...)
 }
@@ -134,6 +165,9 @@ type Report struct {
 	Created, Dropped, Kept, HistoryDropped []string
 	// KeysDeleted counts the notification idempotency keys deleted.
 	KeysDeleted int64
+	// RollupsRebuilt names the months (YYYYMM) whose analytics rollups were
+	// rebuilt because they drifted from the raw history.
+	RollupsRebuilt []string
 }
 
 // Maintainer runs the passes. Create it with New.
@@ -144,10 +178,14 @@ type Maintainer struct {
 	m       *maintainMetrics
 	panics  *prometheus.CounterVec
 	logger  *slog.Logger
+	// reports is nil without WithReports.
+	reports *reporter
+	// rollups is nil without WithRollupRepair.
+	rollups Rollups
 }
 
 // New returns a Maintainer; Run starts it.
-func New(cfg Config, store Store, history History, reg prometheus.Registerer, logger *slog.Logger) (*Maintainer, error) {
+func New(cfg Config, store Store, history History, reg prometheus.Registerer, logger *slog.Logger, opts ...Option) (*Maintainer, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -166,15 +204,29 @@ func New(cfg Config, store Store, history History, reg prometheus.Registerer, lo
 	if err != nil {
 		return nil, err
 	}
-	return &Maintainer{cfg: cfg, store: store, history: history, m: m, panics: panics, logger: logger}, nil
+	mt := &Maintainer{cfg: cfg, store: store, history: history, m: m, panics: panics, logger: logger}
+	for _, o := range opts {
+		if err := o(mt); err != nil {
+			return nil, err
+		}
+	}
+	return mt, nil
 }
 
 // Run makes a pass at once and then every Interval until ctx is cancelled;
 // a failed pass is logged and counted, and the next one tries again (one that
-// panicked too: counted in lockstream_panics_total{where="maintain"}).
+// panicked too: counted in lockstream_panics_total{where="maintain"}). With
+// WithReports, weekly report rounds run beside the passes, every
+// ReportInterval.
 func (mt *Maintainer) Run(ctx context.Context) error {
 	mt.logger.InfoContext(ctx, "maintainer started", "retention", mt.cfg.Retention,
-		"history_retention", mt.cfg.HistoryRetention, "interval", mt.cfg.Interval, "tables", mt.cfg.Tables)
+		"history_retention", mt.cfg.HistoryRetention, "interval", mt.cfg.Interval, "tables", mt.cfg.Tables,
+		"weekly_reports", mt.reports != nil)
+	if mt.reports != nil {
+		var reports sync.WaitGroup
+		defer reports.Wait()
+		reports.Go(func() { mt.runReports(ctx) })
+	}
 	ticker := time.NewTicker(mt.cfg.Interval)
 	defer ticker.Stop()
 	for {

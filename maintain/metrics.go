@@ -11,6 +11,8 @@ type maintainMetrics struct {
 	kept                             prometheus.Gauge
 	defaultRows                      *prometheus.GaugeVec
 	errors, keysDeleted              prometheus.Counter
+	reports, reportErrors            prometheus.Counter
+	rollupRebuilds                   prometheus.Counter
 }
 
 func newMaintainMetrics(reg prometheus.Registerer) (*maintainMetrics, error) {
@@ -29,8 +31,15 @@ func newMaintainMetrics(reg prometheus.Registerer) (*maintainMetrics, error) {
 			Name: "maintain_errors_total", Help: "Maintenance passes that failed in part."}),
 		keysDeleted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace,
 			Name: "maintain_notification_keys_deleted_total", Help: "Notification idempotency keys deleted past the retention."}),
+		reports: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace,
+			Name: "maintain_weekly_reports_total", Help: "Weekly reports put into the outbox (one per client and week, across maintainers)."}),
+		reportErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace,
+			Name: "maintain_weekly_report_errors_total", Help: "Weekly report rounds that failed in part (retried at the next round)."}),
+		rollupRebuilds: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace,
+			Name: "maintain_rollup_rebuilds_total", Help: "Months of analytics rollups rebuilt because they drifted from the raw history (a replayed batch)."}),
 	}
-	if err := metrics.RegisterAll(reg, m.created, m.dropped, m.historyDropped, m.kept, m.defaultRows, m.errors, m.keysDeleted); err != nil {
+	if err := metrics.RegisterAll(reg, m.created, m.dropped, m.historyDropped, m.kept, m.defaultRows, m.errors,
+		m.keysDeleted, m.reports, m.reportErrors, m.rollupRebuilds); err != nil {
 		return nil, err
 	}
 	return m, nil

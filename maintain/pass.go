@@ -15,13 +15,18 @@ func monthStart(t time.Time) time.Time {
 }
 
 // RunOnce makes one pass: partitions ahead, Postgres retention (partitions and
-// notification keys), ClickHouse retention. It goes on past a failing step and returns every error joined.
+// notification keys), ClickHouse retention, and with WithRollupRepair the
+// last closed month's rollups checked (rebuilt if they drift). It goes on past
+// a failing step and returns every error joined.
 func (mt *Maintainer) RunOnce(ctx context.Context) (Report, error) {
 	var rep Report
 	now := mt.cfg.Now()
 	errs := []error{mt.createAhead(ctx, now, &rep), mt.dropOld(ctx, now, &rep), mt.expireKeys(ctx, now, &rep)}
 	if mt.history != nil && mt.cfg.HistoryRetention > 0 {
 		errs = append(errs, mt.dropHistory(ctx, now, &rep))
+	}
+	if mt.rollups != nil {
+		errs = append(errs, mt.repairRollups(ctx, now, &rep))
 	}
 	for _, table := range mt.cfg.Tables {
 		n, err := mt.store.DefaultPartitionRows(ctx, table)

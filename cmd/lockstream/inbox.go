@@ -2,34 +2,10 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	"github.com/lockstream/lockstream/webapi"
+	"github.com/lockstream/lockstream/internal/settings"
 )
-
-// inboxConfig reads the settings of members' inboxes and streams.
-func inboxConfig(v *values) (webapi.InboxConfig, error) {
-	window, err := v.duration("new-member-window")
-	if err != nil {
-		return webapi.InboxConfig{}, err
-	}
-	idle, err := memberTokenIdle(v)
-	if err != nil {
-		return webapi.InboxConfig{}, err
-	}
-	return webapi.InboxConfig{NewMemberWindow: window, MemberTokenIdle: idle}, nil
-}
-
-// memberTokenIdle reads LOCKSTREAM_MEMBER_TOKEN_IDLE, which the API and the
-// console's sign-in both apply.
-func memberTokenIdle(v *values) (time.Duration, error) {
-	idle, err := v.days("member-token-idle")
-	if err == nil && idle <= 0 {
-		err = fmt.Errorf("LOCKSTREAM_MEMBER_TOKEN_IDLE / --member-token-idle: must be positive, got %q", v.str("member-token-idle"))
-	}
-	return idle, err
-}
 
 // inboxPartitionsAhead is how many months of inbox partitions are kept ready
 // after the current one.
@@ -39,13 +15,18 @@ const inboxPartitionsAhead = 3
 // plenty for months made three ahead.
 const inboxPartitionsInterval = 24 * time.Hour
 
-// inboxPartitionsDaemon keeps the month partitions of inbox_messages created
+// inboxPartitionsBox keeps the month partitions of inbox_messages created
 // ahead, so the fan-out never writes a message with no partition to hold it.
 // `lockstream maintain` makes them too (and drops old months), but
 // inbox_messages has no DEFAULT partition to catch a write when maintain is not
 // running: the fan-out process does not depend on it. Making a partition that
 // exists changes nothing.
-func inboxPartitionsDaemon(_ context.Context, n *node) (daemon, error) {
+type inboxPartitionsBox struct{}
+
+// RegisterSettings declares nothing: the partitions' pace is fixed.
+func (inboxPartitionsBox) RegisterSettings(*settings.Set) {}
+
+func (inboxPartitionsBox) daemon(_ context.Context, n *node) (daemon, error) {
 	logger := n.logger.With("daemon", "inbox-partitions")
 	ensure := func(ctx context.Context) {
 		cctx, cancel := context.WithTimeout(ctx, time.Minute)
