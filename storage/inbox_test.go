@@ -381,7 +381,7 @@ func TestInboxPartitionsAndMemberLifecycle(t *testing.T) {
 		Timezone: "UTC"}, []byte("other"), storage.Backfill{}); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("member of an unknown client: %v", err)
 	}
-	byToken, err := f.pg.MemberByTokenHash(f.ctx, hash[:])
+	byToken, err := f.pg.MemberByTokenHash(f.ctx, hash[:], storage.DefaultMemberTokenIdle)
 	if err != nil || byToken.ID != m.ID || byToken.Timezone != "Europe/Paris" || byToken.Preferences.Email != storage.EmailDigest ||
 		len(byToken.PushTargets) != 1 || byToken.Email != "a@example.com" {
 		t.Fatalf("by token: %+v %v", byToken, err)
@@ -390,7 +390,7 @@ func TestInboxPartitionsAndMemberLifecycle(t *testing.T) {
 	if _, err := f.pg.RotateMemberToken(f.ctx, m.ID, newHash[:]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.pg.MemberByTokenHash(f.ctx, hash[:]); !errors.Is(err, storage.ErrNotFound) {
+	if _, err := f.pg.MemberByTokenHash(f.ctx, hash[:], storage.DefaultMemberTokenIdle); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("old token after rotation: %v", err)
 	}
 	empty := ""

@@ -1,6 +1,13 @@
 package webapi
 
-import "github.com/lockstream/lockstream/internal/settings"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lockstream/lockstream/internal/settings"
+)
 
 // RegisterSettings declares the HTTP API's settings.
 func (c *Config) RegisterSettings(s *settings.Set) {
@@ -25,4 +32,29 @@ func (c *Config) RegisterSettings(s *settings.Set) {
 func (c *InboxConfig) RegisterSettings(s *settings.Set) {
 	s.Duration(&c.NewMemberWindow, DefaultNewMemberWindow, settings.Decl{Name: "new-member-window",
 		Doc: "how far back a new member's inbox is filled with the client's messages (at most 20)"})
+	settings.Func(s, &c.MemberTokenIdle, DefaultMemberTokenIdle, parseTokenIdle, formatDays, settings.Decl{Name: "member-token-idle",
+		Doc: "a member token unused this long stops working (401) until rotated with POST /v1/members/{id}/token (days: 60d, or a duration)"})
+}
+
+// parseTokenIdle reads LOCKSTREAM_MEMBER_TOKEN_IDLE: a positive number of days
+// ("60d") or Go duration.
+func parseTokenIdle(text string) (time.Duration, error) {
+	text = strings.TrimSpace(text)
+	var d time.Duration
+	if days, ok := strings.CutSuffix(text, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil {
+			return 0, fmt.Errorf("want a number of days (60d) or a duration (1440h), got %q", text)
+		}
+		d = time.Duration(n) * 24 * time.Hour
+	} else {
+		var err error
+		if d, err = time.ParseDuration(text); err != nil {
+			return 0, fmt.Errorf("want a number of days (60d) or a duration (1440h), got %q", text)
+		}
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("must be positive, got %q", text)
+	}
+	return d, nil
 }

@@ -424,7 +424,7 @@ func (b *apiBox) daemon(ctx context.Context, n *node) (daemon, error) {
 	if err != nil {
 		return daemon{}, err
 	}
-	con, err := newConsole(n, token, tracker)
+	con, err := newConsole(n, token, b.Inbox.MemberTokenIdle, tracker)
 	if err != nil {
 		return daemon{}, err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -85,5 +86,26 @@ func TestCounterTotalsByNameAndLabel(t *testing.T) {
 	}
 	if totals["x_total"] != 5 || totals[`x_total{outcome="sent"}`] != 3 {
 		t.Errorf("totals = %v", totals)
+	}
+}
+
+// TestMemberTokenIdleSetting: LOCKSTREAM_MEMBER_TOKEN_IDLE takes days or a Go
+// duration, defaults to 60 days, and refuses zero and garbage naming itself.
+func TestMemberTokenIdleSetting(t *testing.T) {
+	if got := parseAllSettings(t).API.Inbox.MemberTokenIdle; got != 60*24*time.Hour {
+		t.Errorf("default: %v, want 60 days", got)
+	}
+	for in, want := range map[string]time.Duration{"30d": 30 * 24 * time.Hour, "36h": 36 * time.Hour} {
+		if got := parseAllSettings(t, "--member-token-idle", in).API.Inbox.MemberTokenIdle; got != want {
+			t.Errorf("%q: %v, want %v", in, got, want)
+		}
+	}
+	for _, bad := range []string{"0d", "0", "soon", "-3d", "1.5d"} {
+		t.Setenv("LOCKSTREAM_MEMBER_TOKEN_IDLE", bad)
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), []string{"all"}, &out, &errOut); code != 2 ||
+			!strings.Contains(errOut.String(), "LOCKSTREAM_MEMBER_TOKEN_IDLE") {
+			t.Errorf("%q: exit %d, stderr %s", bad, code, errOut.String())
+		}
 	}
 }
