@@ -107,12 +107,6 @@ func (s *Set) bind(d Decl, v value) {
 	s.list = append(s.list, st)
 }
 
-// Has reports whether a setting of that flag name is registered.
-func (s *Set) Has(name string) bool {
-	_, ok := s.byName[name]
-	return ok
-}
-
 // Apply sets every setting whose variable lookupEnv finds, and registers every
 // setting as a flag of fs, whose parsing then beats the variable. The error names
 // each variable that does not parse, and any setting declared twice differently.
