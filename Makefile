@@ -7,7 +7,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Go from its tarball and Debian's daemons (clickhouse-server) live outside some PATHs.
 export PATH := $(PATH):/usr/local/go/bin:/usr/sbin:/sbin
 
-.PHONY: services build migrate test lint demo bench clean
+.PHONY: services build migrate test lint demo bench docs clean
 
 ## services: install (apt-get) and start PostgreSQL, Redis, ClickHouse, RabbitMQ, Mosquitto and kcat on 127.0.0.1
 services:
@@ -29,7 +29,7 @@ ALONE := ^(TestPushLoadThroughProcesses|TestSwrveRateSharedByRetriers)$$
 ## test: start the services, then run every test with the race detector
 test: services
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 12m -skip '$(ALONE)' ./...
+	$(GO) test -race -count=1 -timeout 18m -skip '$(ALONE)' ./...
 	$(GO) test -race -count=1 -timeout 5m -run '$(ALONE)' ./cmd/lockstream/
 
 ## lint: gofmt, go vet and staticcheck
@@ -46,6 +46,10 @@ demo: services build
 ## bench: the Go benchmarks of bench/ (figures go to bench/RESULTS.md by hand)
 bench: services
 	$(GO) test -run '^$$' -bench . -benchtime 5000x ./bench/
+
+## docs: rewrite the settings tables of README.md and docs/DESIGN.md from the declarations
+docs:
+	$(GO) test -count=1 -run TestSettingsDocsMatch ./cmd/lockstream -update-docs
 
 clean:
 	rm -rf bin data

@@ -73,6 +73,9 @@ type Config struct {
 	// MaxLiveViews bounds the live views open at once in this process; more are
 	// refused with 503. Defaults to DefaultMaxLiveViews (100).
 	MaxLiveViews int
+	// MemberTokenIdle: a member token unused for this long signs in no more, as
+	// the API refuses it. Defaults to storage.DefaultMemberTokenIdle (60 days).
+	MemberTokenIdle time.Duration
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -84,6 +87,7 @@ func (c Config) WithDefaults() Config {
 	c.LiveBacklog = cmp.Or(c.LiveBacklog, DefaultLiveBacklog)
 	c.LiveLinger = cmp.Or(c.LiveLinger, DefaultLiveLinger)
 	c.MaxLiveViews = cmp.Or(c.MaxLiveViews, DefaultMaxLiveViews)
+	c.MemberTokenIdle = cmp.Or(c.MemberTokenIdle, storage.DefaultMemberTokenIdle)
 	return c
 }
 
@@ -96,8 +100,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("console: SessionTTL must be at least 1m, got %s", c.SessionTTL)
 	case c.PageSize < 1 || c.PageSize > 1000:
 		return fmt.Errorf("console: PageSize must be 1 to 1000, got %d", c.PageSize)
-	case c.SummaryWindow < 1, c.SummarySince <= 0, c.LiveBacklog < 0, c.LiveLinger < 0, c.MaxLiveViews < 1:
-		return errors.New("console: SummaryWindow, SummarySince and MaxLiveViews must be positive, LiveBacklog and LiveLinger not negative")
+	case c.SummaryWindow < 1, c.SummarySince <= 0, c.LiveBacklog < 0, c.LiveLinger < 0, c.MaxLiveViews < 1, c.MemberTokenIdle <= 0:
+		return errors.New("console: SummaryWindow, SummarySince, MaxLiveViews and MemberTokenIdle must be positive, LiveBacklog and LiveLinger not negative")
 	}
 	return nil
 }
@@ -125,7 +129,7 @@ type Deliveries interface {
 // Members is the part of storage.Postgres that signs members in and lists a
 // client's members.
 type Members interface {
-	MemberByTokenHash(ctx context.Context, hash []byte) (storage.Member, error)
+	MemberByTokenHash(ctx context.Context, hash []byte, idle time.Duration) (storage.Member, error)
 	// MemberTokenHash is the hash of the member's current token; ErrNotFound
 	// once the member is deleted.
 	MemberTokenHash(ctx context.Context, id string) ([]byte, error)

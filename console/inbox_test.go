@@ -8,8 +8,10 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/storage/storagetest"
 )
 
 // newMember creates a member of clientID with token, through storage as the API
@@ -118,5 +120,34 @@ func TestMemberInbox(t *testing.T) {
 	if !strings.Contains(body, `data-member="`+alice+`"`) || !strings.Contains(body, `data-member="`+bob+`"`) ||
 		!strings.Contains(body, "Europe/Paris") {
 		t.Fatalf("the client page does not list its members:\n%s", body)
+	}
+}
+
+// TestIdleMemberTokenSignsInNoMore: a member token unused for the idle limit
+// (60 days by default) signs in no more, as the API refuses it; one used within
+// it does. The last use is moved back in Postgres, never waited for.
+func TestIdleMemberTokenSignsInNoMore(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, adminToken, nil, false)
+	ctx := context.Background()
+	client, err := f.stores.Postgres.CreateClient(ctx, storage.Client{Name: "Acme", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := newMember(t, f, client.ID, "Alice", "lsm_alice-token")
+	for _, c := range []struct {
+		unused time.Duration
+		want   int
+	}{
+		{61 * 24 * time.Hour, http.StatusUnauthorized},
+		{59 * 24 * time.Hour, http.StatusSeeOther},
+	} {
+		if err := storagetest.SetMemberTokenUsed(ctx, f.stores.Postgres, alice, c.unused); err != nil {
+			t.Fatal(err)
+		}
+		resp, _ := post(t, f.browser(t), f.srv.URL+"/console/login", url.Values{"token": {"lsm_alice-token"}, "next": {"/console/"}}, nil)
+		if resp.StatusCode != c.want {
+			t.Errorf("sign-in with a token unused for %s = %d, want %d", c.unused, resp.StatusCode, c.want)
+		}
 	}
 }

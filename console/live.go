@@ -201,14 +201,10 @@ func (c *Console) livePage(w http.ResponseWriter, r *http.Request, s *session) e
 	return nil
 }
 
-// liveEvent is an event as the live view receives it.
+// liveEvent is an event as the live view receives it: as lockstream.events
+// carried it, with its state named.
 type liveEvent struct {
-	ID       string    `json:"id"`
-	Type     string    `json:"type"`
-	SensorID string    `json:"sensor_id"`
-	Data     *int      `json:"data"`
-	Previous *int      `json:"previous"`
-	At       time.Time `json:"at"`
+	event.Event
 	// State names data: locked, unlocked.
 	State string `json:"state"`
 }
@@ -282,8 +278,8 @@ func (c *Console) sendEvent(send func(string, ...any) error, v *liveView, e even
 	if sensor != "" && e.SensorID != sensor {
 		return nil
 	}
-	b, err := json.Marshal(liveEvent{ID: e.ID, Type: string(e.Type), SensorID: e.SensorID, Data: e.Data,
-		Previous: e.Previous, At: e.At.UTC(), State: stateName(e.Data)})
+	e.At = e.At.UTC()
+	b, err := json.Marshal(liveEvent{Event: e, State: stateName(e.Data)})
 	if err != nil {
 		return err
 	}

@@ -198,8 +198,8 @@ func (c *Console) signIn(ctx context.Context, token string) (StoredSession, erro
 		return StoredSession{}, nil
 	}
 	// A member token is stored as its SHA-256, as the API looks it up.
-	m, err := c.deps.Members.MemberByTokenHash(ctx, got[:])
-	if errors.Is(err, storage.ErrNotFound) {
+	m, err := c.deps.Members.MemberByTokenHash(ctx, got[:], c.cfg.MemberTokenIdle)
+	if errors.Is(err, storage.ErrNotFound) || errors.Is(err, storage.ErrTokenIdle) {
 		return StoredSession{}, nil
 	}
 	if err != nil {

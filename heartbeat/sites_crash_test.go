@@ -203,7 +203,7 @@ func siteOutageDecidedByADyingDaemon(t *testing.T, reached bool) {
 	}
 	types := map[string]int{}
 	for _, e := range feed {
-		types[e.Type]++
+		types[string(e.Type)]++
 	}
 	if want := map[string]int{"site_outage": 1, "site_restored": 1, "connection_restored": 1}; !maps.Equal(types, want) {
 		t.Fatalf("the client of a2 was notified of %v, want %v (a2's restore, and no loss: covered)", types, want)

@@ -1,8 +1,10 @@
 // Package maintain keeps the stores bounded (docs/DESIGN.md "Stores"): it makes
 // the month partitions of the Postgres tables that grow with traffic ahead of
 // time, drops whole months older than the retention — keeping a month that
-// still holds an open delivery, and saying so — and drops ClickHouse history
-// months older than the history retention.
+// still holds an open delivery, and saying so — deletes the notification
+// idempotency keys older than the retention, and drops ClickHouse history
+// months older than the history retention. With WithReports it also puts the
+// clients' weekly reports into the outbox (docs/DESIGN.md "Analytics").
 package maintain
 
 import (
@@ -13,6 +15,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +29,14 @@ const (
 	DefaultRetention = 90 * 24 * time.Hour
 	DefaultInterval  = time.Hour
 	DefaultAhead     = 3
+	// DefaultReportInterval is how often due weekly reports are looked for.
+	DefaultReportInterval = time.Minute
+	// DefaultReportLateness is how late after Monday 08:00 a week's report
+	// still goes out.
+	DefaultReportLateness = 24 * time.Hour
+	// DefaultRollupSettle is how long after a month ends its rollups are
+	// first checked.
+	DefaultRollupSettle = 24 * time.Hour
 )
 
 // DefaultTables are the Postgres tables partitioned by month. deliveries holds
@@ -42,7 +53,9 @@ var DefaultHistoryTables = []string{"readings", "events", "delivery_attempts",
 // Config configures the maintainer.
 type Config struct {
 	// Retention: a month partition whose month ended before now-Retention is
-	// dropped. Defaults to DefaultRetention (90 days).
+	// dropped, and a notification idempotency key recorded before it deleted
+	// (a copy of its message arriving later is recorded again). Defaults to
+	// DefaultRetention (90 days).
 	Retention time.Duration
 	// HistoryRetention is the same for ClickHouse history; 0 keeps it forever.
 	// Defaults to 0.
@@ -57,6 +70,18 @@ type Config struct {
 	Tables []string
 	// HistoryTables are the ClickHouse tables. Defaults to DefaultHistoryTables.
 	HistoryTables []string
+	// ReportInterval is how often the weekly reports due are looked for (one
+	// query when none is). Defaults to DefaultReportInterval (1m).
+	ReportInterval time.Duration
+	// ReportLateness: a week's report not written by Monday 08:00 local plus
+	// this (the maintainers were down) is skipped. Defaults to
+	// DefaultReportLateness (24h).
+	ReportLateness time.Duration
+	// RollupSettle: with WithRollupRepair, a month's rollups are checked (and
+	// rebuilt if they drift) from this long after the month ended — late
+	// events still arriving for it would be missed by a rebuild — until the
+	// next month ends. Defaults to DefaultRollupSettle (24h).
+	RollupSettle time.Duration
 	// Now returns the current time; tests walk through months with it.
 	// Defaults to time.Now.
 	Now func() time.Time
@@ -67,6 +92,9 @@ func (c Config) WithDefaults() Config {
 	c.Retention = cmp.Or(c.Retention, DefaultRetention)
 	c.Interval = cmp.Or(c.Interval, DefaultInterval)
 	c.Ahead = cmp.Or(c.Ahead, DefaultAhead)
+	c.ReportInterval = cmp.Or(c.ReportInterval, DefaultReportInterval)
+	c.ReportLateness = cmp.Or(c.ReportLateness, DefaultReportLateness)
+	c.RollupSettle = cmp.Or(c.RollupSettle, DefaultRollupSettle)
 	if c.Tables == nil {
 		c.Tables = DefaultTables
 	}
@@ -87,6 +115,12 @@ func (c Config) Validate() error {
 	}
 	if c.Interval <= 0 || c.Ahead < 0 {
 		errs = append(errs, errors.New("maintain: Interval must be positive and Ahead not negative"))
+	}
+	if c.ReportInterval <= 0 || c.ReportLateness <= 0 {
+		errs = append(errs, errors.New("maintain: ReportInterval and ReportLateness must be positive"))
+	}
+	if c.RollupSettle <= 0 || c.RollupSettle >= 28*24*time.Hour {
+		errs = append(errs, errors.New("maintain: RollupSettle must be positive and under 28 days"))
 	}
 	return errors.Join(errs...)
 }
@@ -115,6 +149,7 @@ type Store interface {
 	OpenDeliveries(ctx context.Context, partition storage.MonthPartition) (int64, error)
 	DropMonthPartition(ctx context.Context, partition storage.MonthPartition) error
 	DefaultPartitionRows(ctx context.Context, table string) (int64, error)
+	DeleteNotificationKeys(ctx context.Context, before time.Time, limit int) (int64, error)
 }
 
 // History is the ClickHouse side (ClickHouseStore); nil leaves ClickHouse be.
@@ -128,6 +163,11 @@ type Report struct {
 	// Created, Dropped and Kept name partitions (Kept: old enough to drop, kept
 	// for an open delivery in its month). HistoryDropped is "table/YYYYMM".
 	Created, Dropped, Kept, HistoryDropped []string
+	// KeysDeleted counts the notification idempotency keys deleted.
+	KeysDeleted int64
+	// RollupsRebuilt names the months (YYYYMM) whose analytics rollups were
+	// rebuilt because they drifted from the raw history.
+	RollupsRebuilt []string
 }
 
 // Maintainer runs the passes. Create it with New.
@@ -138,10 +178,14 @@ type Maintainer struct {
 	m       *maintainMetrics
 	panics  *prometheus.CounterVec
 	logger  *slog.Logger
+	// reports is nil without WithReports.
+	reports *reporter
+	// rollups is nil without WithRollupRepair.
+	rollups Rollups
 }
 
 // New returns a Maintainer; Run starts it.
-func New(cfg Config, store Store, history History, reg prometheus.Registerer, logger *slog.Logger) (*Maintainer, error) {
+func New(cfg Config, store Store, history History, reg prometheus.Registerer, logger *slog.Logger, opts ...Option) (*Maintainer, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -160,15 +204,29 @@ func New(cfg Config, store Store, history History, reg prometheus.Registerer, lo
 	if err != nil {
 		return nil, err
 	}
-	return &Maintainer{cfg: cfg, store: store, history: history, m: m, panics: panics, logger: logger}, nil
+	mt := &Maintainer{cfg: cfg, store: store, history: history, m: m, panics: panics, logger: logger}
+	for _, o := range opts {
+		if err := o(mt); err != nil {
+			return nil, err
+		}
+	}
+	return mt, nil
 }
 
 // Run makes a pass at once and then every Interval until ctx is cancelled;
 // a failed pass is logged and counted, and the next one tries again (one that
-// panicked too: counted in lockstream_panics_total{where="maintain"}).
+// panicked too: counted in lockstream_panics_total{where="maintain"}). With
+// WithReports, weekly report rounds run beside the passes, every
+// ReportInterval.
 func (mt *Maintainer) Run(ctx context.Context) error {
 	mt.logger.InfoContext(ctx, "maintainer started", "retention", mt.cfg.Retention,
-		"history_retention", mt.cfg.HistoryRetention, "interval", mt.cfg.Interval, "tables", mt.cfg.Tables)
+		"history_retention", mt.cfg.HistoryRetention, "interval", mt.cfg.Interval, "tables", mt.cfg.Tables,
+		"weekly_reports", mt.reports != nil)
+	if mt.reports != nil {
+		var reports sync.WaitGroup
+		defer reports.Wait()
+		reports.Go(func() { mt.runReports(ctx) })
+	}
 	ticker := time.NewTicker(mt.cfg.Interval)
 	defer ticker.Stop()
 	for {

@@ -166,3 +166,57 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no gauge %s", name)
 	return 0
 }
+
+// TestMaintainExpiresNotificationKeys: a notification's idempotency key
+// outlives a pass within the retention (a copy is still a duplicate) and is
+// deleted by the first pass past it (a copy is recorded again).
+func TestMaintainExpiresNotificationKeys(t *testing.T) {
+	t.Parallel()
+	stores := storagetest.New(t)
+	pg, ctx := stores.Postgres, context.Background()
+	c, err := pg.CreateClient(ctx, storage.Client{Name: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := storage.FreeFormNotification{ClientID: c.ID, Type: "billing", Subject: "invoice", Key: "amqp-id:inv-1"}
+	if r, err := pg.RecordNotification(ctx, n); err != nil || r.Duplicate {
+		t.Fatalf("recording: %+v, %v", r, err)
+	}
+	now := time.Now() // the keys' time is Postgres's: this machine's clock
+	reg := prometheus.NewRegistry()
+	// No partitioned tables: a clock months ahead would drop the partition
+	// this test's copies are written to.
+	mt, err := maintain.New(maintain.Config{Retention: 90 * 24 * time.Hour, Tables: []string{},
+		Now: func() time.Time { return now }}, maintain.NewPostgresStore(pg), nil, reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		after     time.Duration
+		deleted   int64
+		duplicate bool
+	}{
+		{89 * 24 * time.Hour, 0, true},
+		{91 * 24 * time.Hour, 1, false},
+	} {
+		now = time.Now().Add(step.after)
+		rep, err := mt.RunOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := pg.RecordNotification(ctx, n)
+		if err != nil || rep.KeysDeleted != step.deleted || r.Duplicate != step.duplicate {
+			t.Errorf("%v on: deleted %d keys, a copy recorded %+v (%v); want %d deleted, duplicate %v",
+				step.after, rep.KeysDeleted, r, err, step.deleted, step.duplicate)
+		}
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if got := f.GetMetric()[0].GetCounter().GetValue(); f.GetName() == "lockstream_maintain_notification_keys_deleted_total" && got != 1 {
+			t.Errorf("keys deleted counter %v, want 1", got)
+		}
+	}
+}

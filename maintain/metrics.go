@@ -10,7 +10,9 @@ type maintainMetrics struct {
 	created, dropped, historyDropped *prometheus.CounterVec
 	kept                             prometheus.Gauge
 	defaultRows                      *prometheus.GaugeVec
-	errors                           prometheus.Counter
+	errors, keysDeleted              prometheus.Counter
+	reports, reportErrors            prometheus.Counter
+	rollupRebuilds                   prometheus.Counter
 }
 
 func newMaintainMetrics(reg prometheus.Registerer) (*maintainMetrics, error) {
@@ -27,8 +29,17 @@ func newMaintainMetrics(reg prometheus.Registerer) (*maintainMetrics, error) {
 			Name: "maintain_default_partition_rows", Help: "Rows in a table's DEFAULT partition (times outside every month partition; never dropped)."}, []string{"table"}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace,
 			Name: "maintain_errors_total", Help: "Maintenance passes that failed in part."}),
+		keysDeleted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace,
+			Name: "maintain_notification_keys_deleted_total", Help: "Notification idempotency keys deleted past the retention."}),
+		reports: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace,
+			Name: "maintain_weekly_reports_total", Help: "Weekly reports put into the outbox (one per client and week, across maintainers)."}),
+		reportErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace,
+			Name: "maintain_weekly_report_errors_total", Help: "Weekly report rounds that failed in part (retried at the next round)."}),
+		rollupRebuilds: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace,
+			Name: "maintain_rollup_rebuilds_total", Help: "Months of analytics rollups rebuilt because they drifted from the raw history (a replayed batch)."}),
 	}
-	if err := metrics.RegisterAll(reg, m.created, m.dropped, m.historyDropped, m.kept, m.defaultRows, m.errors); err != nil {
+	if err := metrics.RegisterAll(reg, m.created, m.dropped, m.historyDropped, m.kept, m.defaultRows, m.errors,
+		m.keysDeleted, m.reports, m.reportErrors, m.rollupRebuilds); err != nil {
 		return nil, err
 	}
 	return m, nil

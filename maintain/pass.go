@@ -14,14 +14,19 @@ func monthStart(t time.Time) time.Time {
 	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
 }
 
-// RunOnce makes one pass: partitions ahead, Postgres retention, ClickHouse
-// retention. It goes on past a failing step and returns every error joined.
+// RunOnce makes one pass: partitions ahead, Postgres retention (partitions and
+// notification keys), ClickHouse retention, and with WithRollupRepair the
+// last closed month's rollups checked (rebuilt if they drift). It goes on past
+// a failing step and returns every error joined.
 func (mt *Maintainer) RunOnce(ctx context.Context) (Report, error) {
 	var rep Report
 	now := mt.cfg.Now()
-	errs := []error{mt.createAhead(ctx, now, &rep), mt.dropOld(ctx, now, &rep)}
+	errs := []error{mt.createAhead(ctx, now, &rep), mt.dropOld(ctx, now, &rep), mt.expireKeys(ctx, now, &rep)}
 	if mt.history != nil && mt.cfg.HistoryRetention > 0 {
 		errs = append(errs, mt.dropHistory(ctx, now, &rep))
+	}
+	if mt.rollups != nil {
+		errs = append(errs, mt.repairRollups(ctx, now, &rep))
 	}
 	for _, table := range mt.cfg.Tables {
 		n, err := mt.store.DefaultPartitionRows(ctx, table)
@@ -144,4 +149,28 @@ func (mt *Maintainer) dropHistory(ctx context.Context, now time.Time, rep *Repor
 		mt.logger.InfoContext(ctx, "history partition dropped", "table", hp.Table, "partition", hp.ID)
 	}
 	return errors.Join(errs...)
+}
+
+// Bounds of expireKeys: keys deleted per statement, statements per pass. A
+// pass deletes up to a million keys; more wait for the next pass.
+const (
+	keyBatch      = 10000
+	keyBatchesMax = 100
+)
+
+// expireKeys deletes the notification idempotency keys recorded before
+// now-Retention, a batch per statement (short row locks, bounded WAL per
+// statement). The table is not partitioned (a key must be unique whatever month
+// its copies come in), so it is the one place retention deletes rows.
+func (mt *Maintainer) expireKeys(ctx context.Context, now time.Time, rep *Report) error {
+	before := now.Add(-mt.cfg.Retention)
+	for range keyBatchesMax {
+		n, err := mt.store.DeleteNotificationKeys(ctx, before, keyBatch)
+		rep.KeysDeleted += n
+		mt.m.keysDeleted.Add(float64(n))
+		if err != nil || n < keyBatch {
+			return err
+		}
+	}
+	return nil
 }

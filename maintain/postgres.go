@@ -70,3 +70,15 @@ func (p *PostgresStore) DefaultPartitionRows(ctx context.Context, table string) 
 	}
 	return n, nil
 }
+
+// DeleteNotificationKeys deletes at most limit of the free-form notifications'
+// idempotency keys recorded before before, oldest first, and returns how many
+// it deleted; it reads their index by time.
+func (p *PostgresStore) DeleteNotificationKeys(ctx context.Context, before time.Time, limit int) (int64, error) {
+	tag, err := p.pool.Exec(ctx, `DELETE FROM notification_keys WHERE key IN (
+		SELECT key FROM notification_keys WHERE recorded_at < $1 ORDER BY recorded_at LIMIT $2)`, before, limit)
+	if err != nil {
+		return 0, fmt.Errorf("deleting notification keys recorded before %s: %w", before.Format(time.RFC3339), err)
+	}
+	return tag.RowsAffected(), nil
+}

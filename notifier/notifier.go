@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lockstream/lockstream/event"
 )
 
 // Outcome is how one delivery attempt ended, as the retrier acts on it.
@@ -79,9 +81,9 @@ type Notification struct {
 	// as webhook-id and body id, so every attempt of the same event carries the
 	// same id and receivers can drop duplicates.
 	EventID string
-	// Type is the event type (event.Type): state_changed, connection_lost,
+	// Type is the event type: state_changed, connection_lost,
 	// connection_restored, sensor_open_too_long, ...
-	Type string
+	Type event.Type
 	// SensorID and SensorAddress name the sensor and where it is.
 	SensorID      string
 	SensorAddress string
@@ -93,7 +95,7 @@ type Notification struct {
 	// At is when the event happened.
 	At time.Time
 	// Severity grades the event: critical, warning or info (event.SeverityOf).
-	Severity string
+	Severity event.Severity
 	// Seq is the notification's number in its client's sequence (1, 2, 3…, no
 	// gap); 0 when it has none.
 	Seq int64

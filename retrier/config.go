@@ -13,7 +13,7 @@ const (
 	DefaultMaxAttempts          = 10
 	DefaultBackoffBase          = 5 * time.Minute
 	DefaultBackoffMax           = time.Hour
-	DefaultWorkers              = 64
+	DefaultWorkers              = 256
 	DefaultPushWorkers          = 600
 	DefaultBatchSize            = 100
 	DefaultFinishBatchSize      = 500
@@ -52,7 +52,7 @@ type Config struct {
 
 	// Workers bounds the attempts in flight in this process; the retrier claims
 	// only as many deliveries as it has free workers, so claimed deliveries never
-	// queue behind others while their lease runs. Defaults to DefaultWorkers (64).
+	// queue behind others while their lease runs. Defaults to DefaultWorkers (256, chosen with `lockstream bench pipeline`).
 	Workers int
 
 	// PushWorkers bounds the Swrve attempts in flight in this process, apart

@@ -28,6 +28,13 @@ func guardSenders(deps Deps, reg prometheus.Registerer, logger *slog.Logger) (De
 	if deps.Webhook != nil {
 		deps.Webhook = guardedWebhook{deps.Webhook, g}
 	}
+	if deps.Reports == nil {
+		// Before Email is wrapped: the wrapper hides what else it can send.
+		deps.Reports, _ = deps.Email.(ReportEmailSender)
+	}
+	if deps.Reports != nil {
+		deps.Reports = guardedReports{deps.Reports, g}
+	}
 	if deps.Email != nil {
 		e := guardedEmail{deps.Email, g}
 		if u, ok := deps.Email.(UnseenEmailSender); ok {
@@ -89,6 +96,15 @@ type guardedUnseenEmail struct {
 
 func (e guardedUnseenEmail) SendUnseen(ctx context.Context, to string, u notifier.Unseen) notifier.Result {
 	return e.g.call(ctx, storage.ChannelEmail, func() notifier.Result { return e.u.SendUnseen(ctx, to, u) })
+}
+
+type guardedReports struct {
+	s ReportEmailSender
+	g guard
+}
+
+func (e guardedReports) SendPrepared(ctx context.Context, to, id, subject, text, html string) notifier.Result {
+	return e.g.call(ctx, storage.ChannelEmail, func() notifier.Result { return e.s.SendPrepared(ctx, to, id, subject, text, html) })
 }
 
 type guardedPush struct {

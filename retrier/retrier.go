@@ -45,6 +45,9 @@ type Store interface {
 	// MemberEmails reads what the escalation emails among the deliveries list,
 	// by delivery id, with each member's address now.
 	MemberEmails(ctx context.Context, deliveryIDs []string) (map[string]storage.MemberEmail, error)
+	// ReportEmails reads the weekly reports among the deliveries, by delivery
+	// id.
+	ReportEmails(ctx context.Context, deliveryIDs []string) (map[string]storage.ReportEmail, error)
 	// CopyDeliveryAttempts hands a batch of attempts not copied yet to copy
 	// and marks them copied when it succeeds.
 	CopyDeliveryAttempts(ctx context.Context, limit int, copy func(context.Context, []storage.DeliveryAttempt) error) (int, error)
@@ -72,6 +75,13 @@ type UnseenEmailSender interface {
 	SendUnseen(ctx context.Context, to string, u notifier.Unseen) notifier.Result
 }
 
+// ReportEmailSender mails a message rendered by its caller, a text and an
+// HTML body, with a Message-ID made of id (*email.Sender): clients' weekly
+// reports.
+type ReportEmailSender interface {
+	SendPrepared(ctx context.Context, to, id, subject, text, html string) notifier.Result
+}
+
 // PushSender makes one push attempt about a sensor event to one device of a
 // client (the Swrve sender).
 type PushSender interface {
@@ -92,10 +102,14 @@ type StandalonePushSender interface {
 // together or not at all (one Swrve sender is usually both). Beware typed nils:
 // a nil *webhook.Sender in WebhookSender is not nil.
 type Deps struct {
-	Store          Store
-	Attempts       AttemptStore
-	Webhook        WebhookSender
-	Email          EmailSender
+	Store    Store
+	Attempts AttemptStore
+	Webhook  WebhookSender
+	Email    EmailSender
+	// Reports mails clients' weekly reports (email deliveries of event type
+	// weekly_report); nil: Email, when it is one (*email.Sender is), else
+	// they fail as UNSUPPORTED.
+	Reports        ReportEmailSender
 	Push           PushSender
 	StandalonePush StandalonePushSender
 	// Endpoints keeps webhook endpoints' health and disables dead ones; nil:
@@ -359,7 +373,7 @@ func (r *Retrier) claim(ctx, work context.Context, l *lane, limit int, outcomes 
 		return 0, nil
 	}
 	// The deliveries are ours now: read their targets even if shutdown begins.
-	targets, pushes, emails, targetErr, pushErr := r.readClaimed(ctx, work, claimed)
+	targets, pushes, emails, reports, targetErr, pushErr := r.readClaimed(ctx, work, claimed)
 	var held map[string]time.Duration
 	if targetErr == nil {
 		held = r.admitWebhooks(ctx, claimed, targets)
@@ -381,7 +395,7 @@ func (r *Retrier) claim(ctx, work context.Context, l *lane, limit int, outcomes 
 				res = notifier.Result{Outcome: notifier.Retry, ErrorType: ErrorTypeStore,
 					Err: fmt.Errorf("reading the client's current address: %w", targetErr)}
 				notSent = true
-			case pushErr != nil && (isStandalonePush(d) || isMemberEmail(d)):
+			case pushErr != nil && (isStandalonePush(d) || isMemberEmail(d) || isReportEmail(d)):
 				res = notifier.Result{Outcome: notifier.Retry, ErrorType: ErrorTypeStore,
 					Err: fmt.Errorf("reading the push or email: %w", pushErr)}
 				notSent = true
@@ -393,6 +407,9 @@ func (r *Retrier) claim(ctx, work context.Context, l *lane, limit int, outcomes 
 				switch me, isEmail := emails[d.ID]; {
 				case isMemberEmail(d):
 					res = r.sendMemberEmail(actx, d, me, isEmail)
+				case isReportEmail(d):
+					report, isReport := reports[d.ID]
+					res = r.sendReport(actx, target, found, report, isReport)
 				case isPush:
 					res = r.sendPush(actx, push)
 				default:
@@ -417,15 +434,19 @@ func (r *Retrier) claim(ctx, work context.Context, l *lane, limit int, outcomes 
 }
 
 // readClaimed reads, in a query each, the current targets of the claimed
-// deliveries, the standalone pushes among them and the escalation emails
-// among them. targetErr fails every delivery's attempt; pushErr those of the
-// pushes and emails (each is logged and counted here).
+// deliveries, the standalone pushes among them, the escalation emails and
+// the weekly reports among them. targetErr fails every delivery's attempt;
+// pushErr those of the pushes, emails and reports (each is logged and
+// counted here).
 func (r *Retrier) readClaimed(ctx, work context.Context, claimed []storage.Delivery) (
 	targets map[string]storage.DeliveryTarget, pushes map[string]storage.PushRequest,
-	emails map[string]storage.MemberEmail, targetErr, pushErr error,
+	emails map[string]storage.MemberEmail, reports map[string]storage.ReportEmail, targetErr, pushErr error,
 ) {
-	var pushIDs, emailIDs []string
+	var pushIDs, emailIDs, reportIDs []string
 	for _, d := range claimed {
+		if isReportEmail(d) {
+			reportIDs = append(reportIDs, d.ID)
+		}
 		if isStandalonePush(d) {
 			pushIDs = append(pushIDs, d.ID)
 		}
@@ -442,6 +463,9 @@ func (r *Retrier) readClaimed(ctx, work context.Context, claimed []storage.Deliv
 	if targetErr == nil && pushErr == nil && len(emailIDs) > 0 {
 		emails, pushErr = r.deps.Store.MemberEmails(tctx, emailIDs)
 	}
+	if targetErr == nil && pushErr == nil && len(reportIDs) > 0 {
+		reports, pushErr = r.deps.Store.ReportEmails(tctx, reportIDs)
+	}
 	if targetErr != nil {
 		r.m.errors.WithLabelValues("target").Inc()
 		r.logger.ErrorContext(ctx, "reading delivery targets failed; the claimed deliveries are retried",
@@ -450,9 +474,9 @@ func (r *Retrier) readClaimed(ctx, work context.Context, claimed []storage.Deliv
 	if pushErr != nil {
 		r.m.errors.WithLabelValues("target").Inc()
 		r.logger.ErrorContext(ctx, "reading standalone pushes or member emails failed; they are retried",
-			"pushes", len(pushIDs), "emails", len(emailIDs), "err", pushErr)
+			"pushes", len(pushIDs), "emails", len(emailIDs), "reports", len(reportIDs), "err", pushErr)
 	}
-	return targets, pushes, emails, targetErr, pushErr
+	return targets, pushes, emails, reports, targetErr, pushErr
 }
 
 // signalWake wakes the claim loop of every lane.
@@ -478,14 +502,14 @@ func (r *Retrier) send(ctx context.Context, d storage.Delivery, t storage.Delive
 	n := notifier.Notification{
 		ID:            d.NotificationID,
 		EventID:       d.EventID,
-		Type:          d.EventType,
+		Type:          event.Type(d.EventType),
 		SensorID:      d.SensorID,
 		SensorAddress: t.SensorAddress,
 		Data:          d.Data,
 		Previous:      d.Previous,
 		At:            d.EventAt,
 		Attempt:       d.Attempts,
-		Severity:      string(event.SeverityOf(event.Type(d.EventType), d.Data)),
+		Severity:      event.SeverityOf(event.Type(d.EventType), d.Data),
 		Seq:           d.Seq,
 		Site:          d.Site,
 		Sensors:       d.Sensors,
@@ -526,9 +550,31 @@ func isStandalonePush(d storage.Delivery) bool {
 }
 
 // isMemberEmail reports whether d is an escalation email to a member: an
-// email delivery of no sensor event.
+// email delivery of no sensor event that is not a weekly report.
 func isMemberEmail(d storage.Delivery) bool {
-	return d.Channel == storage.ChannelEmail && d.NotificationID == ""
+	return d.Channel == storage.ChannelEmail && d.NotificationID == "" && !isReportEmail(d)
+}
+
+// isReportEmail reports whether d is a client's weekly report: an email
+// delivery of no sensor event whose target is "report:<week>".
+func isReportEmail(d storage.Delivery) bool {
+	return d.Channel == storage.ChannelEmail && d.NotificationID == "" && strings.HasPrefix(d.Target, "report:")
+}
+
+// sendReport makes one attempt of a client's weekly report, rendered when its
+// week closed, to the client's address now.
+func (r *Retrier) sendReport(ctx context.Context, t storage.DeliveryTarget, targetFound bool, e storage.ReportEmail, found bool) notifier.Result {
+	switch {
+	case r.deps.Reports == nil:
+		return failed(ErrorTypeUnsupported, errors.New("the email sender cannot send reports"))
+	case !targetFound || !t.ClientExists:
+		return failed(ErrorTypeNotOwned, errors.New("the client was deleted"))
+	case !found:
+		return failed(ErrorTypeUnsupported, errors.New("the report of the delivery is gone"))
+	case t.Email == "":
+		return failed(ErrorTypeNoAddress, errors.New("the client has no email address any more"))
+	}
+	return r.deps.Reports.SendPrepared(ctx, t.Email, e.DeliveryID, e.Subject, e.Text, e.HTML)
 }
 
 // sendMemberEmail makes one attempt of a member's email: an escalation,

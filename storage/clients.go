@@ -17,7 +17,8 @@ const clientColumns = `c.id::text, c.name, c.webhook_url, coalesce(c.email, ''),
 	(SELECT coalesce(json_agg(json_build_object('platform', t.platform, 'push_key', t.push_key)
 	                          ORDER BY t.platform, t.push_key), '[]')
 	   FROM push_targets t WHERE t.client_id = c.id),
-	c.event_types, coalesce(c.rate_limit, 0), c.endpoint_disabled_at, c.webhook_failing_since, c.webhook_failures`
+	c.event_types, coalesce(c.rate_limit, 0), c.endpoint_disabled_at, c.webhook_failing_since, c.webhook_failures,
+	c.report_weekly, c.report_timezone`
 
 func scanClient(row pgx.Row) (Client, error) {
 	var (
@@ -26,7 +27,8 @@ func scanClient(row pgx.Row) (Client, error) {
 	)
 	var disabledAt, failingSince *time.Time
 	if err := row.Scan(&c.ID, &c.Name, &c.WebhookURL, &c.Email, &c.CreatedAt, &c.UpdatedAt, &targets,
-		&c.EventTypes, &c.RateLimit, &disabledAt, &failingSince, &c.WebhookFailures); err != nil {
+		&c.EventTypes, &c.RateLimit, &disabledAt, &failingSince, &c.WebhookFailures,
+		&c.Report.Weekly, &c.Report.Timezone); err != nil {
 		return Client{}, err
 	}
 	if disabledAt != nil {
@@ -158,8 +160,11 @@ func (p *Postgres) UpdateClient(ctx context.Context, id string, u ClientUpdate) 
 				email = CASE WHEN $4::text IS NULL THEN email ELSE nullif($4, '') END,
 				event_types = CASE WHEN $5 THEN $6::text[] ELSE event_types END,
 				rate_limit = CASE WHEN $7::int IS NULL THEN rate_limit ELSE nullif($7, 0) END,
+				report_weekly = coalesce($8, report_weekly),
+				report_timezone = coalesce($9, report_timezone),
 				updated_at = now()
-			WHERE id = $1`, id, u.Name, u.WebhookURL, u.Email, u.EventTypes != nil, eventTypesArg(u.EventTypes), u.RateLimit)
+			WHERE id = $1`, id, u.Name, u.WebhookURL, u.Email, u.EventTypes != nil, eventTypesArg(u.EventTypes), u.RateLimit,
+			u.ReportWeekly, u.ReportTimezone)
 		if err != nil {
 			return mapError(err)
 		}

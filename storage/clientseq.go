@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lockstream/lockstream/event"
 )
 
 // queueClientSeqs queues the statement that gives each notification a
@@ -50,29 +52,11 @@ func queueClientSeqs(b *pgx.Batch, events []NotificationInput, created []newNoti
 		ids, clients, times, ords)
 }
 
-// ClientEvent is an event delivered to a client, as GET
-// /v1/clients/{id}/events lists it: what its webhook carried.
-type ClientEvent struct {
-	// Seq is the client's own counter: 1, 2, 3… in the order its
-	// notifications were created.
-	Seq           int64
-	EventID       string
-	Type          string
-	SensorID      string
-	SensorAddress string
-	Data          *int
-	Previous      *int
-	At            time.Time
-	// Site and Sensors are set for a site event.
-	Site    string
-	Sensors []string
-}
-
 // ListClientEvents returns up to limit of the client's events with a seq after
 // after, in seq order: with no gap, since seqs commit in order. It returns
 // ErrNotFound when the client does not exist. It reads the client's range of
 // the (client_id, client_seq) index of each month partition.
-func (p *Postgres) ListClientEvents(ctx context.Context, clientID string, after int64, limit int) ([]ClientEvent, error) {
+func (p *Postgres) ListClientEvents(ctx context.Context, clientID string, after int64, limit int) ([]event.ClientEvent, error) {
 	if uuid.Validate(clientID) != nil {
 		return nil, fmt.Errorf("listing events of client %s: %w", clientID, ErrNotFound)
 	}
@@ -93,24 +77,25 @@ func (p *Postgres) ListClientEvents(ctx context.Context, clientID string, after 
 		return nil, fmt.Errorf("listing events of client %s: %w", clientID, err)
 	}
 	defer rows.Close()
-	out := []ClientEvent{}
+	out := []event.ClientEvent{}
 	for rows.Next() {
 		var (
-			e              ClientEvent
+			e              event.ClientEvent
 			seq            *int64
 			eventID, typ   *string
 			sensorID       *string
 			data, previous *int16
 			at             *time.Time
 		)
-		if err := rows.Scan(&exists, &seq, &eventID, &typ, &sensorID, &e.SensorAddress, &data, &previous, &at, &e.Site, &e.Sensors); err != nil {
+		if err := rows.Scan(&exists, &seq, &eventID, &typ, &sensorID, &e.Sensor.Address, &data, &previous, &at, &e.Site, &e.Sensors); err != nil {
 			return nil, fmt.Errorf("listing events of client %s: %w", clientID, err)
 		}
 		if seq == nil {
 			continue // the client, with no event after after
 		}
-		e.Seq, e.EventID, e.Type, e.SensorID, e.At = *seq, *eventID, *typ, *sensorID, at.UTC()
+		e.Seq, e.ID, e.Type, e.Sensor.ID, e.At = *seq, *eventID, event.Type(*typ), *sensorID, at.UTC()
 		e.Data, e.Previous = outboxIntPtr(data), outboxIntPtr(previous)
+		e.Severity = event.SeverityOf(e.Type, e.Data)
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {

@@ -9,10 +9,11 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/storage"
 )
 
-func (f *outboxFixture) clientEvents(t *testing.T, clientID string, after int64, limit int) []storage.ClientEvent {
+func (f *outboxFixture) clientEvents(t *testing.T, clientID string, after int64, limit int) []event.ClientEvent {
 	t.Helper()
 	events, err := f.pg.ListClientEvents(f.ctx, clientID, after, limit)
 	if err != nil {
@@ -44,15 +45,15 @@ func TestClientSeqs(t *testing.T) {
 		if e.Seq != int64(i+1) {
 			t.Errorf("a's event %d has seq %d", i, e.Seq)
 		}
-		ids = append(ids, e.EventID)
+		ids = append(ids, e.ID)
 	}
 	if fmt.Sprint(ids) != "[e1 e2 e3 e4]" {
 		t.Fatalf("a's events %v, want e1..e4 in order", ids)
 	}
-	if got[1].Type != "connection_lost" || got[1].SensorAddress != "addr of s2" || *got[1].Data != 0 || !got[1].At.Equal(outboxT0.Add(time.Second)) {
+	if got[1].Type != "connection_lost" || got[1].Sensor.Address != "addr of s2" || *got[1].Data != 0 || !got[1].At.Equal(outboxT0.Add(time.Second)) {
 		t.Errorf("a's second event = %+v", got[1])
 	}
-	if bs := f.clientEvents(t, b.ID, 0, 100); len(bs) != 2 || bs[0].EventID != "e2" || bs[0].Seq != 1 || bs[1].Seq != 2 {
+	if bs := f.clientEvents(t, b.ID, 0, 100); len(bs) != 2 || bs[0].ID != "e2" || bs[0].Seq != 1 || bs[1].Seq != 2 {
 		t.Fatalf("b's events = %+v, want e2, e3 as 1, 2", bs)
 	}
 	if page := f.clientEvents(t, a.ID, 2, 1); len(page) != 1 || page[0].Seq != 3 {
@@ -112,10 +113,10 @@ func TestClientSeqsConcurrentWritersNoGap(t *testing.T) {
 			if e.Seq != after+1 {
 				t.Fatalf("after seq %d the feed gave %d: a gap", after, e.Seq)
 			}
-			if seen[e.EventID] {
-				t.Fatalf("event %s listed twice", e.EventID)
+			if seen[e.ID] {
+				t.Fatalf("event %s listed twice", e.ID)
 			}
-			seen[e.EventID], after = true, e.Seq
+			seen[e.ID], after = true, e.Seq
 		}
 	}
 	wg.Wait()

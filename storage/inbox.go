@@ -51,8 +51,8 @@ type InboxMessage struct {
 	SensorSite string
 	Data       *int
 	Previous   *int
-	// At is when the event happened (when the notification was recorded, for a
-	// free-form one).
+	// At is when the event happened; for a free-form notification, its
+	// FreeFormNotification.At (the AMQP timestamp), else when it was recorded.
 	At       time.Time
 	Severity string
 	Cause    string
@@ -270,6 +270,12 @@ type FreeFormNotification struct {
 	Message json.RawMessage `json:"message,omitempty"`
 	// Email asks for an email to each addressed member that has an address.
 	Email bool `json:"email,omitempty"`
+	// Key, when set, makes recording idempotent: a notification whose key was
+	// recorded before (and not yet expired by maintain's retention) records
+	// nothing. The AMQP bridge sets it from the message-id.
+	Key string `json:"-"`
+	// At is the message's time (the AMQP timestamp); zero: when it is recorded.
+	At time.Time `json:"-"`
 }
 
 // Limits of a free-form notification.
@@ -336,6 +342,9 @@ type RecordedNotification struct {
 	Members []RecordedMessage
 	// Emails is the number of emails queued in the outbox.
 	Emails int
+	// Duplicate is set when the notification's Key was recorded before: nothing
+	// was written.
+	Duplicate bool
 }
 
 // RecordedMessage is one message a free-form notification added.
@@ -347,7 +356,10 @@ type RecordedMessage struct {
 
 // RecordNotification puts a free-form notification into the inbox of its member,
 // or of each member of its client, in one statement. It returns ErrNotFound when
-// the member or client does not exist.
+// the member or client does not exist. A notification with a Key records its key
+// in the same transaction, and one whose key is recorded already writes nothing
+// and comes back Duplicate: concurrent copies wait on the first one's key and
+// see it once it commits (or take its place if it rolls back).
 func (p *Postgres) RecordNotification(ctx context.Context, n FreeFormNotification) (RecordedNotification, error) {
 	var member, client *string
 	switch {
@@ -362,8 +374,23 @@ func (p *Postgres) RecordNotification(ctx context.Context, n FreeFormNotificatio
 	if len(n.Message) > 0 && string(n.Message) != "null" {
 		message = n.Message
 	}
+	var at *time.Time
+	if !n.At.IsZero() {
+		at = &n.At
+	}
 	var out RecordedNotification
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		// A copy is a duplicate even if its addressee is gone since: it was
+		// recorded, not lost.
+		if n.Key != "" {
+			tag, err := tx.Exec(ctx, `INSERT INTO notification_keys (key) VALUES ($1) ON CONFLICT DO NOTHING`, n.Key)
+			if err != nil {
+				return fmt.Errorf("recording the notification's key: %w", err)
+			}
+			if out.Duplicate = tag.RowsAffected() == 0; out.Duplicate {
+				return nil
+			}
+		}
 		// The addressee must exist even when it has no member to reach.
 		var exists bool
 		if err := tx.QueryRow(ctx, `SELECT CASE WHEN $1::uuid IS NOT NULL THEN EXISTS (SELECT 1 FROM members WHERE id = $1)
@@ -376,12 +403,13 @@ func (p *Postgres) RecordNotification(ctx context.Context, n FreeFormNotificatio
 		rows, err := tx.Query(ctx, `
 			WITH t AS (
 				SELECT m.id AS member_id, m.client_id, NULL::uuid AS notification_id, $3::text AS type,
-				       NULL::text AS sensor_id, NULL::int2 AS data, NULL::int2 AS previous, now() AS event_at,
+				       NULL::text AS sensor_id, NULL::int2 AS data, NULL::int2 AS previous,
+				       coalesce($6::timestamptz, now()) AS event_at,
 				       'info' AS severity, 'event' AS cause, $4::text AS subject, $5::jsonb AS message, 1 AS ord
 				FROM members m
 				WHERE ($1::uuid IS NOT NULL AND m.id = $1) OR ($2::uuid IS NOT NULL AND m.client_id = $2)
 			`+inboxWriteRows,
-			member, client, n.Type, n.Subject, message)
+			member, client, n.Type, n.Subject, message, at)
 		if err != nil {
 			return err
 		}

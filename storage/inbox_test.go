@@ -381,7 +381,7 @@ func TestInboxPartitionsAndMemberLifecycle(t *testing.T) {
 		Timezone: "UTC"}, []byte("other"), storage.Backfill{}); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("member of an unknown client: %v", err)
 	}
-	byToken, err := f.pg.MemberByTokenHash(f.ctx, hash[:])
+	byToken, err := f.pg.MemberByTokenHash(f.ctx, hash[:], storage.DefaultMemberTokenIdle)
 	if err != nil || byToken.ID != m.ID || byToken.Timezone != "Europe/Paris" || byToken.Preferences.Email != storage.EmailDigest ||
 		len(byToken.PushTargets) != 1 || byToken.Email != "a@example.com" {
 		t.Fatalf("by token: %+v %v", byToken, err)
@@ -390,7 +390,7 @@ func TestInboxPartitionsAndMemberLifecycle(t *testing.T) {
 	if _, err := f.pg.RotateMemberToken(f.ctx, m.ID, newHash[:]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.pg.MemberByTokenHash(f.ctx, hash[:]); !errors.Is(err, storage.ErrNotFound) {
+	if _, err := f.pg.MemberByTokenHash(f.ctx, hash[:], storage.DefaultMemberTokenIdle); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("old token after rotation: %v", err)
 	}
 	empty := ""
@@ -408,5 +408,70 @@ func TestInboxPartitionsAndMemberLifecycle(t *testing.T) {
 	if total, _, err := f.pg.ListInbox(f.ctx, storage.InboxQuery{MemberID: m.ID, IncludeSeen: true,
 		Sort: storage.SortTimestamp, CountOnly: true}); err != nil || total != 0 {
 		t.Fatalf("deleted member's messages: %d %v", total, err)
+	}
+}
+
+// TestRecordNotificationOncePerKey: copies of a keyed notification recorded at
+// once, to a client's every member with an email each, add one message per
+// member and one email per member, however many copies race; the others come
+// back Duplicate having written nothing. A failed recording (unknown member)
+// leaves its key free.
+func TestRecordNotificationOncePerKey(t *testing.T) {
+	t.Parallel()
+	f := newOutboxFixture(t)
+	c := f.client(t, storage.Client{Name: "acme"})
+	var members []storage.Member
+	for _, name := range []string{"alice", "bob"} {
+		hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
+		m, _, err := f.pg.CreateMember(f.ctx, storage.Member{ClientID: c.ID, Name: name, Email: name + "@example.com",
+			Timezone: "UTC", Preferences: storage.DefaultMemberPreferences()}, hash[:], storage.Backfill{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		members = append(members, m)
+	}
+	n := storage.FreeFormNotification{ClientID: c.ID, Type: "billing", Subject: "invoice", Email: true, Key: "amqp-id:inv-1"}
+	const copies = 8
+	results := make([]storage.RecordedNotification, copies)
+	var wg sync.WaitGroup
+	for i := range copies {
+		wg.Go(func() {
+			var err error
+			if results[i], err = f.pg.RecordNotification(f.ctx, n); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	recorded := 0
+	for _, r := range results {
+		switch {
+		case !r.Duplicate && r.Messages == 2 && r.Emails == 2:
+			recorded++
+		case r.Duplicate && r.Messages == 0 && r.Emails == 0:
+		default:
+			t.Errorf("recorded %+v", r)
+		}
+	}
+	if recorded != 1 {
+		t.Errorf("%d copies recorded, want 1", recorded)
+	}
+	for _, m := range members {
+		if got := f.inbox(t, m.ID); len(got) != 1 {
+			t.Errorf("%s has %d messages, want 1", m.Name, len(got))
+		}
+	}
+	ds, err := f.pg.ListClientDeliveries(f.ctx, c.ID, storage.DeliveryFilter{}, storage.Page{Limit: 100})
+	if err != nil || len(ds) != 2 {
+		t.Errorf("%d deliveries (%v), want 2 emails", len(ds), err)
+	}
+
+	gone := storage.FreeFormNotification{MemberID: uuid.NewString(), Type: "billing", Subject: "x", Key: "amqp-id:inv-2"}
+	if _, err := f.pg.RecordNotification(f.ctx, gone); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("recording for an unknown member: %v, want ErrNotFound", err)
+	}
+	gone.MemberID = members[0].ID
+	if r, err := f.pg.RecordNotification(f.ctx, gone); err != nil || r.Duplicate || r.Messages != 1 {
+		t.Errorf("recording under a key a failed recording used: %+v, %v", r, err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -89,14 +90,16 @@ const memberColumns = `m.id::text, m.client_id::text, m.name, coalesce(m.email, 
 	   FROM member_push_targets t WHERE t.member_id = m.id),
 	coalesce(m.username, '')`
 
-func scanMember(row pgx.Row) (Member, error) {
+// scanMember scans memberColumns, after extra.
+func scanMember(row pgx.Row, extra ...any) (Member, error) {
 	var (
 		m       Member
 		prefs   []byte
 		targets []byte
 	)
-	if err := row.Scan(&m.ID, &m.ClientID, &m.Name, &m.Email, &m.Timezone, &prefs, &m.CreatedAt, &m.UpdatedAt,
-		&targets, &m.Username); err != nil {
+	dest := append(extra, &m.ID, &m.ClientID, &m.Name, &m.Email, &m.Timezone, &prefs, &m.CreatedAt, &m.UpdatedAt,
+		&targets, &m.Username)
+	if err := row.Scan(dest...); err != nil {
 		return Member{}, err
 	}
 	if err := json.Unmarshal(prefs, &m.Preferences); err != nil {
@@ -195,12 +198,44 @@ func (p *Postgres) MemberByUser(ctx context.Context, user string) (Member, error
 	return m, nil
 }
 
+// DefaultMemberTokenIdle is how long a member token may go unused before it
+// stops working, unless configured otherwise (LOCKSTREAM_MEMBER_TOKEN_IDLE):
+// the autopush seed drops clients idle 30–60 days.
+const DefaultMemberTokenIdle = 60 * 24 * time.Hour
+
+// MemberTokenUseInterval is how often at most a token's use is recorded: an
+// hour's precision on a limit of days, for one write an hour per active member
+// instead of one per request.
+const MemberTokenUseInterval = time.Hour
+
+// ErrTokenIdle is returned for a member token whose last recorded use is older
+// than the idle limit: it works again only once rotated.
+var ErrTokenIdle = errors.New("the token went unused for too long")
+
 // MemberByTokenHash returns the member whose token hashes to hash, or
-// ErrNotFound.
-func (p *Postgres) MemberByTokenHash(ctx context.Context, hash []byte) (Member, error) {
-	m, err := scanMember(p.pool.QueryRow(ctx, `SELECT `+memberColumns+` FROM members m WHERE m.token_hash = $1`, hash))
+// ErrNotFound, and records the token's use (at most once per
+// MemberTokenUseInterval, in the same statement). With idle > 0, a token whose
+// last recorded use is idle or more ago returns its member with ErrTokenIdle,
+// and its use is not recorded: it stays idle until rotated. The times are
+// Postgres's clock.
+func (p *Postgres) MemberByTokenHash(ctx context.Context, hash []byte, idle time.Duration) (Member, error) {
+	var isIdle bool
+	m, err := scanMember(p.pool.QueryRow(ctx, `
+		WITH found AS MATERIALIZED (
+			SELECT id, $2::bigint > 0 AND token_used_at <= now() - $2::bigint * interval '1 microsecond' AS idle,
+			       token_used_at <= now() - $3::bigint * interval '1 microsecond' AS stale
+			FROM members WHERE token_hash = $1
+		), used AS (
+			UPDATE members SET token_used_at = now() FROM found f
+			WHERE members.id = f.id AND f.stale AND NOT f.idle
+		)
+		SELECT f.idle, `+memberColumns+` FROM found f JOIN members m ON m.id = f.id`,
+		hash, idle.Microseconds(), MemberTokenUseInterval.Microseconds()), &isIdle)
 	if err != nil {
 		return Member{}, fmt.Errorf("finding member by token: %w", mapError(err))
+	}
+	if isIdle {
+		return m, fmt.Errorf("member %s's token: %w", m.ID, ErrTokenIdle)
 	}
 	return m, nil
 }
@@ -284,12 +319,13 @@ func (p *Postgres) UpdateMember(ctx context.Context, id string, u MemberUpdate) 
 }
 
 // RotateMemberToken makes tokenHash the member's only token: the old one stops
-// working at once.
+// working at once; the new one's idle time starts now.
 func (p *Postgres) RotateMemberToken(ctx context.Context, id string, tokenHash []byte) (Member, error) {
 	if uuid.Validate(id) != nil {
 		return Member{}, fmt.Errorf("rotating token of member %s: %w", id, ErrNotFound)
 	}
-	tag, err := p.pool.Exec(ctx, `UPDATE members SET token_hash = $2, updated_at = now() WHERE id = $1`, id, tokenHash)
+	tag, err := p.pool.Exec(ctx, `UPDATE members SET token_hash = $2, token_used_at = now(), updated_at = now()
+		WHERE id = $1`, id, tokenHash)
 	if err != nil {
 		return Member{}, fmt.Errorf("rotating token of member %s: %w", id, mapError(err))
 	}

@@ -171,3 +171,59 @@ func TestDeleteClientWhileWritingLeavesNoOrphan(t *testing.T) {
 		t.Fatalf("after deleting every client: %d members left, %d inbox messages of no member", members, orphans)
 	}
 }
+
+// TestMemberTokenIdle: a lookup records the token's use at most once an hour;
+// a token whose last use is the idle limit or more ago is refused with
+// ErrTokenIdle (naming its member) and stays refused; rotation gives a working
+// token; without a limit no token is idle. The use is moved back in Postgres,
+// never waited for.
+func TestMemberTokenIdle(t *testing.T) {
+	t.Parallel()
+	f := newOutboxFixture(t)
+	c := f.client(t, storage.Client{Name: "acme"})
+	hash := sha256.Sum256([]byte("lsm_idle_" + c.ID))
+	m, _, err := f.pg.CreateMember(f.ctx, storage.Member{ClientID: c.ID, Name: "alice", Timezone: "UTC",
+		Preferences: storage.DefaultMemberPreferences()}, hash[:], storage.Backfill{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const idle = 60 * 24 * time.Hour
+	step := func(name string, age time.Duration, limit time.Duration, wantErr error, wantAge func(time.Duration) bool) {
+		t.Helper()
+		if err := storagetest.SetMemberTokenUsed(f.ctx, f.pg, m.ID, age); err != nil {
+			t.Fatal(err)
+		}
+		got, err := f.pg.MemberByTokenHash(f.ctx, hash[:], limit)
+		if !errors.Is(err, wantErr) || got.ID != m.ID {
+			t.Errorf("%s: member %q, %v; want %s, %v", name, got.ID, err, m.ID, wantErr)
+		}
+		after, err := storagetest.MemberTokenUsedAge(f.ctx, f.pg, m.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !wantAge(after) {
+			t.Errorf("%s: last use %s ago after the lookup", name, after)
+		}
+	}
+	recorded := func(d time.Duration) bool { return d < time.Minute }
+	unchanged := func(age time.Duration) func(time.Duration) bool {
+		return func(d time.Duration) bool { return d >= age && d < age+time.Minute }
+	}
+	step("used 30 minutes ago", 30*time.Minute, idle, nil, unchanged(30*time.Minute))
+	step("used 2 hours ago", 2*time.Hour, idle, nil, recorded)
+	step("used 59 days ago", 59*24*time.Hour, idle, nil, recorded)
+	step("unused 60 days", idle, idle, storage.ErrTokenIdle, unchanged(idle))
+	step("unused 61 days", 61*24*time.Hour, idle, storage.ErrTokenIdle, unchanged(61*24*time.Hour))
+	step("unused a year, no limit", 365*24*time.Hour, 0, nil, recorded)
+
+	if err := storagetest.SetMemberTokenUsed(f.ctx, f.pg, m.ID, 61*24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	rotated := sha256.Sum256([]byte("lsm_rotated_" + c.ID))
+	if _, err := f.pg.RotateMemberToken(f.ctx, m.ID, rotated[:]); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := f.pg.MemberByTokenHash(f.ctx, rotated[:], idle); err != nil || got.ID != m.ID {
+		t.Errorf("rotated token: %+v, %v", got, err)
+	}
+}

@@ -133,8 +133,20 @@ type Client struct {
 	// successful one, and WebhookFailures the failures since; zero while healthy.
 	WebhookFailingSince time.Time
 	WebhookFailures     int
-	CreatedAt           time.Time
-	UpdatedAt           time.Time
+	// Report says whether the client gets the weekly report by email.
+	Report    ReportSettings
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// ReportSettings are a client's weekly report settings.
+type ReportSettings struct {
+	// Weekly mails the report of the last week every Monday 08:00 in
+	// Timezone to the client's email. Defaults to false.
+	Weekly bool
+	// Timezone is an IANA time zone name: the weeks and the send time are
+	// local to it. Defaults to UTC.
+	Timezone string
 }
 
 // ClientUpdate holds the fields of a client that PATCH may change; nil leaves a field
@@ -149,6 +161,10 @@ type ClientUpdate struct {
 	EventTypes *[]string
 	// RateLimit, when not nil, replaces the webhook rate limit; 0 removes it.
 	RateLimit *int
+	// ReportWeekly and ReportTimezone, when not nil, replace the weekly
+	// report's settings (the caller checks the zone's name).
+	ReportWeekly   *bool
+	ReportTimezone *string
 }
 
 // Page asks for at most Limit rows whose key sorts after After ("" for the first page).

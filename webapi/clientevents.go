@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/storage"
@@ -17,7 +16,7 @@ import (
 type ClientEvents interface {
 	// ListClientEvents returns up to limit of the client's events after seq
 	// after, in seq order; ErrNotFound for an unknown client.
-	ListClientEvents(ctx context.Context, clientID string, after int64, limit int) ([]storage.ClientEvent, error)
+	ListClientEvents(ctx context.Context, clientID string, after int64, limit int) ([]event.ClientEvent, error)
 }
 
 // WithClientEvents serves GET /v1/clients/{id}/events (the reconcile feed)
@@ -26,26 +25,11 @@ func WithClientEvents(store ClientEvents) Option {
 	return func(s *Server) { s.clientEvents = store }
 }
 
-// clientEventBody is an event as the client's webhook carried it, less the
-// attempt.
-type clientEventBody struct {
-	Seq      int64     `json:"seq"`
-	ID       string    `json:"id"`
-	Type     string    `json:"type"`
-	Sensor   sensorRef `json:"sensor"`
-	Data     *int      `json:"data"`
-	Previous *int      `json:"previous"`
-	At       time.Time `json:"at"`
-	Severity string    `json:"severity"`
-	Site     string    `json:"site,omitempty"`
-	Sensors  []string  `json:"sensors,omitempty"`
-}
-
 // clientEventPage is the body of GET /v1/clients/{id}/events. NextAfter is the
 // after of the next page, absent when this page was not full.
 type clientEventPage struct {
-	Items     []clientEventBody `json:"items"`
-	NextAfter *int64            `json:"next_after,omitempty"`
+	Items     []event.ClientEvent `json:"items"`
+	NextAfter *int64              `json:"next_after,omitempty"`
 }
 
 // listClientEvents handles GET /v1/clients/{id}/events?after=<seq>&limit=: the
@@ -76,13 +60,7 @@ func (s *Server) listClientEvents(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return fmt.Errorf("listing events of client: %w", err)
 	}
-	body := clientEventPage{Items: make([]clientEventBody, len(events))}
-	for i, e := range events {
-		body.Items[i] = clientEventBody{Seq: e.Seq, ID: e.EventID, Type: e.Type,
-			Sensor: sensorRef{ID: e.SensorID, Address: e.SensorAddress}, Data: e.Data, Previous: e.Previous,
-			At: e.At.UTC(), Severity: string(event.SeverityOf(event.Type(e.Type), e.Data)),
-			Site: e.Site, Sensors: e.Sensors}
-	}
+	body := clientEventPage{Items: events}
 	if len(events) == p.limit && p.limit > 0 {
 		next := events[len(events)-1].Seq
 		body.NextAfter = &next

@@ -49,8 +49,10 @@ type clientBody struct {
 	// RateLimit is the webhook endpoint's deliveries per second; null: none.
 	RateLimit *int         `json:"rate_limit"`
 	Endpoint  endpointBody `json:"endpoint"`
-	CreatedAt time.Time    `json:"created_at"`
-	UpdatedAt time.Time    `json:"updated_at"`
+	// Report is the weekly report's settings.
+	Report    reportSettingsBody `json:"report"`
+	CreatedAt time.Time          `json:"created_at"`
+	UpdatedAt time.Time          `json:"updated_at"`
 }
 
 // endpointBody is the state of a client's webhook endpoint.
@@ -86,6 +88,7 @@ func renderClient(c storage.Client, withSecret bool) clientBody {
 		EventTypes:  c.EventTypes,
 		RateLimit:   nullable(c.RateLimit),
 		Endpoint:    renderEndpoint(c),
+		Report:      reportSettingsBody{Weekly: c.Report.Weekly, Timezone: c.Report.Timezone},
 		CreatedAt:   c.CreatedAt.UTC(),
 		UpdatedAt:   c.UpdatedAt.UTC(),
 	}
@@ -309,20 +312,62 @@ func (s *Server) getClient(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, renderClient(client, false))
 }
 
+// reportSettingsBody is a client's weekly report settings as the API shows them.
+type reportSettingsBody struct {
+	Weekly   bool   `json:"weekly"`
+	Timezone string `json:"timezone"`
+}
+
+// reportSettingsRequest is PATCH's report: each field left out stays as it is.
+type reportSettingsRequest struct {
+	Weekly   optional[bool]   `json:"weekly"`
+	Timezone optional[string] `json:"timezone"`
+}
+
+// checkReportSettings checks PATCH's report and copies it into update.
+func checkReportSettings(errs *fieldErrors, req optional[reportSettingsRequest], update *storage.ClientUpdate) {
+	if !req.set {
+		return
+	}
+	if req.null {
+		errs.add("report", "must not be null: send {\"weekly\": false} to stop the weekly report")
+		return
+	}
+	switch w := req.value.Weekly; {
+	case w.null:
+		errs.add("report.weekly", "must be true or false")
+	case w.set:
+		update.ReportWeekly = &w.value
+	}
+	switch tz := req.value.Timezone; {
+	case tz.null:
+		errs.add("report.timezone", "must not be null: an IANA time zone such as Europe/Paris")
+	case tz.set:
+		// "Local" is the server's zone, and "" UTC to LoadLocation: neither names a zone.
+		if _, err := time.LoadLocation(tz.value); err != nil || tz.value == "" || tz.value == "Local" {
+			errs.add("report.timezone", "must be an IANA time zone such as Europe/Paris, got %q", tz.value)
+			return
+		}
+		update.ReportTimezone = &tz.value
+	}
+}
+
 // updateClient handles PATCH /v1/clients/{id}. email null or "" removes the address;
-// push_targets replaces them all (null or [] removes them all).
+// push_targets replaces them all (null or [] removes them all); report sets the
+// weekly report (weekly, timezone), each field left out kept.
 func (s *Server) updateClient(w http.ResponseWriter, r *http.Request) error {
 	id, err := clientFromPath(r)
 	if err != nil {
 		return err
 	}
 	var req struct {
-		Name        optional[string]              `json:"name"`
-		WebhookURL  optional[string]              `json:"webhook_url"`
-		Email       optional[string]              `json:"email"`
-		PushTargets optional[[]pushTargetRequest] `json:"push_targets"`
-		EventTypes  optional[[]string]            `json:"event_types"`
-		RateLimit   optional[int]                 `json:"rate_limit"`
+		Name        optional[string]                `json:"name"`
+		WebhookURL  optional[string]                `json:"webhook_url"`
+		Email       optional[string]                `json:"email"`
+		PushTargets optional[[]pushTargetRequest]   `json:"push_targets"`
+		EventTypes  optional[[]string]              `json:"event_types"`
+		RateLimit   optional[int]                   `json:"rate_limit"`
+		Report      optional[reportSettingsRequest] `json:"report"`
 	}
 	if err := s.decodeJSON(w, r, &req); err != nil {
 		return err
@@ -370,6 +415,7 @@ func (s *Server) updateClient(w http.ResponseWriter, r *http.Request) error {
 		}
 		update.RateLimit = &limit
 	}
+	checkReportSettings(&errs, req.Report, &update)
 	if err := errs.err(); err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/analytics"
+	"github.com/lockstream/lockstream/event"
 )
 
 // analyticsExport handles GET /v1/analytics/export: every reading or event of
@@ -152,7 +153,7 @@ func (e *exportEncoder) row(row analytics.ExportRow) error {
 			b = append(b, ',')
 			b = ev.At.AppendFormat(b, time.RFC3339)
 		} else {
-			body, err := json.Marshal(eventBody{ID: ev.ID, Type: ev.Type, SensorID: ev.SensorID, Data: ev.Data, Previous: ev.Previous, At: ev.At})
+			body, err := json.Marshal(event.Event{ID: ev.ID, Type: event.Type(ev.Type), SensorID: ev.SensorID, Data: ev.Data, Previous: ev.Previous, At: ev.At})
 			if err != nil {
 				return err
 			}

@@ -135,17 +135,6 @@ type historyBody[T any] struct {
 	NextCursor string `json:"next_cursor,omitempty"`
 }
 
-// eventBody is an event as the history shows it: the fields of the event on
-// lockstream.events.
-type eventBody struct {
-	ID       string    `json:"id"`
-	Type     string    `json:"type"`
-	SensorID string    `json:"sensor_id"`
-	Data     *int      `json:"data"`
-	Previous *int      `json:"previous"`
-	At       time.Time `json:"at"`
-}
-
 // readingBody is a reading as the history shows it.
 type readingBody struct {
 	SensorID string `json:"sensor_id"`
@@ -194,10 +183,11 @@ func (s *Server) sensorEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return historyError("events", err)
 	}
-	body := historyBody[eventBody]{Items: make([]eventBody, 0, len(page.Items)), NextCursor: page.NextCursor}
+	// The history shows an event as lockstream.events carried it (event.Event).
+	body := historyBody[event.Event]{Items: make([]event.Event, 0, len(page.Items)), NextCursor: page.NextCursor}
 	for _, e := range page.Items {
-		body.Items = append(body.Items, eventBody{
-			ID: e.ID, Type: e.Type, SensorID: e.SensorID, Data: e.Data, Previous: e.Previous, At: e.At.UTC(),
+		body.Items = append(body.Items, event.Event{
+			ID: e.ID, Type: event.Type(e.Type), SensorID: e.SensorID, Data: e.Data, Previous: e.Previous, At: e.At.UTC(),
 		})
 	}
 	return writeJSON(w, http.StatusOK, body)

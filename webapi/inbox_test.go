@@ -767,3 +767,47 @@ func tlsCall(t *testing.T, ts *httptest.Server, method, path, token string, body
 	}
 	return out
 }
+
+// TestIdleMemberTokenStopsWorking: a member token unused for
+// LOCKSTREAM_MEMBER_TOKEN_IDLE (here 30 days) is refused with a 401 naming the
+// rotation route, whatever route it tries, and stays refused; one used just
+// within the limit works and its use is recorded; a rotated token works. The
+// token's last use is moved back in Postgres, never waited for.
+func TestIdleMemberTokenStopsWorking(t *testing.T) {
+	t.Parallel()
+	const idle = 30 * 24 * time.Hour
+	a := newInboxAPI(t, webapi.InboxConfig{MemberTokenIdle: idle})
+	c := a.createClient("acme")
+	m := a.createMember(c.ID, map[string]any{"name": "Alice"})
+	ctx, pg := context.Background(), a.stores.Postgres
+	age := func(d time.Duration) {
+		t.Helper()
+		if err := storagetest.SetMemberTokenUsed(ctx, pg, m.ID, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	age(idle - time.Hour)
+	a.messages(m.Token, "")
+	if used, err := storagetest.MemberTokenUsedAge(ctx, pg, m.ID); err != nil || used > time.Minute {
+		t.Fatalf("a use of a token last used %s ago: now last used %s ago (%v), want recorded", idle-time.Hour, used, err)
+	}
+
+	age(idle + time.Hour)
+	for _, route := range [][2]string{{"GET", "/v1/messages"}, {"POST", "/v1/stream/ack"}, {"POST", "/v1/stream/tickets"}} {
+		resp := a.asMember(m.Token, route[0], route[1], nil)
+		resp.expectProblem(http.StatusUnauthorized, "unauthorized", "30d", "LOCKSTREAM_MEMBER_TOKEN_IDLE",
+			"POST /v1/members/"+m.ID+"/token")
+		if got := resp.header.Get("WWW-Authenticate"); !strings.Contains(got, `error="invalid_token"`) {
+			t.Errorf("%s %s: WWW-Authenticate %q", route[0], route[1], got)
+		}
+	}
+	// Refused attempts are no use: the token stays idle.
+	if used, err := storagetest.MemberTokenUsedAge(ctx, pg, m.ID); err != nil || used < idle {
+		t.Fatalf("an idle token's last use moved to %s ago (%v)", used, err)
+	}
+
+	var rotated memberJSON
+	a.request("POST", "/v1/members/"+m.ID+"/token", nil).expect(http.StatusOK).decode(&rotated)
+	a.messages(rotated.Token, "")
+}

@@ -25,7 +25,7 @@ import (
 type MemberStore interface {
 	CreateMember(ctx context.Context, m storage.Member, tokenHash []byte, backfill storage.Backfill) (storage.Member, int, error)
 	GetMember(ctx context.Context, id string) (storage.Member, error)
-	MemberByTokenHash(ctx context.Context, hash []byte) (storage.Member, error)
+	MemberByTokenHash(ctx context.Context, hash []byte, idle time.Duration) (storage.Member, error)
 	MemberByUser(ctx context.Context, user string) (storage.Member, error)
 	ListClientMembers(ctx context.Context, clientID string, page storage.Page) ([]storage.Member, error)
 	UpdateMember(ctx context.Context, id string, u storage.MemberUpdate) (storage.Member, error)
@@ -510,10 +510,16 @@ func (s *Server) requireMember(adminAllowed bool) func(http.Handler) http.Handle
 				if hasUser {
 					return invalidParameter("user is for the admin token only: a member token acts for its member")
 				}
-				m, err := s.members.MemberByTokenHash(r.Context(), hashMemberToken(token))
+				m, err := s.members.MemberByTokenHash(r.Context(), hashMemberToken(token), s.inboxCfg.MemberTokenIdle)
 				if errors.Is(err, storage.ErrNotFound) {
 					w.Header().Set("WWW-Authenticate", `Bearer realm="lockstream", error="invalid_token"`)
 					return newProblem(http.StatusUnauthorized, problemUnauthorized, "the member token is not valid")
+				}
+				if errors.Is(err, storage.ErrTokenIdle) {
+					w.Header().Set("WWW-Authenticate", `Bearer realm="lockstream", error="invalid_token", error_description="token idle"`)
+					return newProblem(http.StatusUnauthorized, problemUnauthorized,
+						"the member token went unused for %s (LOCKSTREAM_MEMBER_TOKEN_IDLE) and no longer works: "+
+							"an admin issues a new one with POST /v1/members/%s/token", formatDays(s.inboxCfg.MemberTokenIdle), m.ID)
 				}
 				if err != nil {
 					return fmt.Errorf("authenticating a member: %w", err)
@@ -537,4 +543,14 @@ func (s *Server) requireMember(adminAllowed bool) func(http.Handler) http.Handle
 			return nil
 		})
 	}
+}
+
+// formatDays writes d as a number of days ("60d") when it is whole days, as
+// LOCKSTREAM_MEMBER_TOKEN_IDLE is usually given, else as a Go duration.
+func formatDays(d time.Duration) string {
+	const day = 24 * time.Hour
+	if d >= day && d%day == 0 {
+		return fmt.Sprintf("%dd", d/day)
+	}
+	return d.String()
 }

@@ -24,8 +24,8 @@ func (s *Server) routes() *chi.Mux {
 	r.Group(func(r chi.Router) {
 		r.Use(s.bounded)
 
-		r.Get("/healthz", s.handle(s.healthz))
-		r.Get("/readyz", s.handle(s.readyz))
+		r.Get("/healthz", s.handle(s.health.healthz))
+		r.Get("/readyz", s.handle(s.health.readyz))
 		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
 		r.Get("/openapi.yaml", serveOpenAPI)
 	})

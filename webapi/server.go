@@ -245,6 +245,13 @@ type LostSensors interface {
 	LostSensorIDs(ctx context.Context, page storage.Page) ([]string, error)
 }
 
+// WithHealth serves h's probes on GET /healthz and GET /readyz in place of ones
+// built from New's checks: the process shares one Health between the API and
+// its shutdown, which drains it (Health.Drain) before anything stops.
+func WithHealth(h *Health) Option {
+	return func(s *Server) { s.health = h }
+}
+
 // WithLostSensors lets GET /v1/sensors filter on connection=lost.
 func WithLostSensors(lost LostSensors) Option {
 	return func(s *Server) { s.lost = lost }
@@ -290,7 +297,7 @@ func WithDeliveries(store DeliveryStore, attempts DeliveryAttempts) Option {
 type Server struct {
 	cfg      Config
 	registry Registry
-	checks   map[string]Pinger
+	health   *Health
 	gatherer prometheus.Gatherer
 	logger   *slog.Logger
 	status   SensorStatus
@@ -380,7 +387,6 @@ func New(cfg Config, registry Registry, checks map[string]Pinger, reg prometheus
 		controlMetrics: cm,
 		cfg:            cfg,
 		registry:       registry,
-		checks:         checks,
 		gatherer:       gatherer,
 		logger:         logger,
 		metrics:        m,
@@ -389,6 +395,9 @@ func New(cfg Config, registry Registry, checks map[string]Pinger, reg prometheus
 	}
 	for _, opt := range opts {
 		opt(s)
+	}
+	if s.health == nil {
+		s.health = NewHealth(checks, cfg.ReadyTimeout, logger)
 	}
 	if s.streamMetrics, err = newStreamMetrics(reg); err != nil {
 		return nil, fmt.Errorf("registering stream metrics: %w", err)

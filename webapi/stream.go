@@ -27,6 +27,7 @@ const (
 	DefaultStreamWriteTimeout = 10 * time.Second
 	DefaultStreamFetchBatch   = 500
 	DefaultStreamListenRetry  = time.Second
+	DefaultMemberTokenIdle    = storage.DefaultMemberTokenIdle
 	// NewMemberMaxMessages bounds the messages a new member is given.
 	NewMemberMaxMessages = 20
 	// StreamTicketTTL is how long a stream ticket opens a stream.
@@ -56,6 +57,10 @@ type InboxConfig struct {
 	// ListenRetry is the pause before listening again, or reading again, after a
 	// failure. Defaults to DefaultStreamListenRetry (1s).
 	ListenRetry time.Duration
+	// MemberTokenIdle: a member token unused for this long stops working (401
+	// naming the rotation route) until rotated. Defaults to
+	// DefaultMemberTokenIdle (60 days).
+	MemberTokenIdle time.Duration
 }
 
 // WithDefaults returns a copy of c with every zero field at its default.
@@ -66,6 +71,7 @@ func (c InboxConfig) WithDefaults() InboxConfig {
 	c.StreamWriteTimeout = cmp.Or(c.StreamWriteTimeout, DefaultStreamWriteTimeout)
 	c.StreamFetchBatch = cmp.Or(c.StreamFetchBatch, DefaultStreamFetchBatch)
 	c.ListenRetry = cmp.Or(c.ListenRetry, DefaultStreamListenRetry)
+	c.MemberTokenIdle = cmp.Or(c.MemberTokenIdle, DefaultMemberTokenIdle)
 	return c
 }
 
@@ -78,6 +84,7 @@ func (c InboxConfig) Validate() error {
 	}{
 		{"NewMemberWindow", c.NewMemberWindow}, {"StreamPing", c.StreamPing},
 		{"StreamWriteTimeout", c.StreamWriteTimeout}, {"ListenRetry", c.ListenRetry},
+		{"MemberTokenIdle", c.MemberTokenIdle},
 	} {
 		if d.value <= 0 {
 			errs = append(errs, fmt.Errorf("webapi: %s must be positive, got %s", d.name, d.value))

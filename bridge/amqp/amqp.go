@@ -10,7 +10,8 @@
 // Nothing is acknowledged before Kafka acknowledged what the message became: a
 // bridge killed or disconnected at any point loses nothing, and a message handled
 // twice produces its readings twice, which the consumers take as repeated
-// readings.
+// readings, and records its notification once (InboxRecorder keys it by its
+// message-id).
 package amqp
 
 import (
@@ -65,7 +66,7 @@ func New(cfg Config, recorder NotificationRecorder, mailer bridge.Mailer, reg pr
 	if err != nil {
 		return nil, err
 	}
-	for _, c := range []string{CategorySensor, CategoryNotification, ignoredUnknown, ignoredMalformed} {
+	for _, c := range []string{CategorySensor, CategoryNotification, ignoredUnknown, ignoredMalformed, ignoredDuplicate} {
 		m.Ignored.WithLabelValues(c)
 	}
 	b := &Bridge{cfg: cfg, recorder: recorder, mailer: mailer, metrics: m, logger: logger,
@@ -248,7 +249,7 @@ func (b *Bridge) deliver(work context.Context, s *settler, d amqp091.Delivery) {
 		return
 	}
 	m := Message{RoutingKey: d.RoutingKey, Category: category, Type: typ, Body: d.Body, MessageID: d.MessageId,
-		Redelivered: d.Redelivered}
+		Timestamp: d.Timestamp, Redelivered: d.Redelivered}
 	var once sync.Once
 	h.Handle(work, m, func(err error) {
 		once.Do(func() {
@@ -268,6 +269,10 @@ func (b *Bridge) finish(s *settler, d amqp091.Delivery, category string, err err
 		b.ack(s, d)
 	case errors.Is(err, ErrIgnored):
 		b.settle(s, d, category)
+	case errors.Is(err, ErrDuplicate):
+		b.logger.Debug("duplicate message acknowledged", "routing_key", d.RoutingKey, "message_id", d.MessageId,
+			"redelivered", d.Redelivered)
+		b.settle(s, d, ignoredDuplicate)
 	default:
 		b.metrics.Retries.Inc()
 		b.logger.Warn("message failed; handing it back for redelivery", "routing_key", d.RoutingKey,

@@ -298,7 +298,8 @@ type recorder struct {
 	recorded []string
 }
 
-func (r *recorder) RecordNotification(_ context.Context, typ string, body []byte) error {
+func (r *recorder) RecordNotification(_ context.Context, m amqp.Message) error {
+	typ, body := m.Type, m.Body
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls++
@@ -350,7 +351,7 @@ func TestNotificationRecorderErrors(t *testing.T) {
 // blockingRecorder holds every notification until release is closed.
 type blockingRecorder struct{ release chan struct{} }
 
-func (r *blockingRecorder) RecordNotification(ctx context.Context, _ string, _ []byte) error {
+func (r *blockingRecorder) RecordNotification(ctx context.Context, _ amqp.Message) error {
 	select {
 	case <-r.release:
 		return nil

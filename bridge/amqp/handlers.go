@@ -20,6 +20,9 @@ type Message struct {
 	Body       []byte
 	// MessageID is the publisher's message-id property, if it set one.
 	MessageID string
+	// Timestamp is the publisher's timestamp property (whole seconds); zero
+	// when it set none.
+	Timestamp time.Time
 	// Redelivered is set when the broker delivered the message before.
 	Redelivered bool
 }
@@ -46,6 +49,11 @@ type Handler interface {
 // events among them).
 var ErrIgnored = errors.New("nothing to do for this message")
 
+// ErrDuplicate is what a handler returns for a copy of a message it handled
+// before (a redelivery, a second publication): acknowledged and counted as
+// ignored under "duplicate".
+var ErrDuplicate = errors.New("a copy of a message handled before")
+
 // The categories the bridge handles; any other is acknowledged and counted as
 // ignored under "unknown".
 const (
@@ -57,6 +65,7 @@ const (
 const (
 	ignoredUnknown   = "unknown"   // a category no handler takes
 	ignoredMalformed = "malformed" // a routing key not of the shape events.<category>.update.<type>
+	ignoredDuplicate = "duplicate" // a copy of a message handled before
 )
 
 // TypeReading is the type of events.sensor.update.reading: readings.
@@ -102,13 +111,14 @@ func (h *readingsHandler) Handle(ctx context.Context, m Message, done func(error
 	})
 }
 
-// NotificationRecorder records a free-form notification (the body of
-// events.notification.update.<type>, shaped as POST /v1/notifications takes it)
-// into the addressed members' inboxes. It returns an *bridge.Unrecoverable for a
-// notification that can never be recorded (invalid, unknown member or client) and
-// any other error for a failure worth a retry (the store down).
+// NotificationRecorder records a free-form notification (m.Body of
+// events.notification.update.<m.Type>, shaped as POST /v1/notifications takes
+// it) into the addressed members' inboxes, once per message: it returns
+// ErrDuplicate for a copy of one it recorded before, an *bridge.Unrecoverable
+// for a notification that can never be recorded (invalid, unknown member or
+// client) and any other error for a failure worth a retry (the store down).
 type NotificationRecorder interface {
-	RecordNotification(ctx context.Context, typ string, body []byte) error
+	RecordNotification(ctx context.Context, m Message) error
 }
 
 // ReasonNotificationUnavailable rejects notifications when no recorder is wired
@@ -131,6 +141,6 @@ func (h *notificationsHandler) Handle(ctx context.Context, m Message, done func(
 	go func() {
 		rctx, cancel := context.WithTimeout(ctx, h.timeout)
 		defer cancel()
-		done(h.recorder.RecordNotification(rctx, m.Type, m.Body))
+		done(h.recorder.RecordNotification(rctx, m))
 	}()
 }

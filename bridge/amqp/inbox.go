@@ -3,6 +3,8 @@ package amqp
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,14 +33,38 @@ type NotificationStore interface {
 // A body that is not such a notification, whose type differs from the routing
 // key's, or that names no existing member or client is unrecoverable; a store
 // error is not (the message comes back after a pause).
+//
+// It records each message once, however often it arrives (redelivered after a
+// crash or a requeue, published twice): under NotificationKey, stored with the
+// inbox messages. The AMQP timestamp, when set, is the messages' time.
 type InboxRecorder struct {
 	Store NotificationStore
 }
 
+// NotificationKey is what identifies m across copies: its message-id, or when
+// it has none a hash of its routing key, AMQP timestamp and body (copies of a
+// message without message-id or timestamp are then those with the same routing
+// key and body).
+func NotificationKey(m Message) string {
+	if m.MessageID != "" {
+		return "amqp-id:" + m.MessageID
+	}
+	var ts int64
+	if !m.Timestamp.IsZero() {
+		ts = m.Timestamp.Unix()
+	}
+	h := sha256.New()
+	// Length-prefixed, so no two different triples hash the same bytes.
+	_, _ = fmt.Fprintf(h, "%d:%s|%d|", len(m.RoutingKey), m.RoutingKey, ts)
+	_, _ = h.Write(m.Body)
+	return "amqp-sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
 // RecordNotification implements NotificationRecorder.
-func (r InboxRecorder) RecordNotification(ctx context.Context, typ string, body []byte) error {
+func (r InboxRecorder) RecordNotification(ctx context.Context, m Message) error {
+	typ := m.Type
 	var n storage.FreeFormNotification
-	dec := json.NewDecoder(bytes.NewReader(body))
+	dec := json.NewDecoder(bytes.NewReader(m.Body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&n); err != nil {
 		return bridge.Reject(ReasonInvalidNotification, "not a notification object: %v", err)
@@ -52,7 +78,11 @@ func (r InboxRecorder) RecordNotification(ctx context.Context, typ string, body 
 	if errs := n.Check(); len(errs) > 0 {
 		return bridge.Reject(ReasonInvalidNotification, "%s: %s", errs[0].Field, errs[0].Detail)
 	}
-	_, err := r.Store.RecordNotification(ctx, n)
+	n.Key, n.At = NotificationKey(m), m.Timestamp
+	rec, err := r.Store.RecordNotification(ctx, n)
+	if err == nil && rec.Duplicate {
+		return ErrDuplicate
+	}
 	if errors.Is(err, storage.ErrNotFound) {
 		return bridge.Reject(ReasonUnknownAddressee, "no member %q or client %q", n.MemberID, n.ClientID)
 	}

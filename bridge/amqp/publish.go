@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -252,13 +253,20 @@ func NewNotificationPublisher(cfg Config) (*NotificationPublisher, error) {
 
 // PublishNotification publishes body with routing key
 // events.notification.update.<typ> and returns nil once the broker confirmed it.
+// Each call is a notification of its own: it carries a new message-id, so two
+// calls with the same body in one second are not taken for copies (the bridge
+// records once per message-id).
 func (p *NotificationPublisher) PublishNotification(ctx context.Context, typ string, body []byte) error {
 	if !routingWord.MatchString(typ) {
 		return fmt.Errorf("notification type %q: want 1 to 64 letters, digits, '_' or '-'", typ)
 	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return fmt.Errorf("a message-id for a notification: %w", err)
+	}
 	return p.pub.publish(ctx, []outgoing{{key: "events.notification.update." + typ, msg: amqp091.Publishing{
 		ContentType: "application/json", DeliveryMode: amqp091.Persistent, Timestamp: time.Now(),
-		AppId: "lockstream", Body: body,
+		MessageId: id.String(), AppId: "lockstream", Body: body,
 	}}})
 }
 

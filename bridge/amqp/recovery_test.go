@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -286,6 +287,7 @@ func TestNotificationPublisher(t *testing.T) {
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
+	var ids []string
 	for i, typ := range []string{"data", "analysis"} {
 		if i == 1 {
 			bridgetest.CloseConnections(t, cfg.ConnectionName+" (notifications)")
@@ -307,6 +309,11 @@ func TestNotificationPublisher(t *testing.T) {
 			if d.RoutingKey != "events.notification.update."+typ || string(d.Body) != body {
 				t.Errorf("listener got %s %q", d.RoutingKey, d.Body)
 			}
+			// Each publication is a notification of its own for the bridge.
+			if d.MessageId == "" || slices.Contains(ids, d.MessageId) {
+				t.Errorf("message-id %q, after %v", d.MessageId, ids)
+			}
+			ids = append(ids, d.MessageId)
 		case <-ctx.Done():
 			t.Fatal("the notification did not arrive")
 		}

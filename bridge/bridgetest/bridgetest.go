@@ -199,10 +199,15 @@ func (a *AMQP) Publisher(exchange string) *Publisher {
 // It is safe to call from a goroutine other than the test's (it reports with
 // Errorf).
 func (p *Publisher) Publish(key string, body []byte) bool {
+	return p.PublishMessage(key, amqp091.Publishing{ContentType: "application/json", DeliveryMode: amqp091.Persistent, Body: body})
+}
+
+// PublishMessage is Publish with the message's properties (message-id,
+// timestamp…) given.
+func (p *Publisher) PublishMessage(key string, msg amqp091.Publishing) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange, key, false, false,
-		amqp091.Publishing{ContentType: "application/json", DeliveryMode: amqp091.Persistent, Body: body})
+	c, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange, key, false, false, msg)
 	if err != nil {
 		p.t.Errorf("publishing %s: %v", key, err)
 		return false

@@ -55,6 +55,7 @@ func TestAllEndToEnd(t *testing.T) {
 		"LOCKSTREAM_RETRY_BACKOFF_BASE":       "100ms",
 		"LOCKSTREAM_SMTP_URL":                 "smtp://" + mail.addr,
 		"LOCKSTREAM_DATA_DIR":                 t.TempDir(),
+		"LOCKSTREAM_SHUTDOWN_DELAY":           "0s", // stopped by the test: nobody to drain for
 	} {
 		t.Setenv(k, v)
 	}
@@ -233,7 +234,7 @@ func (s *webhookSink) next(t *testing.T, want string) webhook.Body {
 	t.Helper()
 	select {
 	case b := <-s.got:
-		if b.Type != want {
+		if string(b.Type) != want {
 			t.Fatalf("next webhook is %s (%+v), want %s", b.Type, b, want)
 		}
 		return b

@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -75,12 +78,17 @@ func TestHelpAfterArgumentsPrintsEachDefaultOnce(t *testing.T) {
 	}
 }
 
-// `lockstream bench ingest` with no brokers configured runs on an embedded broker
-// of its own, flags after the benchmark's name.
+// `lockstream bench ingest` runs on a fresh machine: with no brokers configured
+// on an embedded broker of its own, on a brand new Postgres database nobody
+// migrated and a ClickHouse database that does not exist yet (it runs on private
+// stores next to them, as bench pipeline does), flags after the benchmark's name;
+// the configured database is left as it was.
 func TestBenchIngestRunsOnItsOwnBroker(t *testing.T) {
-	stores := storagetest.New(t)
-	t.Setenv("LOCKSTREAM_PG_URL", stores.PostgresURL)
-	t.Setenv("LOCKSTREAM_CLICKHOUSE_URL", stores.ClickHouseURL)
+	pgURL := storagetest.NewPostgresDatabase(t)
+	t.Setenv("LOCKSTREAM_PG_URL", pgURL)
+	t.Setenv("LOCKSTREAM_CLICKHOUSE_URL", storagetest.NewClickHouseDatabase(t))
+	t.Setenv("LOCKSTREAM_REDIS_URL", storagetest.RedisURL(t))
+	t.Setenv("LOCKSTREAM_REDIS_PREFIX", storagetest.NewRedisPrefix(t))
 	t.Setenv("LOCKSTREAM_KAFKA_BROKERS", "")
 	t.Setenv("LOCKSTREAM_KAFKA_PARTITIONS", "2")
 	var out, errOut bytes.Buffer
@@ -101,4 +109,28 @@ func TestBenchIngestRunsOnItsOwnBroker(t *testing.T) {
 	if !strings.Contains(errOut.String(), "embedded broker of its own") {
 		t.Fatalf("no word of the embedded broker:\n%s", errOut.String())
 	}
+	if tables := publicTables(t, pgURL); len(tables) != 0 {
+		t.Fatalf("the configured database now has tables %v; the benchmark should leave it alone", tables)
+	}
+}
+
+// publicTables lists the tables of the public schema of the database at pgURL.
+func publicTables(t *testing.T, pgURL string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		t.Fatalf("connecting to %s: %v", pgURL, err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	rows, err := conn.Query(ctx, "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1")
+	if err != nil {
+		t.Fatalf("listing tables: %v", err)
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("listing tables: %v", err)
+	}
+	return tables
 }

@@ -18,9 +18,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/lockstream/lockstream/bridge/amqp"
 	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/history"
+	"github.com/lockstream/lockstream/internal/settings"
 	"github.com/lockstream/lockstream/maintain"
 	"github.com/lockstream/lockstream/migrations"
 	"github.com/lockstream/lockstream/storage"
@@ -34,112 +36,145 @@ type command struct {
 	summary string
 	// args names the command's arguments in its usage line (" <benchmark>"); most
 	// take none.
-	args     string
-	settings []string
-	// flags registers the command's own flags, beyond its settings; may be nil.
-	flags func(fs *flag.FlagSet)
-	run   func(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logger) error
+	args string
+	// setup declares the command's settings on s — those of the boxes it runs, and
+	// only those — and its own flags on fs, and returns how it runs once they are
+	// parsed. The runner reads the fields its boxes bound, never a name.
+	setup func(s *settings.Set, fs *flag.FlagSet) runner
 }
+
+// runner runs a command on its parsed settings; args are its arguments, the flags
+// taken out.
+type runner func(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) error
 
 // commands is the table of subcommands; `all` runs every daemon of the table in one
 // process. It is one long literal, an entry a subcommand, so that every subcommand
-// and the settings it takes read in one place.
+// and the boxes it runs read in one place.
 func commands() []command {
-	storeSettings := []string{"pg-url", "redis-url", "redis-prefix", "clickhouse-url", "metrics-addr"}
-	kafkaSettings := []string{"kafka-brokers", "kafka-partitions", "kafka-topic-prefix"}
-	apiSettings := []string{"http-addr", "admin-token", "ingest-token", "push-token", "v1-token",
-		"http-read-timeout", "http-write-timeout", "http-idle-timeout", "secret-key", "secret-overlap", "data-dir",
-		"amqp-url", "amqp-exchange", "new-member-window", "retention"}
-	heartbeatSettings := []string{"heartbeat-timeout", "heartbeat-sweep-interval", "site-outage-min", "site-hold",
-		"flap-changes", "flap-window"}
 	return []command{
 		{
-			name:     "migrate",
-			summary:  "apply the embedded Postgres and ClickHouse migrations, then exit",
-			settings: []string{"pg-url", "clickhouse-url"},
-			run: func(ctx context.Context, v *values, _ io.Writer, logger *slog.Logger) error {
-				return migrations.Migrate(ctx, v.str("pg-url"), v.str("clickhouse-url"), logger)
+			name:    "migrate",
+			summary: "apply the embedded Postgres and ClickHouse migrations, then exit",
+			setup: func(s *settings.Set, _ *flag.FlagSet) runner {
+				node := &nodeSettings{need: usesPostgres | usesClickHouse}
+				s.Register(node)
+				return func(ctx context.Context, _ []string, _ io.Writer, logger *slog.Logger) error {
+					return migrations.Migrate(ctx, node.PGURL, node.ClickHouseURL, logger)
+				}
 			},
 		},
 		{
-			name:     "api",
-			summary:  "serve the HTTP API (admin, history, ingest, health, metrics)",
-			settings: concat(apiSettings, heartbeatSettings, storeSettings, kafkaSettings),
-			run:      runDaemonsCommand(usesPostgres|usesRedis|usesClickHouseLazily|usesSecretKey, apiDaemon),
+			name:    "api",
+			summary: "serve the HTTP API (admin, history, ingest, health, metrics)",
+			setup:   daemonsCommand(usesPostgres|usesRedis|usesClickHouseLazily|usesSecretKey|usesKafka, &apiBox{}),
 		},
 		{
-			name:     "consume",
-			summary:  "the state consumer: readings → sensor state, change events, DLQ, heartbeat sightings",
-			settings: concat(heartbeatSettings, storeSettings, kafkaSettings),
-			run:      runDaemonsCommand(usesPostgres|usesRedis, consumerDaemon, metricsDaemon),
+			name:    "consume",
+			summary: "the state consumer: readings → sensor state, change events, DLQ, heartbeat sightings",
+			setup:   daemonsCommand(usesPostgres|usesRedis|usesKafka, &metricsBox{}, &consumerBox{}),
 		},
 		{
-			name:     "history",
-			summary:  "the history writer: readings and events → ClickHouse",
-			settings: concat(storeSettings, kafkaSettings),
-			run:      runDaemonsCommand(usesClickHouse, historyDaemon, metricsDaemon),
+			name:    "history",
+			summary: "the history writer: readings and events → ClickHouse",
+			setup:   daemonsCommand(usesClickHouse|usesKafka, &metricsBox{}, &historyBox{}),
 		},
 		{
-			name:     "heartbeat",
-			summary:  "the heartbeat daemon: silent sensors → connection_lost",
-			settings: concat(heartbeatSettings, storeSettings, kafkaSettings),
-			run:      runDaemonsCommand(usesAll, heartbeatDaemon, metricsDaemon),
+			name:    "heartbeat",
+			summary: "the heartbeat daemon: silent sensors → connection_lost",
+			setup:   daemonsCommand(usesAll|usesKafka, &metricsBox{}, &heartbeatBox{}),
 		},
 		{
-			name:     "fanout",
-			summary:  "the fan-out: events → one notification and delivery per linked client and channel (the outbox)",
-			settings: concat([]string{"fanout-writers"}, storeSettings, kafkaSettings),
-			run:      runDaemonsCommand(usesPostgres, fanoutDaemon, inboxPartitionsDaemon, metricsDaemon),
+			name:    "fanout",
+			summary: "the fan-out: events → one notification and delivery per linked client and channel (the outbox)",
+			setup:   daemonsCommand(usesPostgres|usesKafka, &metricsBox{}, inboxPartitionsBox{}, &fanoutBox{}),
 		},
 		{
 			name:    "retrier",
 			summary: "the retrier: due deliveries → webhooks, email and Swrve pushes, with logarithmic back-off",
-			settings: concat([]string{"retry-max-attempts", "retry-backoff-base", "retry-lease", "retry-workers",
-				"webhook-endpoint-concurrency", "webhook-allow-private", "smtp-url",
-				"endpoint-disable-after", "endpoint-disable-min-failures",
-				"swrve-url", "swrve-rate", "swrve-push-keys", "secret-key", "data-dir"},
-				storeSettings, kafkaSettings),
-			run: runDaemonsCommand(usesPostgres|usesRedis|usesClickHouse|usesSecretKey, retrierDaemon, metricsDaemon),
+			setup:   daemonsCommand(usesPostgres|usesRedis|usesClickHouse|usesSecretKey, &metricsBox{}, &retrierBox{}),
 		},
 		{
-			name:     "maintain",
-			summary:  "keep the stores bounded: month partitions made ahead, whole months dropped past the retention",
-			settings: concat([]string{"retention", "history-retention", "maintain-interval"}, storeSettings, kafkaSettings),
-			run:      runDaemonsCommand(usesPostgres|usesClickHouse, maintainDaemon, metricsDaemon),
+			name:    "maintain",
+			summary: "keep the stores bounded: month partitions made ahead, whole months dropped past the retention",
+			setup:   daemonsCommand(usesPostgres|usesClickHouse, &metricsBox{}, &maintainBox{}),
 		},
 		{
-			name:     "escalation",
-			summary:  "escalate unseen messages: an email and a push per episode left unseen, digests (into the outbox)",
-			settings: concat([]string{"escalation-interval", "escalate-email-after", "escalate-push-after", "escalation-limit"}, storeSettings, kafkaSettings),
-			run:      runDaemonsCommand(usesPostgres, escalationDaemon, metricsDaemon),
+			name:    "escalation",
+			summary: "escalate unseen messages: an email and a push per episode left unseen, digests (into the outbox)",
+			setup:   daemonsCommand(usesPostgres, &metricsBox{}, &escalationBox{}),
 		},
 		{
-			name:     "bridge",
-			summary:  "the intake bridges: AMQP (RabbitMQ) and MQTT (Mosquitto) messages → readings on Kafka, acknowledged once Kafka has them",
-			settings: concat(bridgeSettings, []string{"pg-url", "metrics-addr"}, kafkaSettings),
+			name:    "bridge",
+			summary: "the intake bridges: AMQP (RabbitMQ) and MQTT (Mosquitto) messages → readings on Kafka, acknowledged once Kafka has them",
 			// Postgres: free-form notifications over AMQP go into members' inboxes.
-			run: runDaemonsCommand(usesPostgres, bridgeDaemon, metricsDaemon),
+			setup: daemonsCommand(usesPostgres|usesKafka, &metricsBox{}, &bridgeBox{}),
 		},
-		simulateCommand(kafkaSettings),
+		simulateCommand(),
 		benchCommand(),
+		configCommand(),
 		{
-			name:     "fake-swrve",
-			summary:  "a stand-in for Swrve's push API: measured latencies, 429 above 300 starts/s (tests, demo)",
-			settings: []string{"fake-swrve-addr", "fake-swrve-scale"},
-			run:      runFakeSwrve,
+			name:    "fake-swrve",
+			summary: "a stand-in for Swrve's push API: measured latencies, 429 above 300 starts/s (tests, demo)",
+			setup: func(s *settings.Set, _ *flag.FlagSet) runner {
+				c := &fakeSwrveSettings{}
+				s.Register(c)
+				return func(ctx context.Context, _ []string, stdout io.Writer, logger *slog.Logger) error {
+					return runFakeSwrve(ctx, c, stdout, logger)
+				}
+			},
 		},
 		{
-			name:     "webhook-sink",
-			summary:  "receive webhooks, verify their signatures and print them, and email over SMTP (the demo's client system and mailbox)",
-			settings: []string{"sink-addr", "sink-secret", "sink-smtp-addr"},
-			run:      runSink,
+			name:    "webhook-sink",
+			summary: "receive webhooks, verify their signatures and print them, and email over SMTP (the demo's client system and mailbox)",
+			setup: func(s *settings.Set, _ *flag.FlagSet) runner {
+				c := &sinkSettings{}
+				s.Register(c)
+				return func(ctx context.Context, _ []string, stdout io.Writer, logger *slog.Logger) error {
+					return runSink(ctx, c, stdout, logger)
+				}
+			},
 		},
 		{
-			name:     "all",
-			summary:  "migrate, then run every daemon in one process (single node, demo)",
-			settings: daemonSettingNames(),
-			run:      runAll,
+			name:    "all",
+			summary: "migrate, then run every daemon in one process (single node, demo)",
+			setup: func(s *settings.Set, _ *flag.FlagSet) runner {
+				c := newAllSettings()
+				s.Register(c)
+				return func(ctx context.Context, _ []string, stdout io.Writer, logger *slog.Logger) error {
+					return startAll(ctx, c, stdout, logger, embeddedBrokerAddr, nil)
+				}
+			},
 		},
+	}
+}
+
+// box is one daemon as commands compose it: its settings, declared on the
+// command's Set and bound to its fields, and how it is built on a node from them.
+type box interface {
+	settings.Registrar
+	daemon(ctx context.Context, n *node) (daemon, error)
+}
+
+// daemonsCommand returns the setup of a command that opens the stores in need and
+// runs the boxes' daemons: its settings are the stores' and the boxes', nothing
+// else.
+func daemonsCommand(need storeSet, boxes ...box) func(*settings.Set, *flag.FlagSet) runner {
+	return func(s *settings.Set, _ *flag.FlagSet) runner {
+		ns := &nodeSettings{need: need}
+		sd := &shutdownSettings{}
+		s.Register(ns, sd)
+		for _, b := range boxes {
+			s.Register(b)
+		}
+		return func(ctx context.Context, _ []string, _ io.Writer, logger *slog.Logger) error {
+			n, err := openNode(ctx, ns, logger)
+			if err != nil {
+				return err
+			}
+			defer n.close()
+			n.shutdown = *sd
+			return n.run(ctx, boxes...)
+		}
 	}
 }
 
@@ -151,18 +186,10 @@ func closeBoth(a, b func()) func() {
 	return func() { a(); b() }
 }
 
-func concat(groups ...[]string) []string {
-	var out []string
-	for _, g := range groups {
-		out = append(out, g...)
-	}
-	return out
-}
-
 // node is what the daemons of one process share: stores, the Kafka config, one
 // metrics registry.
 type node struct {
-	v      *values
+	cfg    *nodeSettings
 	logger *slog.Logger
 	reg    *prometheus.Registry
 	stream stream.Config
@@ -173,8 +200,16 @@ type node struct {
 
 	// tracker is shared by the consumer and the API; see heartbeatTracker.
 	tracker *heartbeat.Tracker
-	// probe pings the open stores for lockstream_store_up and GET /readyz.
+	// probe pings the open stores for lockstream_store_up.
 	probe *storeProbe
+	// health serves GET /healthz and GET /readyz (on the API's address or the
+	// metrics address); the shutdown drains it before anything stops.
+	health *webapi.Health
+	// shutdown is how run stops the daemons.
+	shutdown shutdownSettings
+	// abandoned is set when the shutdown timed out with daemons still running:
+	// then nothing they hold is closed (closing would wait for them).
+	abandoned bool
 	// ready, when not nil, is called by run once every daemon is built.
 	ready func(*node)
 }
@@ -193,46 +228,47 @@ const (
 	// usesSecretKey opens Postgres with the key of client signing secrets (see
 	// secretBox): for the daemons that store or send them.
 	usesSecretKey
+	// usesKafka: the process's daemons read or write Kafka.
+	usesKafka
+	// usesDataDir: the process keeps local state (`all`'s embedded broker).
+	usesDataDir
 	usesAll = usesPostgres | usesRedis | usesClickHouse
 )
 
 // openNode connects to the stores in need, and only to those, so that one store's
 // outage does not keep a daemon that never touches it from starting (the state
 // consumer must run while ClickHouse is down). Kafka is connected to by each daemon.
-func openNode(ctx context.Context, v *values, logger *slog.Logger, need storeSet) (*node, error) {
-	partitions, err := v.int("kafka-partitions")
-	if err != nil {
-		return nil, err
-	}
-	n := &node{v: v, logger: logger, reg: newRegistry(),
-		stream: stream.Config{Brokers: v.list("kafka-brokers"), Partitions: partitions, TopicPrefix: v.str("kafka-topic-prefix")}}
+func openNode(ctx context.Context, cfg *nodeSettings, logger *slog.Logger) (*node, error) {
+	need := cfg.need
+	n := &node{cfg: cfg, logger: logger, reg: newRegistry(), stream: cfg.Stream}
+	var err error
 	if need&usesPostgres != 0 {
 		var opts []storage.PostgresOption
 		if need&usesSecretKey != 0 {
-			box, err := secretBox(v, logger)
+			box, err := secretBox(cfg.SecretKey, cfg.DataDir, logger)
 			if err != nil {
 				return nil, err
 			}
 			opts = append(opts, storage.WithSecretBox(box))
 		}
-		if n.pg, err = storage.OpenPostgres(ctx, v.str("pg-url"), opts...); err != nil {
+		if n.pg, err = storage.OpenPostgres(ctx, cfg.PGURL, opts...); err != nil {
 			return nil, err
 		}
 	}
 	if need&usesRedis != 0 {
-		if n.redis, err = storage.OpenRedis(ctx, v.str("redis-url"), v.str("redis-prefix")); err != nil {
+		if n.redis, err = storage.OpenRedis(ctx, cfg.RedisURL, cfg.RedisPrefix); err != nil {
 			n.close()
 			return nil, err
 		}
 	}
 	switch {
 	case need&usesClickHouse != 0:
-		if n.ch, err = storage.OpenClickHouse(ctx, v.str("clickhouse-url")); err != nil {
+		if n.ch, err = storage.OpenClickHouse(ctx, cfg.ClickHouseURL); err != nil {
 			n.close()
 			return nil, err
 		}
 	case need&usesClickHouseLazily != 0:
-		if n.ch, err = storage.OpenClickHouseLazy(v.str("clickhouse-url")); err != nil {
+		if n.ch, err = storage.OpenClickHouseLazy(cfg.ClickHouseURL); err != nil {
 			n.close()
 			return nil, err
 		}
@@ -242,11 +278,20 @@ func openNode(ctx context.Context, v *values, logger *slog.Logger, need storeSet
 	}
 	n.probe = newStoreProbe(n)
 	n.reg.MustRegister(n.probe)
+	checks := make(map[string]webapi.Pinger, len(n.probe.stores))
+	for name, store := range n.probe.stores {
+		checks[name] = store
+	}
+	n.health = webapi.NewHealth(checks, storePingTimeout, logger)
 	return n, nil
 }
 
-// close releases the stores in reverse order of opening.
+// close releases the stores in reverse order of opening, unless the shutdown
+// abandoned daemons that still use them.
 func (n *node) close() {
+	if n.abandoned {
+		return
+	}
 	if n.ch != nil {
 		_ = n.ch.Close()
 	}
@@ -280,60 +325,53 @@ type daemon struct {
 	close func()
 }
 
-// daemonFactory builds a daemon on a node.
-type daemonFactory func(ctx context.Context, n *node) (daemon, error)
-
-// runDaemonsCommand returns a command that opens the stores in need and runs the
-// daemons the factories build.
-func runDaemonsCommand(need storeSet, factories ...daemonFactory) func(context.Context, *values, io.Writer, *slog.Logger) error {
-	return func(ctx context.Context, v *values, _ io.Writer, logger *slog.Logger) error {
-		n, err := openNode(ctx, v, logger, need)
-		if err != nil {
-			return err
-		}
-		defer n.close()
-		return n.run(ctx, factories...)
-	}
-}
-
-// run builds every daemon, then runs them until ctx ends or one fails; the first
-// failure stops the others and is reported with the daemon's name.
-func (n *node) run(ctx context.Context, factories ...daemonFactory) error {
+// run builds every box's daemon in the order given, which is their start order
+// (what a daemon needs starts before it: the process's metrics and probes first,
+// intake last), then runs them until ctx ends or one fails, and stops them in
+// reverse order as n.shutdown says (see runInOrder); the first failure stops the
+// others and is reported with the daemon's name. A box with nothing to run
+// (`all`'s bridges when no broker is configured) builds a daemon without run,
+// which is left out.
+func (n *node) run(ctx context.Context, boxes ...box) error {
 	if len(n.stream.Brokers) > 0 {
 		if err := n.ensureTopics(ctx); err != nil {
 			return err
 		}
 	}
+	plan, err := n.shutdown.plan(n.health.Drain)
+	if err != nil {
+		return err
+	}
 	var daemons []daemon
 	defer func() {
+		if n.abandoned {
+			return
+		}
 		for i := len(daemons) - 1; i >= 0; i-- {
 			if daemons[i].close != nil {
 				daemons[i].close()
 			}
 		}
 	}()
-	for _, f := range factories {
-		d, err := f(ctx, n)
+	for _, b := range boxes {
+		d, err := b.daemon(ctx, n)
 		if err != nil {
 			return err
+		}
+		if d.run == nil {
+			continue
 		}
 		daemons = append(daemons, d)
 	}
 	if n.ready != nil {
 		n.ready(n)
 	}
-	g, ctx := errgroup.WithContext(ctx)
-	for _, d := range daemons {
-		g.Go(func() error {
-			n.logger.Info("daemon starting", "daemon", d.name)
-			if err := d.run(ctx); err != nil {
-				return fmt.Errorf("%s: %w", d.name, err)
-			}
-			n.logger.Info("daemon stopped", "daemon", d.name)
-			return nil
-		})
+	err = runInOrder(ctx, daemons, plan, n.logger)
+	if errors.Is(err, errShutdownTimeout) {
+		// Daemons still run: closing what they hold would wait for them.
+		n.abandoned = true
 	}
-	return g.Wait()
+	return err
 }
 
 // ensureTopics creates lockstream's topics where they are missing, so a fresh
@@ -347,9 +385,30 @@ func (n *node) ensureTopics(ctx context.Context) error {
 	return stream.EnsureTopics(ctx, client, n.stream)
 }
 
-// apiDaemon serves the HTTP API, with ingest when Kafka is configured.
-func apiDaemon(ctx context.Context, n *node) (daemon, error) {
-	token := n.v.str("admin-token")
+// apiBox is the HTTP API, with the console, the heartbeat's view of the fleet,
+// members' inboxes, the delivery controls and POST /notification's publisher.
+type apiBox struct {
+	API       webapi.Config
+	Inbox     webapi.InboxConfig
+	Heartbeat heartbeat.Config
+	// Retention bounds the deliveries the API recovers (maintain's).
+	Retention time.Duration
+	// AMQP is POST /notification's publisher's broker.
+	AMQP amqp.Config
+}
+
+// RegisterSettings declares the API's settings.
+func (b *apiBox) RegisterSettings(s *settings.Set) {
+	b.API.RegisterSettings(s)
+	b.Inbox.RegisterSettings(s)
+	b.Heartbeat.RegisterSettings(s)
+	maintain.RegisterRetention(s, &b.Retention)
+	b.AMQP.RegisterPublisherSettings(s)
+}
+
+// daemon serves the HTTP API, with ingest when Kafka is configured.
+func (b *apiBox) daemon(ctx context.Context, n *node) (daemon, error) {
+	token := b.API.AdminToken
 	if token == "" {
 		return daemon{}, errors.New("LOCKSTREAM_ADMIN_TOKEN / --admin-token is required: the admin API has no other protection")
 	}
@@ -361,31 +420,22 @@ func apiDaemon(ctx context.Context, n *node) (daemon, error) {
 	} else if encrypted > 0 {
 		n.logger.Info("encrypted client secrets stored in plaintext", "clients", encrypted)
 	}
-	checks := map[string]webapi.Pinger{"postgres": n.pg, "redis": n.redis, "clickhouse": n.ch}
-	tracker, err := n.heartbeatTracker()
+	tracker, err := n.heartbeatTracker(b.Heartbeat)
 	if err != nil {
 		return daemon{}, err
 	}
-	con, err := newConsole(n, token, tracker)
-	if err != nil {
-		return daemon{}, err
-	}
-	inboxCfg, err := inboxConfig(n.v)
+	con, err := newConsole(n, token, b.Inbox.MemberTokenIdle, tracker)
 	if err != nil {
 		return daemon{}, err
 	}
 	a := n.analytics()
-	opts := []webapi.Option{webapi.WithHistory(a), webapi.WithAnalytics(a), webapi.WithDeliveries(n.pg, n.pg), webapi.WithClientEvents(n.pg), webapi.WithMaintenance(n.heartbeatStores().Postgres), webapi.WithPushes(n.pg, n.pg),
+	opts := []webapi.Option{webapi.WithHealth(n.health), webapi.WithHistory(a), webapi.WithAnalytics(a), webapi.WithDeliveries(n.pg, n.pg), webapi.WithClientEvents(n.pg), webapi.WithMaintenance(n.heartbeatStores().Postgres), webapi.WithPushes(n.pg, n.pg),
 		webapi.WithSensorStatus(tracker),
 		webapi.WithSensorObserver(tracker), webapi.WithLostSensors(tracker), webapi.WithConsole(con.Handler()),
-		webapi.WithInbox(n.pg, n.pg, n.redis, inboxCfg), webapi.WithUnregistered(consumer.NewPostgresStore(n.pg))}
-	retention, err := maintain.ParseRetention(n.v.str("retention"))
-	if err != nil {
-		return daemon{}, fmt.Errorf("--retention: %w", err)
-	}
-	opts = append(opts, webapi.WithDeliveryControls(n.pg, retention))
+		webapi.WithInbox(n.pg, n.pg, n.redis, b.Inbox), webapi.WithUnregistered(consumer.NewPostgresStore(n.pg))}
+	opts = append(opts, webapi.WithDeliveryControls(n.pg, b.Retention))
 	d := daemon{name: "api"}
-	publisher, err := n.notificationPublisher()
+	publisher, err := notificationPublisher(b.AMQP, n.stream)
 	if err != nil {
 		return daemon{}, err
 	}
@@ -402,14 +452,7 @@ func apiDaemon(ctx context.Context, n *node) (daemon, error) {
 		d.close = closeBoth(d.close, client.Close)
 		opts = append(opts, webapi.WithReadingPublisher(stream.NewReadingPublisher(n.stream, client)))
 	}
-	cfg, err := n.apiConfig()
-	if err != nil {
-		if d.close != nil {
-			d.close()
-		}
-		return daemon{}, err
-	}
-	srv, err := webapi.New(cfg, n.pg, checks, n.reg, n.reg, n.logger, opts...)
+	srv, err := webapi.New(b.API, n.pg, nil, n.reg, n.reg, n.logger, opts...)
 	if err != nil {
 		if d.close != nil {
 			d.close()
@@ -427,45 +470,29 @@ func apiDaemon(ctx context.Context, n *node) (daemon, error) {
 	return d, nil
 }
 
-// apiConfig is the HTTP API's configuration from the node's settings.
-func (n *node) apiConfig() (webapi.Config, error) {
-	cfg := webapi.Config{Addr: n.v.str("http-addr"), AdminToken: n.v.str("admin-token"),
-		IngestToken: n.v.str("ingest-token"), PushToken: n.v.str("push-token"), V1Token: n.v.str("v1-token")}
-	var err error
-	for _, d := range []struct {
-		name string
-		dst  *time.Duration
-	}{
-		{"secret-overlap", &cfg.SecretOverlap},
-		{"http-read-timeout", &cfg.ReadTimeout},
-		{"http-write-timeout", &cfg.WriteTimeout},
-		{"http-idle-timeout", &cfg.IdleTimeout},
-	} {
-		if *d.dst, err = n.v.duration(d.name); err != nil {
-			return webapi.Config{}, err
-		}
-	}
-	return cfg, nil
+// consumerBox is the state consumer.
+type consumerBox struct {
+	Heartbeat heartbeat.Config
+	Flapping  consumer.Flapping
 }
 
-func consumerDaemon(_ context.Context, n *node) (daemon, error) {
+// RegisterSettings declares the consumer's settings: its flapping rule's and the
+// heartbeat's, whose sightings it records.
+func (b *consumerBox) RegisterSettings(s *settings.Set) {
+	b.Heartbeat.RegisterSettings(s)
+	b.Flapping.RegisterSettings(s)
+}
+
+func (b *consumerBox) daemon(_ context.Context, n *node) (daemon, error) {
 	if err := n.requireBrokers(); err != nil {
 		return daemon{}, err
 	}
-	tracker, err := n.heartbeatTracker()
-	if err != nil {
-		return daemon{}, err
-	}
-	flapChanges, err := n.v.int("flap-changes")
-	if err != nil {
-		return daemon{}, err
-	}
-	flapWindow, err := n.v.duration("flap-window")
+	tracker, err := n.heartbeatTracker(b.Heartbeat)
 	if err != nil {
 		return daemon{}, err
 	}
 	store := consumer.NewPostgresStore(n.pg)
-	c, err := consumer.New(consumer.Config{Stream: n.stream, FlapChanges: flapChanges, FlapWindow: flapWindow},
+	c, err := consumer.New(consumer.Config{Stream: n.stream, FlapChanges: b.Flapping.Changes, FlapWindow: b.Flapping.Window},
 		consumer.Deps{States: store, Sightings: tracker, Unregistered: store}, n.reg, n.logger.With("daemon", "consumer"))
 	if err != nil {
 		return daemon{}, err
@@ -473,7 +500,13 @@ func consumerDaemon(_ context.Context, n *node) (daemon, error) {
 	return daemon{name: "consumer", run: c.Run}, nil
 }
 
-func historyDaemon(_ context.Context, n *node) (daemon, error) {
+// historyBox is the history writer; it has no settings of its own.
+type historyBox struct{}
+
+// RegisterSettings declares nothing: the history writer runs on the node's.
+func (historyBox) RegisterSettings(*settings.Set) {}
+
+func (historyBox) daemon(_ context.Context, n *node) (daemon, error) {
 	if err := n.requireBrokers(); err != nil {
 		return daemon{}, err
 	}
@@ -484,21 +517,23 @@ func historyDaemon(_ context.Context, n *node) (daemon, error) {
 	return daemon{name: "history", run: h.Run}, nil
 }
 
-// metricsDaemon serves /metrics, /healthz and /readyz (a ping of every store the
+// metricsBox serves /metrics, /healthz and /readyz for processes without the API.
+type metricsBox struct {
+	metricsSettings
+}
+
+// daemon serves /metrics, /healthz and /readyz (a ping of every store the
 // process uses) on LOCKSTREAM_METRICS_ADDR for processes without the API; with no
 // address it does nothing.
-func metricsDaemon(_ context.Context, n *node) (daemon, error) {
-	addr := n.v.str("metrics-addr")
+func (b *metricsBox) daemon(_ context.Context, n *node) (daemon, error) {
+	addr := b.Addr
 	if addr == "" {
 		return daemon{name: "metrics", run: func(ctx context.Context) error { <-ctx.Done(); return nil }}, nil
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"status":"ok"}`))
-	})
-	mux.HandleFunc("GET /readyz", n.probe.readyz)
+	mux.HandleFunc("GET /healthz", n.health.Healthz)
+	mux.HandleFunc("GET /readyz", n.health.Readyz)
 	return daemon{name: "metrics", run: func(ctx context.Context) error {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
@@ -509,8 +544,48 @@ func metricsDaemon(_ context.Context, n *node) (daemon, error) {
 	}}, nil
 }
 
-func runAll(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logger) error {
-	return startAll(ctx, v, stdout, logger, embeddedBrokerAddr, nil)
+// allSettings are `lockstream all`'s: the node's and every box's. A setting two
+// boxes read (the heartbeat's, the outbox retention, the SMTP server) is declared
+// by the same code in each and bound to both.
+type allSettings struct {
+	Node       nodeSettings
+	API        apiBox
+	Consumer   consumerBox
+	Heartbeat  heartbeatBox
+	Fanout     fanoutBox
+	Retrier    retrierBox
+	Maintain   maintainBox
+	Escalation escalationBox
+	Bridge     bridgeBox
+	Stats      statsSettings
+	Shutdown   shutdownSettings
+}
+
+// newAllSettings returns `all`'s settings, to be registered: every store, Kafka,
+// the data folder.
+func newAllSettings() *allSettings {
+	return &allSettings{Node: nodeSettings{need: usesAll | usesSecretKey | usesKafka | usesDataDir}}
+}
+
+// RegisterSettings declares every setting `all` reads.
+func (c *allSettings) RegisterSettings(s *settings.Set) {
+	s.Register(&c.Node, &c.API, &c.Consumer, &c.Heartbeat, &c.Fanout, &c.Retrier, &c.Maintain, &c.Escalation,
+		&c.Bridge, &c.Stats, &c.Shutdown)
+}
+
+// boxes are `all`'s daemons in start order; the bridges only when a broker URL
+// is set. First what reads the stores only, then what turns events into
+// deliveries and history, then the state consumer, then intake (the bridges,
+// then the API, whose listener also serves the probes). They stop in reverse:
+// intake first, then each stage drains what it holds while the stages after it
+// still run.
+func (c *allSettings) boxes(stdout io.Writer) []box {
+	boxes := []box{&statsBox{c.Stats, stdout}, &c.Maintain, inboxPartitionsBox{}, &c.Escalation, &c.Retrier,
+		&c.Fanout, historyBox{}, &c.Heartbeat, &c.Consumer}
+	if c.Bridge.configured() {
+		boxes = append(boxes, &c.Bridge)
+	}
+	return append(boxes, &c.API)
 }
 
 // startAll is `lockstream all`: it migrates, opens every store, starts the
@@ -518,32 +593,32 @@ func runAll(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logge
 // daemon until ctx ends. ready, when not nil, is called once the daemons are
 // built, just before they run (`lockstream bench pipeline` starts its load
 // then).
-func startAll(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logger, brokerAddr string, ready func(*node)) error {
-	if err := migrations.Migrate(ctx, v.str("pg-url"), v.str("clickhouse-url"), logger); err != nil {
+func startAll(ctx context.Context, c *allSettings, stdout io.Writer, logger *slog.Logger, brokerAddr string, ready func(*node)) error {
+	if err := migrations.Migrate(ctx, c.Node.PGURL, c.Node.ClickHouseURL, logger); err != nil {
 		return err
 	}
-	n, err := openNode(ctx, v, logger, usesAll|usesSecretKey)
+	n, err := openNode(ctx, &c.Node, logger)
 	if err != nil {
 		return err
 	}
 	defer n.close()
 	if len(n.stream.Brokers) == 0 {
-		dir := filepath.Join(v.str("data-dir"), "kafka")
+		dir := filepath.Join(c.Node.DataDir, "kafka")
 		broker, err := stream.StartEmbedded(ctx, dir, brokerAddr, n.stream.Partitions)
 		if err != nil {
 			return err
 		}
-		defer broker.Close()
+		defer func() {
+			if !n.abandoned {
+				broker.Close()
+			}
+		}()
 		n.stream.Brokers = broker.Addrs()
 		logger.Info("embedded Kafka broker started", "addr", n.stream.Brokers, "dir", dir)
 	}
-	daemons := []daemonFactory{apiDaemon, consumerDaemon, historyDaemon, heartbeatDaemon, fanoutDaemon, inboxPartitionsDaemon,
-		retrierDaemon, maintainDaemon, escalationDaemon, statsDaemon(stdout)}
-	if bridgesConfigured(v) {
-		daemons = append(daemons, bridgeDaemon)
-	}
 	n.ready = ready
-	return n.run(ctx, daemons...)
+	n.shutdown = c.Shutdown
+	return n.run(ctx, c.boxes(stdout)...)
 }
 
 // embeddedBrokerAddr is where `all` serves its embedded broker, so kcat and

@@ -15,13 +15,16 @@ import (
 // outbox in Postgres, its sessions in Redis, the analysts' reads of the history,
 // the heartbeat's counts and tracker, and the events topic for the live view
 // when Kafka is configured.
-func newConsole(n *node, adminToken string, tracker *heartbeat.Tracker) (*console.Console, error) {
+// memberTokenIdle is LOCKSTREAM_MEMBER_TOKEN_IDLE, which the console's
+// sign-in applies as the API does.
+func newConsole(n *node, adminToken string, memberTokenIdle time.Duration, tracker *heartbeat.Tracker) (*console.Console, error) {
 	deps := console.Deps{Registry: n.pg, Members: n.pg, Inbox: n.pg, Deliveries: n.pg, Sessions: console.NewRedisStore(n.redis),
 		Heartbeat: n.heartbeatStores().Redis, Connections: tracker, History: n.analytics()}
 	if len(n.stream.Brokers) > 0 {
 		deps.Events = eventTail{cfg: n.stream, logger: n.logger.With("daemon", "console")}
 	}
-	return console.New(console.Config{AdminToken: adminToken}, deps, n.reg, n.logger.With("daemon", "console"))
+	return console.New(console.Config{AdminToken: adminToken, MemberTokenIdle: memberTokenIdle}, deps, n.reg,
+		n.logger.With("daemon", "console"))
 }
 
 // eventTail follows the events topic for the console's live view.

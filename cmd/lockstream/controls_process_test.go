@@ -174,7 +174,7 @@ func TestSubscriptionFilterThroughAll(t *testing.T) {
 	}
 	var types []string
 	for _, r := range allSink.requests() {
-		types = append(types, r.body.Type)
+		types = append(types, string(r.body.Type))
 	}
 	if len(types) != 2 || types[0] != "state_changed" || types[1] != "connection_lost" {
 		t.Errorf("the client of every type got %v, want state_changed then connection_lost", types)

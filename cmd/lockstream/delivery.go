@@ -5,82 +5,64 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/fanout"
+	"github.com/lockstream/lockstream/internal/settings"
 	"github.com/lockstream/lockstream/notifier/email"
 	"github.com/lockstream/lockstream/notifier/swrve"
 	"github.com/lockstream/lockstream/notifier/webhook"
 	"github.com/lockstream/lockstream/retrier"
 )
 
-// fanoutDaemon turns events into notification and delivery rows in the outbox.
-func fanoutDaemon(_ context.Context, n *node) (daemon, error) {
+// fanoutBox turns events into notification and delivery rows in the outbox.
+type fanoutBox struct {
+	Fanout fanout.Config
+}
+
+// RegisterSettings declares the fan-out's settings.
+func (b *fanoutBox) RegisterSettings(s *settings.Set) { b.Fanout.RegisterSettings(s) }
+
+func (b *fanoutBox) daemon(_ context.Context, n *node) (daemon, error) {
 	if err := n.requireBrokers(); err != nil {
 		return daemon{}, err
 	}
-	writers, err := n.v.int("fanout-writers")
-	if err != nil {
-		return daemon{}, err
-	}
-	f, err := fanout.New(fanout.Config{Stream: n.stream, Writers: writers}, n.pg, n.reg, n.logger.With("daemon", "fanout"))
+	cfg := b.Fanout
+	cfg.Stream = n.stream
+	f, err := fanout.New(cfg, n.pg, n.reg, n.logger.With("daemon", "fanout"))
 	if err != nil {
 		return daemon{}, err
 	}
 	return daemon{name: "fanout", run: f.Run}, nil
 }
 
-// retrierDaemon delivers due outbox rows through the webhook, email and Swrve
+// retrierBox delivers due outbox rows through the webhook, email and Swrve
 // senders.
-func retrierDaemon(_ context.Context, n *node) (daemon, error) {
-	maxAttempts, err := n.v.int("retry-max-attempts")
-	if err != nil {
-		return daemon{}, err
-	}
-	backoffBase, err := n.v.duration("retry-backoff-base")
-	if err != nil {
-		return daemon{}, err
-	}
-	lease, err := n.v.duration("retry-lease")
-	if err != nil {
-		return daemon{}, err
-	}
-	allowPrivate, err := n.v.bool("webhook-allow-private")
-	if err != nil {
-		return daemon{}, err
-	}
-	disableAfter, err := n.v.duration("endpoint-disable-after")
-	if err != nil {
-		return daemon{}, err
-	}
-	disableMinFailures, err := n.v.int("endpoint-disable-min-failures")
-	if err != nil {
-		return daemon{}, err
-	}
-	workers, err := n.v.int("retry-workers")
-	if err != nil {
-		return daemon{}, err
-	}
-	perEndpoint, err := n.v.int("webhook-endpoint-concurrency")
-	if err != nil {
-		return daemon{}, err
-	}
+type retrierBox struct {
+	Retrier retrier.Config
+	Webhook webhook.Config
+	Email   email.Config
+	Swrve   swrve.Config
+}
+
+// RegisterSettings declares the retrier's settings and its senders'.
+func (b *retrierBox) RegisterSettings(s *settings.Set) {
+	s.Register(&b.Retrier, &b.Webhook, &b.Email, &b.Swrve)
+}
+
+func (b *retrierBox) daemon(_ context.Context, n *node) (daemon, error) {
 	logger := n.logger.With("daemon", "retrier")
-	webhooks, err := webhook.New(webhook.Config{AllowPrivate: allowPrivate, PerEndpointConcurrency: perEndpoint}, logger)
+	webhooks, err := webhook.New(b.Webhook, logger)
 	if err != nil {
 		return daemon{}, err
 	}
-	mail, err := email.New(email.Config{SMTPURL: n.v.str("smtp-url")}, logger)
-	if err != nil {
-		webhooks.Close()
-		return daemon{}, err
-	}
-	swrveRate, err := n.v.float("swrve-rate")
+	mail, err := email.New(b.Email, logger)
 	if err != nil {
 		webhooks.Close()
 		return daemon{}, err
 	}
 	// Every retrier process takes its Swrve turns from Redis: together they
 	// keep LOCKSTREAM_SWRVE_RATE.
-	push, err := swrve.New(swrve.Config{URL: n.v.str("swrve-url"), Rate: swrveRate, PushKeysFile: n.v.str("swrve-push-keys"),
-		Redis: n.redis}, n.reg, logger)
+	swrveCfg := b.Swrve
+	swrveCfg.Redis = n.redis
+	push, err := swrve.New(swrveCfg, n.reg, logger)
 	if err != nil {
 		webhooks.Close()
 		return daemon{}, err
@@ -91,9 +73,9 @@ func retrierDaemon(_ context.Context, n *node) (daemon, error) {
 	}
 	// As many push workers as the Swrve pool has slots: the sender's rate and
 	// pool pace the requests, and no claimed push waits for a worker.
-	cfg := retrier.Config{MaxAttempts: maxAttempts, BackoffBase: backoffBase, Workers: workers, PushWorkers: push.PoolSize(),
-		DisableAfter: disableAfter, DisableMinFailures: disableMinFailures}
-	r, err := retrier.New(leaseConfig(cfg, lease),
+	cfg := b.Retrier
+	cfg.PushWorkers = push.PoolSize()
+	r, err := retrier.New(leaseConfig(cfg, cfg.Lease),
 		retrier.Deps{Store: n.pg, Attempts: n.ch, Webhook: webhooks, Email: mail, Push: push.Notifications(), StandalonePush: push,
 			Endpoints: n.pg, Limiter: n.redis, Notices: mail, Wakeups: n.pg},
 		n.reg, logger)

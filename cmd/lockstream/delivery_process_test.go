@@ -34,6 +34,8 @@ type deliveryNode struct {
 	h     *harness
 	api   string
 	procs map[string]*proc // the last process started of each subcommand
+	// stores are the node's databases, for tests that read them directly.
+	stores *storagetest.Stores
 	// onCall, when set, is told of every request call makes, with its URL and
 	// bearer token, before it is sent.
 	onCall func(method, url, token string)
@@ -55,7 +57,8 @@ func startDeliveryNode(t *testing.T, subcommands []string, settings ...string) *
 		"LOCKSTREAM_HEARTBEAT_TIMEOUT=1h", // no connection_lost events in these tests
 		"LOCKSTREAM_DATA_DIR="+t.TempDir(),
 	)
-	n := &deliveryNode{t: t, h: newHarness(t, append(env, settings...)...), api: "http://" + addr, procs: map[string]*proc{}}
+	n := &deliveryNode{t: t, h: newHarness(t, append(env, settings...)...), api: "http://" + addr, procs: map[string]*proc{},
+		stores: stores}
 	for _, sub := range subcommands {
 		n.start(sub)
 	}
@@ -459,9 +462,9 @@ func TestDeliverySurvivesSIGKILL(t *testing.T) {
 	sink.hold()
 	t.Cleanup(sink.release) // before the server's Close, which waits for handlers
 
-	// Four sensors: as many requests as the webhook sender sends to one endpoint
-	// at once (webhook.DefaultPerEndpointConcurrency).
-	sensors := make([]string, webhook.DefaultPerEndpointConcurrency)
+	// Four sensors, all held open at once: fewer than the requests the webhook
+	// sender sends to one endpoint at once (webhook.DefaultPerEndpointConcurrency).
+	sensors := make([]string, 4)
 	for i := range sensors {
 		sensors[i] = fmt.Sprintf("killDoor%d", i)
 	}

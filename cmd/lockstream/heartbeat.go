@@ -8,33 +8,21 @@ import (
 
 	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/heartbeat"
+	"github.com/lockstream/lockstream/internal/settings"
 	"github.com/lockstream/lockstream/stream"
 )
 
-// heartbeatConfig is the heartbeat configuration of a node.
-func (n *node) heartbeatConfig() (heartbeat.Config, error) {
-	timeout, err := n.v.duration("heartbeat-timeout")
-	if err != nil {
-		return heartbeat.Config{}, err
-	}
-	sweep, err := n.v.duration("heartbeat-sweep-interval")
-	if err != nil {
-		return heartbeat.Config{}, err
-	}
-	siteMin, err := n.v.int("site-outage-min")
-	if err != nil {
-		return heartbeat.Config{}, err
-	}
-	siteHold, err := n.v.duration("site-hold")
-	if err != nil {
-		return heartbeat.Config{}, err
-	}
-	flapWindow, err := n.v.duration("flap-window")
-	if err != nil {
-		return heartbeat.Config{}, err
-	}
-	return heartbeat.Config{Timeout: timeout, SweepInterval: sweep, SiteOutageMin: siteMin, SiteHold: siteHold,
-		FlapWindow: flapWindow}, nil
+// heartbeatBox sweeps for silent sensors and publishes connection_lost.
+type heartbeatBox struct {
+	Heartbeat heartbeat.Config
+	Flapping  consumer.Flapping
+}
+
+// RegisterSettings declares the heartbeat's settings and the flapping window it
+// follows (an unstable sensor's loss waits for it).
+func (b *heartbeatBox) RegisterSettings(s *settings.Set) {
+	b.Heartbeat.RegisterSettings(s)
+	b.Flapping.RegisterWindow(s)
 }
 
 // heartbeatStores are the heartbeat's statements on the node's stores.
@@ -45,13 +33,9 @@ func (n *node) heartbeatStores() heartbeat.Stores {
 // heartbeatTracker returns the node's one tracker, creating it on first use: the
 // consumer records sightings through it, the API and the console read
 // connections from it and tell it of the registry's changes.
-func (n *node) heartbeatTracker() (*heartbeat.Tracker, error) {
+func (n *node) heartbeatTracker(cfg heartbeat.Config) (*heartbeat.Tracker, error) {
 	if n.tracker != nil {
 		return n.tracker, nil
-	}
-	cfg, err := n.heartbeatConfig()
-	if err != nil {
-		return nil, err
 	}
 	stores := n.heartbeatStores()
 	t, err := heartbeat.NewTracker(cfg, stores.Redis, stores.Postgres, n.reg, n.logger.With("daemon", "heartbeat"))
@@ -62,15 +46,12 @@ func (n *node) heartbeatTracker() (*heartbeat.Tracker, error) {
 	return t, nil
 }
 
-// heartbeatDaemon sweeps for silent sensors and publishes connection_lost.
-func heartbeatDaemon(_ context.Context, n *node) (daemon, error) {
+func (b *heartbeatBox) daemon(_ context.Context, n *node) (daemon, error) {
 	if err := n.requireBrokers(); err != nil {
 		return daemon{}, err
 	}
-	cfg, err := n.heartbeatConfig()
-	if err != nil {
-		return daemon{}, err
-	}
+	cfg := b.Heartbeat
+	cfg.FlapWindow = b.Flapping.Window
 	client, err := kgo.NewClient(append(stream.ClientOpts(n.stream), stream.WithLogger(n.logger),
 		stream.ClientMetrics(n.reg, "heartbeat"))...)
 	if err != nil {

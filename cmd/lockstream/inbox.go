@@ -4,17 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/lockstream/lockstream/webapi"
+	"github.com/lockstream/lockstream/internal/settings"
 )
-
-// inboxConfig reads the settings of members' inboxes and streams.
-func inboxConfig(v *values) (webapi.InboxConfig, error) {
-	window, err := v.duration("new-member-window")
-	if err != nil {
-		return webapi.InboxConfig{}, err
-	}
-	return webapi.InboxConfig{NewMemberWindow: window}, nil
-}
 
 // inboxPartitionsAhead is how many months of inbox partitions are kept ready
 // after the current one.
@@ -24,13 +15,18 @@ const inboxPartitionsAhead = 3
 // plenty for months made three ahead.
 const inboxPartitionsInterval = 24 * time.Hour
 
-// inboxPartitionsDaemon keeps the month partitions of inbox_messages created
+// inboxPartitionsBox keeps the month partitions of inbox_messages created
 // ahead, so the fan-out never writes a message with no partition to hold it.
 // `lockstream maintain` makes them too (and drops old months), but
 // inbox_messages has no DEFAULT partition to catch a write when maintain is not
 // running: the fan-out process does not depend on it. Making a partition that
 // exists changes nothing.
-func inboxPartitionsDaemon(_ context.Context, n *node) (daemon, error) {
+type inboxPartitionsBox struct{}
+
+// RegisterSettings declares nothing: the partitions' pace is fixed.
+func (inboxPartitionsBox) RegisterSettings(*settings.Set) {}
+
+func (inboxPartitionsBox) daemon(_ context.Context, n *node) (daemon, error) {
 	logger := n.logger.With("daemon", "inbox-partitions")
 	ensure := func(ctx context.Context) {
 		cctx, cancel := context.WithTimeout(ctx, time.Minute)

@@ -16,15 +16,33 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/lockstream/lockstream/internal/settings"
 )
 
 func main() {
-	// SIGINT and SIGTERM cancel the context: every daemon drains and stops.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first SIGINT or SIGTERM cancels the context: the process stops being
+	// ready, then its daemons drain and stop in order (see runInOrder). A second
+	// one exits at once, for an operator who will not wait.
+	ctx, cancel := context.WithCancel(context.Background())
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-signals
+		cancel()
+		sig := <-signals
+		fmt.Fprintf(os.Stderr, "lockstream: second signal (%v): exiting at once, without draining\n", sig)
+		os.Exit(exitSecondSignal)
+	}()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
+	signal.Stop(signals)
+	cancel()
 	os.Exit(code)
 }
+
+// exitSecondSignal is the exit status after a second SIGINT or SIGTERM: the
+// process did not drain.
+const exitSecondSignal = 1
 
 // run is main without the signals and the exit, for tests: it runs until ctx ends and
 // returns the process's exit code.
@@ -49,17 +67,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
-	v := newFlagSet(cmd.name, append([]string{"log-level"}, cmd.settings...))
-	v.fs.SetOutput(stderr)
-	if cmd.flags != nil {
-		cmd.flags(v.fs)
+	if cmd.name == "config" {
+		return runConfig(args[1:], cmds, stdout, stderr)
 	}
-	v.fs.Usage = func() {
+
+	fs := flag.NewFlagSet("lockstream "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	s, proc, runCmd := setupCommand(*cmd, fs)
+	if err := s.Apply(fs, os.LookupEnv); err != nil {
+		fmt.Fprintf(stderr, "lockstream %s: %v\n", cmd.name, err)
+		return 2
+	}
+	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: lockstream %s%s [flags]\n\n%s\n\nFlags (flags may come before or after arguments; a setting's flag beats its environment variable):\n",
 			cmd.name, cmd.args, cmd.summary)
-		v.printFlags(stderr)
+		printFlags(stderr, fs, s)
 	}
-	positional, err := parseInterspersed(v.fs, args[1:])
+	positional, err := parseInterspersed(fs, args[1:])
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -70,18 +94,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "lockstream %s: unexpected argument %q (see lockstream %s --help)\n", cmd.name, positional[0], cmd.name)
 		return 2
 	}
-	v.args = positional
-	logger, err := newLogger(stderr, v.str("log-level"))
+	logger, err := newLogger(stderr, proc.LogLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "lockstream %s: %v\n", cmd.name, err)
 		return 2
 	}
 
-	if err := cmd.run(ctx, v, stdout, logger); err != nil {
+	if err := runCmd(ctx, positional, stdout, logger); err != nil {
 		logger.Error("stopped with an error", "command", cmd.name, "err", err)
 		return 1
 	}
 	return 0
+}
+
+// setupCommand declares a command's settings — the process's and its boxes' — on
+// a new Set and its own flags on fs.
+func setupCommand(cmd command, fs *flag.FlagSet) (*settings.Set, *processSettings, runner) {
+	s := settings.New()
+	proc := &processSettings{}
+	s.Register(proc)
+	return s, proc, cmd.setup(s, fs)
 }
 
 // parseInterspersed parses flags wherever they stand among the arguments, as

@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -25,12 +26,9 @@ func TestHelpListsCommandsAndFlags(t *testing.T) {
 	if code := run(context.Background(), []string{"all", "--help"}, &out, &errOut); code != 0 {
 		t.Fatalf("all --help exited %d", code)
 	}
-	for _, s := range settingTable() {
-		if strings.HasPrefix(s.flag, "sink-") || strings.HasPrefix(s.flag, "fake-swrve-") {
-			continue
-		}
-		if !strings.Contains(errOut.String(), "-"+s.flag) || !strings.Contains(errOut.String(), s.env) {
-			t.Errorf("all --help does not list --%s with %s", s.flag, s.env)
+	for _, r := range commandRows(t, "all") {
+		if !strings.Contains(errOut.String(), r.Flag+"\n") || !strings.Contains(errOut.String(), r.Variable) {
+			t.Errorf("all --help does not list %s with %s", r.Flag, r.Variable)
 		}
 	}
 }
@@ -49,21 +47,15 @@ func TestUnknownCommandAndFlag(t *testing.T) {
 // A flag beats its environment variable, which beats the built-in default.
 func TestSettingPrecedence(t *testing.T) {
 	t.Setenv("LOCKSTREAM_HTTP_ADDR", "127.0.0.1:9999")
-	v := newFlagSet("api", []string{"http-addr", "redis-url"})
-	if err := v.fs.Parse(nil); err != nil {
-		t.Fatal(err)
-	}
-	if got := v.str("http-addr"); got != "127.0.0.1:9999" {
+	c := parseAllSettings(t)
+	if got := c.API.API.Addr; got != "127.0.0.1:9999" {
 		t.Errorf("env: http-addr = %q", got)
 	}
-	if got := v.str("redis-url"); got != "redis://127.0.0.1:6379/0" {
+	if got := c.Node.RedisURL; got != "redis://127.0.0.1:6379/0" {
 		t.Errorf("default: redis-url = %q", got)
 	}
-	v = newFlagSet("api", []string{"http-addr"})
-	if err := v.fs.Parse([]string{"--http-addr", "127.0.0.1:7777"}); err != nil {
-		t.Fatal(err)
-	}
-	if got := v.str("http-addr"); got != "127.0.0.1:7777" {
+	c = parseAllSettings(t, "--http-addr", "127.0.0.1:7777")
+	if got := c.API.API.Addr; got != "127.0.0.1:7777" {
 		t.Errorf("flag: http-addr = %q", got)
 	}
 }
@@ -71,15 +63,14 @@ func TestSettingPrecedence(t *testing.T) {
 func TestTypedSettingsNameTheVariableOnError(t *testing.T) {
 	t.Setenv("LOCKSTREAM_HEARTBEAT_TIMEOUT", "soon")
 	t.Setenv("LOCKSTREAM_WEBHOOK_ALLOW_PRIVATE", "maybe")
-	v := newFlagSet("all", []string{"heartbeat-timeout", "webhook-allow-private"})
-	if err := v.fs.Parse(nil); err != nil {
-		t.Fatal(err)
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"all"}, &out, &errOut); code != 2 {
+		t.Fatalf("bad settings: exit %d, want 2; stderr %s", code, errOut.String())
 	}
-	if _, err := v.duration("heartbeat-timeout"); err == nil || !strings.Contains(err.Error(), "LOCKSTREAM_HEARTBEAT_TIMEOUT") {
-		t.Errorf("bad duration: err = %v", err)
-	}
-	if _, err := v.bool("webhook-allow-private"); err == nil || !strings.Contains(err.Error(), "LOCKSTREAM_WEBHOOK_ALLOW_PRIVATE") {
-		t.Errorf("bad bool: err = %v", err)
+	for _, env := range []string{"LOCKSTREAM_HEARTBEAT_TIMEOUT", "LOCKSTREAM_WEBHOOK_ALLOW_PRIVATE"} {
+		if !strings.Contains(errOut.String(), env) {
+			t.Errorf("the error does not name %s: %s", env, errOut.String())
+		}
 	}
 }
 
@@ -95,5 +86,26 @@ func TestCounterTotalsByNameAndLabel(t *testing.T) {
 	}
 	if totals["x_total"] != 5 || totals[`x_total{outcome="sent"}`] != 3 {
 		t.Errorf("totals = %v", totals)
+	}
+}
+
+// TestMemberTokenIdleSetting: LOCKSTREAM_MEMBER_TOKEN_IDLE takes days or a Go
+// duration, defaults to 60 days, and refuses zero and garbage naming itself.
+func TestMemberTokenIdleSetting(t *testing.T) {
+	if got := parseAllSettings(t).API.Inbox.MemberTokenIdle; got != 60*24*time.Hour {
+		t.Errorf("default: %v, want 60 days", got)
+	}
+	for in, want := range map[string]time.Duration{"30d": 30 * 24 * time.Hour, "36h": 36 * time.Hour} {
+		if got := parseAllSettings(t, "--member-token-idle", in).API.Inbox.MemberTokenIdle; got != want {
+			t.Errorf("%q: %v, want %v", in, got, want)
+		}
+	}
+	for _, bad := range []string{"0d", "0", "soon", "-3d", "1.5d"} {
+		t.Setenv("LOCKSTREAM_MEMBER_TOKEN_IDLE", bad)
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), []string{"all"}, &out, &errOut); code != 2 ||
+			!strings.Contains(errOut.String(), "LOCKSTREAM_MEMBER_TOKEN_IDLE") {
+			t.Errorf("%q: exit %d, stderr %s", bad, code, errOut.String())
+		}
 	}
 }

@@ -2,27 +2,25 @@ package main
 
 import (
 	"context"
-	"fmt"
 
+	"github.com/lockstream/lockstream/internal/settings"
 	"github.com/lockstream/lockstream/maintain"
 )
 
-// maintainDaemon keeps the stores bounded (package maintain).
-func maintainDaemon(_ context.Context, n *node) (daemon, error) {
-	retention, err := maintain.ParseRetention(n.v.str("retention"))
-	if err != nil {
-		return daemon{}, fmt.Errorf("--retention: %w", err)
-	}
-	historyRetention, err := maintain.ParseRetention(n.v.str("history-retention"))
-	if err != nil {
-		return daemon{}, fmt.Errorf("--history-retention: %w", err)
-	}
-	interval, err := n.v.duration("maintain-interval")
-	if err != nil {
-		return daemon{}, err
-	}
-	m, err := maintain.New(maintain.Config{Retention: retention, HistoryRetention: historyRetention, Interval: interval},
-		maintain.NewPostgresStore(n.pg), maintain.NewClickHouseStore(n.ch), n.reg, n.logger.With("daemon", "maintain"))
+// maintainBox keeps the stores bounded, repairs the analytics rollups of the
+// last closed month and mails the clients' weekly reports (package maintain).
+type maintainBox struct {
+	Maintain maintain.Config
+}
+
+// RegisterSettings declares maintain's settings.
+func (b *maintainBox) RegisterSettings(s *settings.Set) { b.Maintain.RegisterSettings(s) }
+
+func (b *maintainBox) daemon(_ context.Context, n *node) (daemon, error) {
+	an := n.analytics()
+	m, err := maintain.New(b.Maintain,
+		maintain.NewPostgresStore(n.pg), maintain.NewClickHouseStore(n.ch), n.reg, n.logger.With("daemon", "maintain"),
+		maintain.WithReports(maintain.NewPostgresStore(n.pg), an), maintain.WithRollupRepair(an))
 	if err != nil {
 		return daemon{}, err
 	}

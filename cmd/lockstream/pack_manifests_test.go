@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 	appsv1 "k8s.io/api/apps/v1"
@@ -21,11 +23,13 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	k8syaml "sigs.k8s.io/yaml"
+
+	"github.com/lockstream/lockstream/internal/settings"
 )
 
 // packTools are the tools of the command table: every other subcommand is a
 // daemon and needs a Deployment.
-var packTools = []string{"migrate", "all", "simulate", "bench", "fake-swrve", "webhook-sink"}
+var packTools = []string{"migrate", "all", "simulate", "bench", "config", "fake-swrve", "webhook-sink"}
 
 // k8sObjects are the manifests of deploy/k8s, decoded.
 type k8sObjects struct {
@@ -93,11 +97,15 @@ func (o *k8sObjects) decode(doc []byte) error {
 
 // commandSettings returns, by subcommand, the environment variables it reads.
 func commandSettings() map[string][]string {
-	table := settingTable()
 	out := map[string][]string{}
 	for _, c := range commands() {
-		for _, name := range append([]string{"log-level"}, c.settings...) {
-			out[c.name] = append(out[c.name], table[name].env)
+		if c.setup == nil {
+			continue
+		}
+		s, _, _ := setupCommand(c, flag.NewFlagSet(c.name, flag.ContinueOnError))
+		out[c.name] = []string{}
+		for _, r := range s.Rows() {
+			out[c.name] = append(out[c.name], r.Variable)
 		}
 	}
 	return out
@@ -119,8 +127,12 @@ func TestOpsPackManifests(t *testing.T) {
 		}
 	}
 	daemonEnvs := map[string]bool{}
-	for _, name := range daemonSettingNames() {
-		daemonEnvs[settingTable()[name].env] = true
+	for name, envs := range settings {
+		if !slices.Contains(packTools, name) {
+			for _, env := range envs {
+				daemonEnvs[env] = true
+			}
+		}
 	}
 	for k := range config {
 		if !daemonEnvs[k] {
@@ -137,6 +149,7 @@ func TestOpsPackManifests(t *testing.T) {
 		for _, c := range d.Spec.Template.Spec.Containers {
 			cmd := checkContainer(t, "deployment "+d.Name, c, settings, config, objs, true)
 			deployed[cmd] = true
+			checkGracePeriod(t, "deployment "+d.Name, d.Spec.Template.Spec.TerminationGracePeriodSeconds, c, config)
 		}
 	}
 	for _, j := range objs.jobs {
@@ -227,6 +240,39 @@ func checkContainer(t *testing.T, where string, c corev1.Container, settings map
 		}
 	}
 	return cmd
+}
+
+// checkGracePeriod fails t unless Kubernetes waits longer than the container's
+// shutdown delay and timeout before it kills it: a process killed mid-drain
+// leaves its in-flight work to be redone.
+func checkGracePeriod(t *testing.T, where string, grace *int64, c corev1.Container, config map[string]string) {
+	t.Helper()
+	budget := time.Duration(0)
+	for name, def := range map[string]time.Duration{"shutdown-delay": DefaultShutdownDelay, "shutdown-timeout": DefaultShutdownTimeout} {
+		env := settings.Decl{Name: name}.Env()
+		value := def.String()
+		if v, ok := config[env]; ok {
+			value = v
+		}
+		for _, e := range c.Env {
+			if e.Name == env {
+				value = e.Value
+			}
+		}
+		d, err := time.ParseDuration(value)
+		if err != nil {
+			t.Errorf("%s: %s = %q: %v", where, env, value, err)
+		}
+		budget += d
+	}
+	const k8sDefaultGrace = 30 // seconds, when the manifest sets none
+	seconds := int64(k8sDefaultGrace)
+	if grace != nil {
+		seconds = *grace
+	}
+	if time.Duration(seconds)*time.Second <= budget {
+		t.Errorf("%s: terminationGracePeriodSeconds %d, want more than the shutdown delay + timeout (%v)", where, seconds, budget)
+	}
 }
 
 // containerPort resolves a named or numbered port of c.

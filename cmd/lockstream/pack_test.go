@@ -29,8 +29,9 @@ import (
 // metrics; building them connects to nothing). A daemon missing here makes the pack
 // test fail on its metrics (never pass wrongly), so a new daemon is added here when
 // a panel or a rule uses it.
-var packDaemons = []daemonFactory{apiDaemon, consumerDaemon, historyDaemon, heartbeatDaemon, fanoutDaemon, retrierDaemon,
-	maintainDaemon, escalationDaemon, bridgeDaemon}
+func packDaemons(c *allSettings) []box {
+	return []box{&c.API, &c.Consumer, historyBox{}, &c.Heartbeat, &c.Fanout, &c.Retrier, &c.Maintain, &c.Escalation, &c.Bridge}
+}
 
 // exportedMetric is one metric family a process may export.
 type exportedMetric struct {
@@ -48,27 +49,24 @@ func exportedMetrics(t *testing.T) map[string]exportedMetric {
 	t.Helper()
 	stores := storagetest.New(t)
 	kafka := streamtest.Config(t, 1)
-	v := newFlagSet("all", daemonSettingNames())
-	err := v.fs.Parse([]string{
-		"--pg-url=" + stores.PostgresURL, "--clickhouse-url=" + stores.ClickHouseURL,
-		"--redis-url=" + stores.RedisURL, "--redis-prefix=" + stores.RedisPrefix,
-		"--kafka-brokers=" + strings.Join(kafka.Brokers, ","), "--kafka-partitions=1",
+	c := parseAllSettings(t,
+		"--pg-url="+stores.PostgresURL, "--clickhouse-url="+stores.ClickHouseURL,
+		"--redis-url="+stores.RedisURL, "--redis-prefix="+stores.RedisPrefix,
+		"--kafka-brokers="+strings.Join(kafka.Brokers, ","), "--kafka-partitions=1",
 		"--admin-token=pack-admin", "--ingest-token=pack-ingest", "--http-addr=127.0.0.1:0",
 		// The bridges' settings: the daemons are built, never run, so nothing dials these.
 		"--amqp-url=amqp://guest:guest@127.0.0.1:5672/", "--amqp-publish-events=true",
 		"--mqtt-url=mqtt://127.0.0.1:1883",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	)
 	ctx := context.Background()
-	n, err := openNode(ctx, v, slog.New(slog.DiscardHandler), usesAll)
+	c.Node.need = usesAll | usesKafka
+	n, err := openNode(ctx, &c.Node, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("opening the stores (make services starts them): %v", err)
 	}
 	t.Cleanup(n.close)
-	for _, f := range packDaemons {
-		d, err := f(ctx, n)
+	for _, b := range packDaemons(c) {
+		d, err := b.daemon(ctx, n)
 		if err != nil {
 			t.Fatalf("building a daemon: %v", err)
 		}

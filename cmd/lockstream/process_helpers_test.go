@@ -101,7 +101,9 @@ type harness struct {
 }
 
 // newHarness returns a harness whose processes see the environment of the test
-// process without any LOCKSTREAM_ variable, plus settings (NAME=value).
+// process without any LOCKSTREAM_ variable, plus settings (NAME=value). Their
+// shutdown delay is 0 (no load balancer waits on them) unless settings say
+// otherwise: the last value of a variable wins.
 func newHarness(t *testing.T, settings ...string) *harness {
 	t.Helper()
 	var env []string
@@ -110,6 +112,7 @@ func newHarness(t *testing.T, settings ...string) *harness {
 			env = append(env, kv)
 		}
 	}
+	env = append(env, "LOCKSTREAM_SHUTDOWN_DELAY=0s")
 	return &harness{t: t, bin: lockstreamBinary(t), env: append(env, settings...)}
 }
 
@@ -200,18 +203,30 @@ func (p *proc) kill() {
 // with status 0 (a clean stop) in time.
 func (p *proc) stop() {
 	p.t.Helper()
-	p.stopping.Store(true)
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		p.t.Fatalf("stopping %s: %v", p.name, err)
+	p.signal(syscall.SIGTERM)
+	if code := p.waitExit(); code != 0 {
+		p.t.Fatalf("%s exited with status %d after SIGTERM, want 0:\n%s", p.name, code, tail(p.out.String(), 4000))
 	}
+}
+
+// signal sends sig to the process, whose exit is then expected.
+func (p *proc) signal(sig syscall.Signal) {
+	p.t.Helper()
+	p.stopping.Store(true)
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Fatalf("signalling %s (%v): %v", p.name, sig, err)
+	}
+}
+
+// waitExit waits until the process has exited and returns its exit status.
+func (p *proc) waitExit() int {
+	p.t.Helper()
 	select {
 	case <-p.done:
 	case <-time.After(processWait):
-		p.t.Fatalf("%s still running %v after SIGTERM", p.name, processWait)
+		p.t.Fatalf("%s still running %v after it was signalled", p.name, processWait)
 	}
-	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
-		p.t.Fatalf("%s exited with status %d after SIGTERM, want 0:\n%s", p.name, code, tail(p.out.String(), 4000))
-	}
+	return p.cmd.ProcessState.ExitCode()
 }
 
 // waitFor polls cond until it holds, failing the test after processWait or as

@@ -19,15 +19,15 @@ const secretKeyFile = "secret.key"
 // key in <data dir>/secret.key, which is generated on first use with a warning:
 // every process that reads or writes secrets (api, retrier) must then share that
 // folder, so a deployment on several machines sets the variable instead.
-func secretBox(v *values, logger *slog.Logger) (*storage.SecretBox, error) {
-	if text := v.str("secret-key"); text != "" {
+func secretBox(secretKey, dataDir string, logger *slog.Logger) (*storage.SecretBox, error) {
+	if text := secretKey; text != "" {
 		key, err := storage.ParseSecretKey(text)
 		if err != nil {
 			return nil, fmt.Errorf("LOCKSTREAM_SECRET_KEY / --secret-key: %w", err)
 		}
 		return storage.NewSecretBox(key)
 	}
-	path := filepath.Join(v.str("data-dir"), secretKeyFile)
+	path := filepath.Join(dataDir, secretKeyFile)
 	text, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		if err := writeSecretKey(path); err != nil {

@@ -20,12 +20,9 @@ func TestSecretKeyIsGeneratedOnceIntoTheDataFolder(t *testing.T) {
 	t.Setenv("LOCKSTREAM_SECRET_KEY", "")
 	load := func() (string, string) {
 		t.Helper()
-		v := newFlagSet("api", []string{"secret-key", "data-dir"})
-		if err := v.fs.Parse(nil); err != nil {
-			t.Fatal(err)
-		}
+		c := parseNodeSettings(t, usesSecretKey)
 		var logs bytes.Buffer
-		if _, err := secretBox(v, slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
+		if _, err := secretBox(c.SecretKey, c.DataDir, slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
 			t.Fatal(err)
 		}
 		key, err := os.ReadFile(filepath.Join(dir, "secret.key"))
@@ -53,19 +50,13 @@ func TestSecretKeyIsGeneratedOnceIntoTheDataFolder(t *testing.T) {
 	}
 
 	t.Setenv("LOCKSTREAM_SECRET_KEY", "not-a-key")
-	v := newFlagSet("api", []string{"secret-key", "data-dir"})
-	if err := v.fs.Parse(nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := secretBox(v, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "LOCKSTREAM_SECRET_KEY") {
+	c := parseNodeSettings(t, usesSecretKey)
+	if _, err := secretBox(c.SecretKey, c.DataDir, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "LOCKSTREAM_SECRET_KEY") {
 		t.Fatalf("malformed key: %v", err)
 	}
 	t.Setenv("LOCKSTREAM_SECRET_KEY", storage.NewSecretKey())
-	v = newFlagSet("api", []string{"secret-key", "data-dir"})
-	if err := v.fs.Parse(nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := secretBox(v, slog.New(slog.DiscardHandler)); err != nil {
+	c = parseNodeSettings(t, usesSecretKey)
+	if _, err := secretBox(c.SecretKey, c.DataDir, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatalf("configured key: %v", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/emersion/go-smtp"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/notifier/swrve/swrvetest"
 	"github.com/lockstream/lockstream/notifier/webhook"
 )
@@ -25,18 +26,18 @@ import (
 // runSink serves a webhook receiver that verifies each delivery's signature and prints
 // it: the demo's stand-in for a client system. With LOCKSTREAM_SINK_SMTP_ADDR it also
 // takes email over SMTP and prints one line per message (the demo's mailbox).
-func runSink(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logger) error {
-	secret := v.str("sink-secret")
+func runSink(ctx context.Context, c *sinkSettings, stdout io.Writer, logger *slog.Logger) error {
+	secret := c.Secret
 	if secret == "" {
 		return errors.New("LOCKSTREAM_SINK_SECRET / --sink-secret is required: the client's webhook secret, to verify signatures")
 	}
-	ln, err := net.Listen("tcp", v.str("sink-addr"))
+	ln, err := net.Listen("tcp", c.Addr)
 	if err != nil {
 		return fmt.Errorf("webhook sink: %w", err)
 	}
 	out := &lockedWriter{w: stdout}
 	g, gctx := errgroup.WithContext(ctx)
-	if addr := v.str("sink-smtp-addr"); addr != "" {
+	if addr := c.SMTPAddr; addr != "" {
 		mln, err := net.Listen("tcp", addr)
 		if err != nil {
 			_ = ln.Close()
@@ -147,11 +148,11 @@ func sinkHandler(secret string, out io.Writer) http.Handler {
 	})
 }
 
-func describeState(eventType string, data *int) string {
+func describeState(eventType event.Type, data *int) string {
 	switch {
-	case eventType == "connection_lost":
+	case eventType == event.ConnectionLost:
 		return "went silent"
-	case eventType == "connection_restored":
+	case eventType == event.ConnectionRestored:
 		return "is back"
 	case data == nil:
 		return "state unknown"
@@ -185,12 +186,9 @@ func serveUntilDone(ctx context.Context, srv *http.Server, ln net.Listener) erro
 
 // runFakeSwrve serves the fake Swrve of notifier/swrve/swrvetest, for the demo and
 // for trying lockstream's push path without Swrve.
-func runFakeSwrve(ctx context.Context, v *values, _ io.Writer, logger *slog.Logger) error {
-	scale, err := v.float("fake-swrve-scale")
-	if err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", v.str("fake-swrve-addr"))
+func runFakeSwrve(ctx context.Context, c *fakeSwrveSettings, _ io.Writer, logger *slog.Logger) error {
+	scale := c.Scale
+	ln, err := net.Listen("tcp", c.Addr)
 	if err != nil {
 		return fmt.Errorf("fake-swrve: %w", err)
 	}

@@ -2,18 +2,15 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
-	"maps"
-	"net/http"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// storePingTimeout bounds one store's ping, in a scrape and in GET /readyz.
+// storePingTimeout bounds one store's ping, in a scrape and in GET /readyz
+// (webapi.Health).
 const storePingTimeout = 2 * time.Second
 
 // storeScrapeReuse is how long a scrape's pings answer the scrapes after it:
@@ -29,7 +26,7 @@ type pinger interface {
 
 // storeProbe pings the stores a process opened: when Prometheus scrapes it, as
 // lockstream_store_up{store}, so an alert names an unreachable store even in a
-// process without the API, and in GET /readyz of the daemons' metrics address.
+// process without the API. GET /readyz pings the same stores (node.health).
 type storeProbe struct {
 	desc   *prometheus.Desc
 	stores map[string]pinger
@@ -103,24 +100,4 @@ func (p *storeProbe) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(p.desc, prometheus.GaugeValue, up, name)
 	}
-}
-
-// readyz answers 200 when every store answers, else 503 naming the ones down, in
-// the shape of the API's GET /readyz. The errors are logged, not shown: the route
-// is unauthenticated and they name hosts.
-func (p *storeProbe) readyz(w http.ResponseWriter, r *http.Request) {
-	results := p.ping(r.Context())
-	checks := make(map[string]string, len(results))
-	status, code := "ok", http.StatusOK
-	for _, name := range slices.Sorted(maps.Keys(results)) {
-		checks[name] = "ok"
-		if results[name] != nil {
-			checks[name] = "down"
-			p.logger.WarnContext(r.Context(), "readiness check failed", "check", name, "err", results[name])
-			status, code = "not ready", http.StatusServiceUnavailable
-		}
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]any{"status": status, "checks": checks})
 }

@@ -18,35 +18,32 @@ import (
 	"github.com/lockstream/lockstream/bench"
 	"github.com/lockstream/lockstream/bridge/mqtt"
 	"github.com/lockstream/lockstream/history"
+	"github.com/lockstream/lockstream/internal/settings"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
 )
 
 // toolStream is the Kafka config of the tools (simulate, bench): with no brokers
 // configured they talk to the embedded broker of a running `lockstream all`.
-func toolStream(v *values) (stream.Config, error) {
-	partitions, err := v.int("kafka-partitions")
-	if err != nil {
-		return stream.Config{}, err
+func toolStream(cfg stream.Config) stream.Config {
+	if len(cfg.Brokers) == 0 {
+		cfg.Brokers = []string{embeddedBrokerAddr}
 	}
-	brokers := v.list("kafka-brokers")
-	if len(brokers) == 0 {
-		brokers = []string{embeddedBrokerAddr}
-	}
-	return stream.Config{Brokers: brokers, Partitions: partitions, TopicPrefix: v.str("kafka-topic-prefix")}, nil
+	return cfg
 }
 
-func simulateCommand(kafkaSettings []string) command {
+func simulateCommand() command {
 	var (
 		sim        stream.SimulateConfig
 		mqttURL    string
 		mqttPrefix string
+		kafka      stream.Config
 	)
 	return command{
-		name:     "simulate",
-		summary:  "publish readings of a simulated fleet to Kafka (default: a running `all`'s embedded broker) or over MQTT",
-		settings: kafkaSettings,
-		flags: func(fs *flag.FlagSet) {
+		name:    "simulate",
+		summary: "publish readings of a simulated fleet to Kafka (default: a running `all`'s embedded broker) or over MQTT",
+		setup: func(s *settings.Set, fs *flag.FlagSet) runner {
+			s.Register(&kafka)
 			fs.IntVar(&sim.Sensors, "sensors", stream.DefaultSimSensors, "fleet size")
 			fs.IntVar(&sim.FirstSensor, "first-sensor", 0, "number of the fleet's first sensor (two fleets must not share sensors)")
 			fs.Float64Var(&sim.Rate, "rate", stream.DefaultSimRate, "readings per second of the whole fleet")
@@ -56,32 +53,35 @@ func simulateCommand(kafkaSettings []string) command {
 			fs.DurationVar(&sim.Duration, "duration", 0, "stop after this long (0 = until interrupted)")
 			fs.StringVar(&mqttURL, "mqtt-url", "", "publish over MQTT to this broker (QoS 1, the MQTT bridge's way in) instead of to Kafka")
 			fs.StringVar(&mqttPrefix, "mqtt-topic-prefix", "lockstream/readings/", "MQTT: readings go to this prefix + the sensor id")
-		},
-		run: func(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logger) error {
-			if mqttURL != "" {
-				pub, err := mqtt.NewPublisher(ctx, mqttURL, mqttPrefix, 2)
-				if err != nil {
-					return fmt.Errorf("simulate: %w", err)
-				}
-				defer pub.Close()
-				return simulated(stream.Simulate(ctx, pub, sim, stdout))
+			return func(ctx context.Context, _ []string, stdout io.Writer, logger *slog.Logger) error {
+				return runSimulate(ctx, sim, mqttURL, mqttPrefix, toolStream(kafka), stdout, logger)
 			}
-			cfg, err := toolStream(v)
-			if err != nil {
-				return err
-			}
-			client, err := kgo.NewClient(append(stream.ClientOpts(cfg), stream.WithLogger(logger))...)
-			if err != nil {
-				return fmt.Errorf("simulate: kafka client: %w", err)
-			}
-			defer client.Close()
-			if err := stream.EnsureTopics(ctx, client, cfg); err != nil {
-				return fmt.Errorf("simulate: %w", err)
-			}
-			sim.Topic = cfg.ReadingsTopic()
-			return simulated(stream.Simulate(ctx, client, sim, stdout))
 		},
 	}
+}
+
+// runSimulate is `lockstream simulate`: over MQTT when mqttURL is set, else to
+// Kafka.
+func runSimulate(ctx context.Context, sim stream.SimulateConfig, mqttURL, mqttPrefix string, cfg stream.Config,
+	stdout io.Writer, logger *slog.Logger) error {
+	if mqttURL != "" {
+		pub, err := mqtt.NewPublisher(ctx, mqttURL, mqttPrefix, 2)
+		if err != nil {
+			return fmt.Errorf("simulate: %w", err)
+		}
+		defer pub.Close()
+		return simulated(stream.Simulate(ctx, pub, sim, stdout))
+	}
+	client, err := kgo.NewClient(append(stream.ClientOpts(cfg), stream.WithLogger(logger))...)
+	if err != nil {
+		return fmt.Errorf("simulate: kafka client: %w", err)
+	}
+	defer client.Close()
+	if err := stream.EnsureTopics(ctx, client, cfg); err != nil {
+		return fmt.Errorf("simulate: %w", err)
+	}
+	sim.Topic = cfg.ReadingsTopic()
+	return simulated(stream.Simulate(ctx, client, sim, stdout))
 }
 
 // simulated is a simulation's error, with an interrupt as a clean stop.
@@ -103,42 +103,53 @@ func benchCommand() command {
 			"`lockstream bench pipeline` (every daemon of `all` on private databases: readings/s, webhooks/s, latency); " +
 			"with no brokers configured, on an embedded broker of their own",
 		args: " <benchmark>",
-		// pipeline runs every daemon, so it reads every daemon's settings.
-		settings: daemonSettingNames(),
-		flags: func(fs *flag.FlagSet) {
+		setup: func(s *settings.Set, fs *flag.FlagSet) runner {
+			// pipeline runs every daemon, so it reads every daemon's settings.
+			all := newAllSettings()
+			s.Register(all)
 			fs.IntVar(&ingest.Readings, "readings", bench.DefaultIngestReadings, "readings to produce (pipeline: in its throughput phase)")
 			fs.IntVar(&ingest.Sensors, "sensors", bench.DefaultIngestSensors, "sensors they come from (pipeline: the fleet)")
 			fs.Float64Var(&ingest.ChangeRate, "change-rate", bench.DefaultIngestChangeRate, "probability a reading is a change")
 			fs.BoolVar(&ingest.ColdStart, "cold-start", false, "ingest: measure from unknown state (every sensor's first reading a change) instead of seeding it")
 			pipeline.register(fs)
-		},
-		run: func(ctx context.Context, v *values, stdout io.Writer, logger *slog.Logger) error {
-			switch {
-			case len(v.args) == 1 && v.args[0] == "ingest":
-				return runBenchIngest(ctx, v, ingest, stdout, logger)
-			case len(v.args) == 1 && v.args[0] == "pipeline":
-				cfg := pipeline.config
-				cfg.Readings, cfg.Sensors, cfg.ChangeRate = ingest.Readings, ingest.Sensors, ingest.ChangeRate
-				return runBenchPipeline(ctx, v, cfg, pipeline, stdout, logger)
+			return func(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) error {
+				switch {
+				case len(args) == 1 && args[0] == "ingest":
+					return runBenchIngest(ctx, &all.Node, ingest, pipeline.keepStores, stdout, logger)
+				case len(args) == 1 && args[0] == "pipeline":
+					cfg := pipeline.config
+					cfg.Readings, cfg.Sensors, cfg.ChangeRate = ingest.Readings, ingest.Sensors, ingest.ChangeRate
+					return runBenchPipeline(ctx, all, cfg, pipeline, stdout, logger)
+				}
+				return fmt.Errorf("bench: want one benchmark name, `ingest` or `pipeline`; got %q", strings.Join(args, " "))
 			}
-			return fmt.Errorf("bench: want one benchmark name, `ingest` or `pipeline`; got %q", strings.Join(v.args, " "))
 		},
 	}
 }
 
-func runBenchIngest(ctx context.Context, v *values, ingest bench.IngestConfig, stdout io.Writer, logger *slog.Logger) error {
-	cfg, stop, err := benchStream(ctx, v, logger)
+// runBenchIngest runs the ingest benchmark on private stores made next to the
+// configured ones and migrated (dropped afterwards, unless --keep-stores), as
+// bench pipeline does: it works on a fresh machine, and its fleet of sensors
+// and their states never land in a deployment's registry.
+func runBenchIngest(ctx context.Context, node *nodeSettings, ingest bench.IngestConfig, keepStores bool, stdout io.Writer,
+	logger *slog.Logger) (err error) {
+	cfg, stop, err := benchStream(ctx, node.Stream, logger)
 	if err != nil {
 		return err
 	}
 	defer stop()
 	ingest.Stream = cfg
-	pg, err := storage.OpenPostgres(ctx, v.str("pg-url"))
+	scratch, dropScratch, err := newBenchScratch(ctx, node, "ingest", keepStores, logger)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, dropScratch()) }()
+	pg, err := storage.OpenPostgres(ctx, scratch.PostgresURL)
 	if err != nil {
 		return err
 	}
 	defer pg.Close()
-	ch, err := storage.OpenClickHouse(ctx, v.str("clickhouse-url"))
+	ch, err := storage.OpenClickHouse(ctx, scratch.ClickHouseURL)
 	if err != nil {
 		return err
 	}
@@ -152,12 +163,8 @@ func runBenchIngest(ctx context.Context, v *values, ingest bench.IngestConfig, s
 // none configured, an embedded broker of the benchmark's own on a free port with
 // its log in a temporary folder, which stop closes and removes. A benchmark
 // measures lockstream, not a broker some other process is feeding.
-func benchStream(ctx context.Context, v *values, logger *slog.Logger) (stream.Config, func(), error) {
-	partitions, err := v.int("kafka-partitions")
-	if err != nil {
-		return stream.Config{}, nil, err
-	}
-	cfg := stream.Config{Brokers: v.list("kafka-brokers"), Partitions: partitions, TopicPrefix: v.str("kafka-topic-prefix")}
+func benchStream(ctx context.Context, cfg stream.Config, logger *slog.Logger) (stream.Config, func(), error) {
+	partitions := cfg.Partitions
 	if len(cfg.Brokers) > 0 {
 		return cfg, func() {}, nil
 	}
@@ -179,23 +186,22 @@ func benchStream(ctx context.Context, v *values, logger *slog.Logger) (stream.Co
 	}, nil
 }
 
-// statsDaemon prints, every LOCKSTREAM_STATS_INTERVAL, how fast readings, changes,
+// statsBox prints, every LOCKSTREAM_STATS_INTERVAL, how fast readings, changes,
 // rejections and notifications go through this process: the demo's view of the
 // pipeline.
-func statsDaemon(out io.Writer) daemonFactory {
-	return func(_ context.Context, n *node) (daemon, error) {
-		interval, err := n.v.duration("stats-interval")
-		if err != nil {
-			return daemon{}, err
+type statsBox struct {
+	statsSettings
+	out io.Writer
+}
+
+func (b statsBox) daemon(_ context.Context, n *node) (daemon, error) {
+	return daemon{name: "stats", run: func(ctx context.Context) error {
+		if b.Interval <= 0 {
+			<-ctx.Done()
+			return nil
 		}
-		return daemon{name: "stats", run: func(ctx context.Context) error {
-			if interval <= 0 {
-				<-ctx.Done()
-				return nil
-			}
-			return printStats(ctx, n.reg, interval, out)
-		}}, nil
-	}
+		return printStats(ctx, n.reg, b.Interval, b.out)
+	}}, nil
 }
 
 // statColumn is a counter printStats shows: per second when its label ends in /s,

@@ -30,6 +30,7 @@ import (
 
 	"github.com/wneessen/go-mail"
 
+	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/notifier"
 )
 
@@ -389,7 +390,8 @@ func (s *Sender) message(to string, n notifier.Notification) (*mail.Msg, error) 
 	if !validMessageIDPart(n.ID) {
 		return nil, fmt.Errorf("notification id %q cannot form a Message-ID", n.ID)
 	}
-	if s.text.Lookup(n.Type+".subject") == nil || s.html.Lookup(n.Type+".html") == nil {
+	name := string(n.Type)
+	if s.text.Lookup(name+".subject") == nil || s.html.Lookup(name+".html") == nil {
 		return nil, fmt.Errorf("no email template for event type %q", n.Type)
 	}
 	v := view{
@@ -400,7 +402,7 @@ func (s *Sender) message(to string, n notifier.Notification) (*mail.Msg, error) 
 		State:          stateWord(n.Data),
 		At:             n.At.UTC().Format("Mon, 02 Jan 2006 15:04:05 MST"),
 		AtRFC3339:      n.At.UTC().Format(time.RFC3339),
-		Severity:       cmp.Or(n.Severity, "info"),
+		Severity:       string(cmp.Or(n.Severity, event.Info)),
 		Site:           n.Site,
 		Sensors:        strings.Join(n.Sensors, ", "),
 	}
@@ -412,7 +414,7 @@ func (s *Sender) message(to string, n notifier.Notification) (*mail.Msg, error) 
 	if v.Severity == "critical" {
 		prefix = "Critical: "
 	}
-	return s.render(to, n.ID, n.Type, prefix, v)
+	return s.render(to, n.ID, name, prefix, v)
 }
 
 // render renders the templates name.subject, name.text and name.html with v into

@@ -676,18 +676,18 @@ func TestSendEveryEventType(t *testing.T) {
 	}
 	for _, tc := range cases {
 		n := notifier.Notification{ID: "n-" + string(tc.typ), EventID: "0123456789abcdef0123456789abcdef",
-			Type: string(tc.typ), SensorID: "s1", SensorAddress: "Main St 1 <back door>", Data: intp(0), Previous: intp(1),
+			Type: tc.typ, SensorID: "s1", SensorAddress: "Main St 1 <back door>", Data: intp(0), Previous: intp(1),
 			At: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC), Attempt: 1}
 		if tc.setup != nil {
 			tc.setup(&n)
 		}
 		// The severity the retrier gives it: event's one definition.
-		n.Severity = string(event.SeverityOf(tc.typ, n.Data))
+		n.Severity = event.SeverityOf(tc.typ, n.Data)
 		if res := s.Send(t.Context(), "owner@example.com", n); res.Outcome != notifier.Sent {
 			t.Fatalf("%s: result = %+v, want Sent", n.ID, res)
 		}
 		m := parse(t, srv.next(t).data)
-		if m.subject != tc.want.subject || n.Severity != tc.want.severity {
+		if m.subject != tc.want.subject || string(n.Severity) != tc.want.severity {
 			t.Errorf("%s: subject %q severity %s, want %q %s", n.ID, m.subject, n.Severity, tc.want.subject, tc.want.severity)
 		}
 		mustContain(t, n.ID+" text", m.text, append(tc.want.text, "Severity: "+tc.want.severity, "event "+n.EventID)...)
@@ -707,7 +707,7 @@ func TestEveryEventTypeHasATemplate(t *testing.T) {
 	s := newSender(t, email.Config{SMTPURL: srv.url("smtp")})
 	n := stateChanged()
 	for _, typ := range event.Types() {
-		n.ID, n.Type = "every-"+string(typ), string(typ)
+		n.ID, n.Type = "every-"+string(typ), typ
 		if res := s.Send(t.Context(), "owner@example.com", n); res.Outcome != notifier.Sent {
 			t.Errorf("%s: result = %+v, want Sent", typ, res)
 			continue

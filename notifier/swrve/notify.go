@@ -33,7 +33,7 @@ func (s *Sender) Notifications() NotificationSender {
 func (ns NotificationSender) Send(ctx context.Context, target domain.PushTarget, n notifier.Notification) notifier.Result {
 	return ns.s.Send(ctx, Push{
 		Platform:            target.Platform,
-		MessagePrototypeKey: PrototypePrefix + n.Type,
+		MessagePrototypeKey: PrototypePrefix + string(n.Type),
 		PushKey:             target.PushKey,
 		Message:             Message(n),
 	})
@@ -43,7 +43,7 @@ func (ns NotificationSender) Send(ctx context.Context, target domain.PushTarget,
 // "Sensor s1 (Main St 1) is now locked"; a critical one starts with
 // "Critical: ".
 func Message(n notifier.Notification) string {
-	if n.Severity == string(event.Critical) {
+	if n.Severity == event.Critical {
 		return "Critical: " + message(n)
 	}
 	return message(n)
@@ -55,32 +55,32 @@ func message(n notifier.Notification) string {
 		sensor += " (" + n.SensorAddress + ")"
 	}
 	switch n.Type {
-	case string(event.StateChanged):
+	case event.StateChanged:
 		return fmt.Sprintf("%s is now %s", sensor, stateWord(n.Data))
-	case string(event.ConnectionLost):
+	case event.ConnectionLost:
 		msg := sensor + " lost its connection"
 		if n.Data != nil {
 			msg += "; last known state: " + stateWord(n.Data)
 		}
 		return msg
-	case string(event.ConnectionRestored):
+	case event.ConnectionRestored:
 		msg := sensor + " is reporting again"
 		if n.Data != nil {
 			msg += "; it is " + stateWord(n.Data)
 		}
 		return msg
-	case string(event.SensorOpenTooLong):
+	case event.SensorOpenTooLong:
 		return sensor + " has been unlocked for too long"
-	case string(event.SiteOutage):
+	case event.SiteOutage:
 		if len(n.Sensors) == 1 {
 			return fmt.Sprintf("Site %s is out: 1 sensor lost its connection", n.Site)
 		}
 		return fmt.Sprintf("Site %s is out: %d sensors lost their connection", n.Site, len(n.Sensors))
-	case string(event.SensorUnstable):
+	case event.SensorUnstable:
 		return sensor + " changes too often; its changes are held until it settles"
-	case string(event.SensorStable):
+	case event.SensorStable:
 		return fmt.Sprintf("%s settled: it is %s", sensor, stateWord(n.Data))
-	case string(event.MaintenanceEnded):
+	case event.MaintenanceEnded:
 		what := sensor
 		if n.Site != "" {
 			what = "Site " + n.Site
@@ -89,10 +89,10 @@ func message(n notifier.Notification) string {
 			return what + ": maintenance ended; no sensor went silent during it"
 		}
 		return fmt.Sprintf("%s: maintenance ended; %s went silent during it", what, sensorCount(len(n.Sensors)))
-	case string(event.SiteRestored):
+	case event.SiteRestored:
 		return fmt.Sprintf("Site %s is back: most of its sensors report again", n.Site)
 	}
-	return sensor + ": " + n.Type
+	return sensor + ": " + string(n.Type)
 }
 
 // sensorCount says "1 sensor" or "n sensors": a site's outage threshold

@@ -54,12 +54,12 @@ func TestNotificationsEveryEventType(t *testing.T) {
 	}
 	target := storage.PushTarget{Platform: storage.PlatformAndroid, PushKey: "device-9"}
 	for i, tc := range cases {
-		n := notifier.Notification{ID: "n1", EventID: "e1", Type: string(tc.typ), SensorID: "s1", SensorAddress: "Gate",
+		n := notifier.Notification{ID: "n1", EventID: "e1", Type: tc.typ, SensorID: "s1", SensorAddress: "Gate",
 			Data: new(0), Previous: new(1), At: time.Now(), Attempt: 1}
 		if tc.setup != nil {
 			tc.setup(&n)
 		}
-		n.Severity = string(event.SeverityOf(tc.typ, n.Data)) // as the retrier sets it
+		n.Severity = event.SeverityOf(tc.typ, n.Data) // as the retrier sets it
 		if res := f.sender.Notifications().Send(context.Background(), target, n); res.Outcome != notifier.Sent {
 			t.Fatalf("%s: Send = %+v, want Sent", tc.typ, res)
 		}

@@ -50,13 +50,13 @@ func TestBodyOfEveryEventType(t *testing.T) {
 	}
 	for i, tc := range cases {
 		n := testNotification()
-		n.Type, n.Data, n.Previous, n.Seq = string(tc.typ), tc.data, nil, int64(i+1)
+		n.Type, n.Data, n.Previous, n.Seq = tc.typ, tc.data, nil, int64(i+1)
 		// A notification without a severity gets event's: the same as the
 		// retrier sets.
-		if got := webhook.NewBody(n).Severity; got != tc.severity {
+		if got := webhook.NewBody(n).Severity; string(got) != tc.severity {
 			t.Errorf("%s: NewBody without a severity gives %q, want %q", tc.typ, got, tc.severity)
 		}
-		n.Severity = string(event.SeverityOf(tc.typ, tc.data))
+		n.Severity = event.SeverityOf(tc.typ, tc.data)
 		if tc.site {
 			n.SensorID, n.Site, n.Sensors = "s1", "Yard B", []string{"s1", "s2", "s3"}
 		}

@@ -1,0 +1,9 @@
+package fanout
+
+import "github.com/lockstream/lockstream/internal/settings"
+
+// RegisterSettings declares the fan-out's settings.
+func (c *Config) RegisterSettings(s *settings.Set) {
+	s.Int(&c.Writers, DefaultWriters, settings.Decl{Name: "fanout-writers",
+		Doc: "fan-out transactions written at once in this process (each partition always goes to the same one, which keeps its order)"})
+}
