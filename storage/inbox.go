@@ -477,6 +477,11 @@ const (
 	SortTimestamp InboxSort = "timestamp"
 	SortType      InboxSort = "type"
 	SortSensor    InboxSort = "sensor"
+	// SortID orders by message id, a UUIDv7: by arrival (the v1 API's uuid).
+	SortID InboxSort = "id"
+	// SortSubject orders by the stored subject: a free-form notification's;
+	// sensor events have none and come last ascending, first descending.
+	SortSubject InboxSort = "subject"
 )
 
 // inboxOrder maps each sort field to its ORDER BY column; seq breaks ties.
@@ -484,6 +489,8 @@ var inboxOrder = map[InboxSort]string{
 	SortTimestamp: "m.event_at",
 	SortType:      "m.type",
 	SortSensor:    "m.sensor_id",
+	SortID:        "m.id",
+	SortSubject:   "m.subject",
 }
 
 // InboxQuery selects and orders a member's messages. Deleted messages are never
@@ -492,11 +499,14 @@ type InboxQuery struct {
 	MemberID string
 	// IncludeSeen lists seen messages too; by default only unseen ones.
 	IncludeSeen bool
+	// SeenOnly lists seen messages only (IncludeSeen is then ignored).
+	SeenOnly bool
 	// Type keeps only messages of that type; empty keeps all.
 	Type       string
 	Sort       InboxSort
 	Descending bool
-	// Limit and Offset select the page; CountOnly reads no message at all.
+	// Limit and Offset select the page; a Limit of 0 lists every match from
+	// Offset on. CountOnly reads no message at all.
 	Limit     int
 	Offset    int
 	CountOnly bool
@@ -515,8 +525,15 @@ func (p *Postgres) ListInbox(ctx context.Context, q InboxQuery) (int, []InboxMes
 		return 0, nil, fmt.Errorf("listing messages of %s: %w", q.MemberID, ErrNotFound)
 	}
 	where := `m.member_id = $1 AND m.deleted_at IS NULL AND ($2 = '' OR m.type = $2)`
-	if !q.IncludeSeen {
+	switch {
+	case q.SeenOnly:
+		where += ` AND m.seen_at IS NOT NULL`
+	case !q.IncludeSeen:
 		where += ` AND m.seen_at IS NULL`
+	}
+	var limit *int // LIMIT NULL is no limit
+	if q.Limit > 0 {
+		limit = &q.Limit
 	}
 	batch := &pgx.Batch{}
 	var total int
@@ -530,7 +547,7 @@ func (p *Postgres) ListInbox(ctx context.Context, q InboxQuery) (int, []InboxMes
 		}
 		batch.Queue(`SELECT `+inboxColumns+` FROM inbox_messages m LEFT JOIN sensors s ON s.id = m.sensor_id
 			WHERE `+where+` ORDER BY `+order+` `+dir+`, m.seq `+dir+` LIMIT $3 OFFSET $4`,
-			q.MemberID, q.Type, q.Limit, q.Offset).
+			q.MemberID, q.Type, limit, q.Offset).
 			Query(func(rows pgx.Rows) error {
 				var err error
 				messages, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (InboxMessage, error) {
@@ -584,6 +601,19 @@ var inboxActions = map[InboxAction]string{
 // returns how many messages it found. Ids of other members' messages, deleted
 // messages and ids that are not message ids are skipped.
 func (p *Postgres) MarkInbox(ctx context.Context, memberID string, action InboxAction, ids []string, all bool) (int, error) {
+	return p.markInbox(ctx, memberID, action, ids, all, "")
+}
+
+// MarkAllInbox applies action to every message of the member, or to those of
+// type typ when it is not empty, in one statement, and returns how many messages
+// it found. Deleted messages are skipped.
+func (p *Postgres) MarkAllInbox(ctx context.Context, memberID string, action InboxAction, typ string) (int, error) {
+	return p.markInbox(ctx, memberID, action, nil, true, typ)
+}
+
+// markInbox is MarkInbox with a type filter ("" for every type).
+func (p *Postgres) markInbox(ctx context.Context, memberID string, action InboxAction, ids []string, all bool,
+	typ string) (int, error) {
 	set, ok := inboxActions[action]
 	if !ok {
 		return 0, fmt.Errorf("marking messages: unknown action %q", action)
@@ -596,8 +626,9 @@ func (p *Postgres) MarkInbox(ctx context.Context, memberID string, action InboxA
 		return 0, nil
 	}
 	tag, err := p.pool.Exec(ctx, `UPDATE inbox_messages m SET `+set+`
-		WHERE m.member_id = $1 AND m.deleted_at IS NULL AND ($2 OR m.id = ANY ($3::uuid[]))`,
-		memberID, all, valid)
+		WHERE m.member_id = $1 AND m.deleted_at IS NULL AND ($2 OR m.id = ANY ($3::uuid[]))
+		  AND ($4 = '' OR m.type = $4)`,
+		memberID, all, valid, typ)
 	if err != nil {
 		return 0, fmt.Errorf("marking messages %s for member %s: %w", action, memberID, err)
 	}

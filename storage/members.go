@@ -49,6 +49,9 @@ type Member struct {
 	ID       string
 	ClientID string
 	Name     string
+	// Username is how the CyVerse API v1 names the member (?user=), unique across
+	// every client; empty when it has none.
+	Username string
 	// Email is empty when the member has no address.
 	Email string
 	// Timezone is an IANA name ("Europe/Paris"); UTC by default.
@@ -63,7 +66,9 @@ type Member struct {
 // field as it is. An empty Email removes the address; a non-nil PushTargets
 // replaces them all.
 type MemberUpdate struct {
-	Name        *string
+	Name *string
+	// Username "" removes the username.
+	Username    *string
 	Email       *string
 	Timezone    *string
 	Preferences *MemberPreferences
@@ -82,7 +87,8 @@ const memberColumns = `m.id::text, m.client_id::text, m.name, coalesce(m.email, 
 	m.created_at, m.updated_at,
 	(SELECT coalesce(json_agg(json_build_object('platform', t.platform, 'push_key', t.push_key)
 	                          ORDER BY t.platform, t.push_key), '[]')
-	   FROM member_push_targets t WHERE t.member_id = m.id)`
+	   FROM member_push_targets t WHERE t.member_id = m.id),
+	coalesce(m.username, '')`
 
 // scanMember scans memberColumns, after extra.
 func scanMember(row pgx.Row, extra ...any) (Member, error) {
@@ -92,7 +98,7 @@ func scanMember(row pgx.Row, extra ...any) (Member, error) {
 		targets []byte
 	)
 	dest := append(extra, &m.ID, &m.ClientID, &m.Name, &m.Email, &m.Timezone, &prefs, &m.CreatedAt, &m.UpdatedAt,
-		&targets)
+		&targets, &m.Username)
 	if err := row.Scan(dest...); err != nil {
 		return Member{}, err
 	}
@@ -141,9 +147,9 @@ func (p *Postgres) CreateMember(ctx context.Context, m Member, tokenHash []byte,
 	var copied int
 	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `
-			INSERT INTO members (id, client_id, name, email, timezone, preferences, token_hash)
-			VALUES ($1, $2, $3, nullif($4, ''), $5, $6, $7)`,
-			id, m.ClientID, m.Name, m.Email, m.Timezone, prefs, tokenHash); err != nil {
+			INSERT INTO members (id, client_id, name, email, timezone, preferences, token_hash, username)
+			VALUES ($1, $2, $3, nullif($4, ''), $5, $6, $7, nullif($8, ''))`,
+			id, m.ClientID, m.Name, m.Email, m.Timezone, prefs, tokenHash, m.Username); err != nil {
 			return mapError(err)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO member_inbox (member_id, epoch) VALUES ($1, $2)`, id, newEpoch()); err != nil {
@@ -170,6 +176,24 @@ func (p *Postgres) GetMember(ctx context.Context, id string) (Member, error) {
 	m, err := scanMember(p.pool.QueryRow(ctx, `SELECT `+memberColumns+` FROM members m WHERE m.id = $1`, id))
 	if err != nil {
 		return Member{}, fmt.Errorf("getting member %s: %w", id, mapError(err))
+	}
+	return m, nil
+}
+
+// MemberByUser returns the member a CyVerse API v1 request names: the one whose
+// username is user or, failing that, the one whose id it is; ErrNotFound when
+// neither exists. A username wins over an id, though the API refuses usernames
+// shaped like ids, so both cannot match.
+func (p *Postgres) MemberByUser(ctx context.Context, user string) (Member, error) {
+	var id *string
+	if uuid.Validate(user) == nil {
+		id = &user
+	}
+	m, err := scanMember(p.pool.QueryRow(ctx, `SELECT `+memberColumns+` FROM members m
+		WHERE m.username = $1 OR m.id = $2::uuid
+		ORDER BY m.username IS NOT DISTINCT FROM $1 DESC LIMIT 1`, user, id))
+	if err != nil {
+		return Member{}, fmt.Errorf("finding member %q: %w", user, mapError(err))
 	}
 	return m, nil
 }
@@ -274,8 +298,9 @@ func (p *Postgres) UpdateMember(ctx context.Context, id string, u MemberUpdate) 
 				email = CASE WHEN $3::text IS NULL THEN email ELSE nullif($3, '') END,
 				timezone = coalesce($4, timezone),
 				preferences = coalesce($5::jsonb, preferences),
+				username = CASE WHEN $6::text IS NULL THEN username ELSE nullif($6, '') END,
 				updated_at = now()
-			WHERE id = $1`, id, u.Name, u.Email, u.Timezone, prefs)
+			WHERE id = $1`, id, u.Name, u.Email, u.Timezone, prefs, u.Username)
 		if err != nil {
 			return mapError(err)
 		}

@@ -26,6 +26,7 @@ type MemberStore interface {
 	CreateMember(ctx context.Context, m storage.Member, tokenHash []byte, backfill storage.Backfill) (storage.Member, int, error)
 	GetMember(ctx context.Context, id string) (storage.Member, error)
 	MemberByTokenHash(ctx context.Context, hash []byte, idle time.Duration) (storage.Member, error)
+	MemberByUser(ctx context.Context, user string) (storage.Member, error)
 	ListClientMembers(ctx context.Context, clientID string, page storage.Page) ([]storage.Member, error)
 	UpdateMember(ctx context.Context, id string, u storage.MemberUpdate) (storage.Member, error)
 	RotateMemberToken(ctx context.Context, id string, tokenHash []byte) (storage.Member, error)
@@ -57,6 +58,7 @@ type memberBody struct {
 	ID          string           `json:"id"`
 	ClientID    string           `json:"client_id"`
 	Name        string           `json:"name"`
+	Username    *string          `json:"username"`
 	Email       *string          `json:"email"`
 	Timezone    string           `json:"timezone"`
 	Preferences preferencesBody  `json:"preferences"`
@@ -92,6 +94,10 @@ func renderMember(m storage.Member) memberBody {
 	if m.Email != "" {
 		email := m.Email
 		body.Email = &email
+	}
+	if m.Username != "" {
+		username := m.Username
+		body.Username = &username
 	}
 	for _, t := range m.PushTargets {
 		body.PushTargets = append(body.PushTargets, pushTargetBody{Platform: string(t.Platform), PushKey: t.PushKey})
@@ -198,6 +204,7 @@ func (s *Server) createMember(w http.ResponseWriter, r *http.Request) error {
 	}
 	var req struct {
 		Name        *string             `json:"name"`
+		Username    *string             `json:"username"`
 		Email       *string             `json:"email"`
 		PushTargets []pushTargetRequest `json:"push_targets"`
 		Timezone    *string             `json:"timezone"`
@@ -218,6 +225,10 @@ func (s *Server) createMember(w http.ResponseWriter, r *http.Request) error {
 		checkEmail(&errs, *req.Email)
 		m.Email = *req.Email
 	}
+	if req.Username != nil {
+		checkUsername(&errs, *req.Username)
+		m.Username = *req.Username
+	}
 	if req.Timezone != nil {
 		checkTimezone(&errs, *req.Timezone)
 		m.Timezone = *req.Timezone
@@ -233,6 +244,9 @@ func (s *Server) createMember(w http.ResponseWriter, r *http.Request) error {
 		storage.Backfill{Window: s.inboxCfg.NewMemberWindow, Max: NewMemberMaxMessages})
 	if errors.Is(err, storage.ErrNotFound) {
 		return clientNotFound(clientID)
+	}
+	if errors.Is(err, storage.ErrConflict) {
+		return usernameTaken(m.Username)
 	}
 	if err != nil {
 		return fmt.Errorf("creating member: %w", err)
@@ -298,6 +312,7 @@ func (s *Server) updateMember(w http.ResponseWriter, r *http.Request) error {
 	}
 	var req struct {
 		Name        optional[string]              `json:"name"`
+		Username    optional[string]              `json:"username"`
 		Email       optional[string]              `json:"email"`
 		Timezone    optional[string]              `json:"timezone"`
 		Preferences optional[preferencesRequest]  `json:"preferences"`
@@ -317,14 +332,55 @@ func (s *Server) updateMember(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if update.Username, err = usernameUpdate(req.Username); err != nil {
+		return err
+	}
 	updated, err := s.members.UpdateMember(r.Context(), id, update)
 	if errors.Is(err, storage.ErrNotFound) {
 		return memberNotFound(id)
+	}
+	if errors.Is(err, storage.ErrConflict) {
+		return usernameTaken(*update.Username)
 	}
 	if err != nil {
 		return fmt.Errorf("updating member: %w", err)
 	}
 	return writeJSON(w, http.StatusOK, renderMember(updated))
+}
+
+// usernameUpdate validates a PATCH's username: null or "" removes it.
+func usernameUpdate(username optional[string]) (*string, error) {
+	if !username.set {
+		return nil, nil
+	}
+	var errs fieldErrors
+	if username.value != "" {
+		checkUsername(&errs, username.value)
+	}
+	return &username.value, errs.err()
+}
+
+// maxUsernameLen bounds a username, in bytes.
+const maxUsernameLen = 64
+
+// usernameRE is a username: what CyVerse's short usernames are made of.
+var usernameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]*$`)
+
+// checkUsername accepts a username that cannot be taken for a member id: the
+// v1 API's ?user= takes either.
+func checkUsername(errs *fieldErrors, username string) {
+	switch {
+	case len(username) > maxUsernameLen || !usernameRE.MatchString(username):
+		errs.add("username", "must be 1 to %d letters, digits, '.', '_', '@' or '-', starting with a letter or digit, got %q",
+			maxUsernameLen, username)
+	case uuid.Validate(username) == nil:
+		errs.add("username", "must not be a UUID: ?user= of the v1 API takes a username or a member id, got %q", username)
+	}
+}
+
+// usernameTaken is the 409 of a username another member has.
+func usernameTaken(username string) error {
+	return conflict("username %q is taken by another member (usernames are unique across clients)", username)
 }
 
 // memberUpdate validates a PATCH of current into an update, or a 422.

@@ -23,6 +23,7 @@ type InboxStore interface {
 	ListInbox(ctx context.Context, q storage.InboxQuery) (int, []storage.InboxMessage, error)
 	GetInboxMessage(ctx context.Context, memberID, id string) (storage.InboxMessage, error)
 	MarkInbox(ctx context.Context, memberID string, action storage.InboxAction, ids []string, all bool) (int, error)
+	MarkAllInbox(ctx context.Context, memberID string, action storage.InboxAction, typ string) (int, error)
 	RecordNotification(ctx context.Context, n storage.FreeFormNotification) (storage.RecordedNotification, error)
 	GetInboxState(ctx context.Context, memberID string) (storage.InboxState, error)
 	AckInbox(ctx context.Context, memberID string, seq int64) error

@@ -143,16 +143,22 @@ type bearerAuth struct {
 	realm string
 }
 
-// requireToken lets through only requests bearing token; any other token, the
-// API's other tokens included, is a 401 problem. With no token configured the
-// routes are disabled and answer 503 whatever the request carries. Both sides are
-// hashed before the constant-time comparison so that neither the token's content
-// nor its length leaks through timing.
-func (s *Server) requireToken(auth bearerAuth, token string) func(http.Handler) http.Handler {
-	want := sha256.Sum256([]byte(token))
+// requireToken lets through only requests bearing one of tokens (the empty ones
+// are not configured and match nothing); any other token, the API's other tokens
+// included, is a 401 problem. With no token configured the routes are disabled
+// and answer 503 whatever the request carries. Both sides are hashed before the
+// constant-time comparison so that neither a token's content nor its length
+// leaks through timing.
+func (s *Server) requireToken(auth bearerAuth, tokens ...string) func(http.Handler) http.Handler {
+	var want [][sha256.Size]byte
+	for _, t := range tokens {
+		if t != "" {
+			want = append(want, sha256.Sum256([]byte(t)))
+		}
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if token == "" {
+			if len(want) == 0 {
 				writeProblem(w, unavailable("%s (%s)", auth.disabled, auth.setting))
 				return
 			}
@@ -164,7 +170,11 @@ func (s *Server) requireToken(auth bearerAuth, token string) func(http.Handler) 
 				return
 			}
 			gotHash := sha256.Sum256([]byte(got))
-			if subtle.ConstantTimeCompare(gotHash[:], want[:]) != 1 {
+			match := 0
+			for _, h := range want { // every one compared: the time says nothing of which matched
+				match |= subtle.ConstantTimeCompare(gotHash[:], h[:])
+			}
+			if match != 1 {
 				w.Header().Set("WWW-Authenticate", fmt.Sprintf("Bearer realm=%q, error=\"invalid_token\"", auth.realm))
 				writeProblem(w, newProblem(http.StatusUnauthorized, problemUnauthorized,
 					"the bearer token is not the %s token", auth.name))

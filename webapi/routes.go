@@ -118,7 +118,28 @@ func (s *Server) routes() *chi.Mux {
 		r.Get("/v1/analytics/export", s.handle(s.analyticsExport))
 	})
 	s.inboxRoutes(r)
+	s.cyverseV1Routes(r)
 	return r
+}
+
+// cyverseV1Routes declares the CyVerse notification API v1 (cyverse.go): the
+// notification agent's routes at the root, for its old clients, with the admin
+// token or LOCKSTREAM_V1_TOKEN; ?user= (or "user") names the member.
+func (s *Server) cyverseV1Routes(r chi.Router) {
+	r.Group(func(r chi.Router) {
+		r.Use(s.bounded)
+		r.Use(s.requireToken(bearerAuth{name: "admin or v1", setting: "LOCKSTREAM_ADMIN_TOKEN", realm: "lockstream",
+			disabled: "the admin API is disabled: the server has no admin token"}, s.cfg.AdminToken, s.cfg.V1Token))
+
+		r.Get("/messages", s.handle(s.v1Messages))
+		r.Get("/unseen-messages", s.handle(s.v1UnseenMessages))
+		r.Get("/last-ten-messages", s.handle(s.v1LastTen))
+		r.Get("/count-messages", s.handle(s.v1CountMessages))
+		r.Post("/seen", s.handle(s.v1Seen))
+		r.Post("/mark-all-seen", s.handle(s.v1MarkAllSeen))
+		r.Post("/delete", s.handle(s.v1Delete))
+		r.Delete("/delete-all", s.handle(s.v1DeleteAll))
+	})
 }
 
 // inboxRoutes declares the routes of members, their inboxes and live streams.

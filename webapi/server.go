@@ -64,6 +64,11 @@ type Config struct {
 	// ingest. Defaults to empty, which leaves those routes answering 503. It must
 	// differ from AdminToken and IngestToken.
 	PushToken string
+	// V1Token is a bearer token the CyVerse notification API v1 routes (GET
+	// /messages, POST /seen, …) accept besides AdminToken, so that the agent's
+	// old clients need not hold the admin token. Defaults to empty: those routes
+	// take the admin token only. It must differ from IngestToken and PushToken.
+	V1Token string
 	// ShutdownTimeout bounds how long Run waits for in-flight requests once its
 	// context is cancelled. Defaults to DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
@@ -132,6 +137,9 @@ func (c Config) Validate() error {
 	}
 	if c.PushToken != "" && (c.PushToken == c.AdminToken || c.PushToken == c.IngestToken) {
 		return errors.New("webapi: PushToken must differ from AdminToken and IngestToken")
+	}
+	if c.V1Token != "" && (c.V1Token == c.IngestToken || c.V1Token == c.PushToken) {
+		return errors.New("webapi: V1Token must differ from IngestToken and PushToken")
 	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		return fmt.Errorf("webapi: Addr %q is not host:port: %w", c.Addr, err)

@@ -24,6 +24,8 @@ func (c *Config) RegisterSettings(s *settings.Set) {
 		Doc: "bearer token of POST /v1/readings; empty = ingest over HTTP off"})
 	s.String(&c.PushToken, "", settings.Decl{Name: "push-token", Secret: true,
 		Doc: "bearer token of the push API (POST /push, /v1/pushes); empty = push API off"})
+	s.String(&c.V1Token, "", settings.Decl{Name: "v1-token", Secret: true,
+		Doc: "bearer token the CyVerse notification API v1 routes (GET /messages, POST /seen, …) accept besides the admin token; empty = admin token only"})
 	s.Duration(&c.SecretOverlap, DefaultSecretOverlap, settings.Decl{Name: "secret-overlap",
 		Doc: "how long a rotated-out client secret keeps signing webhooks alongside the new one"})
 }
