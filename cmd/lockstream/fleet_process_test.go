@@ -295,9 +295,9 @@ func TestProcessSiteOutageOnceUnderTwoHeartbeats(t *testing.T) {
 		n.call("POST", "/v1/sensors", deliveryAdminToken, map[string]any{"id": s, "address": "HQ " + s, "site": "hq"}, http.StatusCreated)
 		n.call("PUT", "/v1/clients/"+c["id"].(string)+"/sensors/"+s, deliveryAdminToken, nil, http.StatusNoContent)
 	}
-	for _, s := range sensors {
-		n.flip(s, 1)
-	}
+	// One request for all four: sent one by one on a loaded machine, the first
+	// could fall silent seconds before the others and be lost on its own.
+	n.flipAll(sensors, 1)
 	n.keepReporting("hq4", 300*time.Millisecond)
 
 	var got []fleetBody
