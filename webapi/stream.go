@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lockstream/lockstream/inbox"
+	"github.com/lockstream/lockstream/internal/streamhub"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -320,7 +320,7 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, member stri
 // pump writes what the hub queues for sub, and a ping every StreamPing, until
 // the hub drops the stream, done closes or a write fails (a write that times out
 // cuts a slow reader off). Each round goes out in one write.
-func (s *Server) pump(sub *inbox.Subscriber, sink streamSink, member string, done <-chan struct{}) {
+func (s *Server) pump(sub *streamhub.Subscriber, sink streamSink, member string, done <-chan struct{}) {
 	defer func() {
 		// Off the handler's goroutine a panic would end the process.
 		if v := recover(); v != nil {
@@ -358,7 +358,7 @@ func (s *Server) pump(sub *inbox.Subscriber, sink streamSink, member string, don
 }
 
 // appendMessage adds one message event to buf.
-func (s *Server) appendMessage(buf []byte, sub *inbox.Subscriber, m *storage.InboxMessage) []byte {
+func (s *Server) appendMessage(buf []byte, sub *streamhub.Subscriber, m *storage.InboxMessage) []byte {
 	mode := "direct"
 	if sub.Replayed(m) {
 		mode = "replayed"

@@ -1,7 +1,8 @@
-// Package inbox owns what feeds members' live streams: the hub that hears of
-// new inbox messages on Postgres and queues each stream what follows its
-// position, in seq order, with no gap and no duplicate.
-package inbox
+// Package streamhub feeds members' live streams, for the API's stream
+// handler: a hub that hears of new inbox messages on Postgres and queues each
+// stream what follows its position, in seq order, with no gap and no
+// duplicate. It is plumbing below the API (no daemon of its own).
+package streamhub
 
 import (
 	"context"
@@ -220,7 +221,7 @@ func (h *Hub) resync() {
 // handlers return (the HTTP server's shutdown waits for them).
 func (h *Hub) Run(ctx context.Context) error {
 	if !h.running.CompareAndSwap(false, true) {
-		return errors.New("inbox: the stream hub is already running")
+		return errors.New("streamhub: the hub is already running")
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { h.listen(ctx) })
