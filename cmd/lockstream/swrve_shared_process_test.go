@@ -16,7 +16,7 @@ import (
 // pushes to a fake Swrve that allows Swrve's 300 starts in any sliding second
 // and answers in 1/100 of Swrve's time. They take their turns from one state
 // in Redis, so the fake's own count of starts in any second stays at or below
-// 300 and it answers no 429 (each process alone would start up to 293 a
+// 300 and it answers no 429 (each process alone would start up to 285 a
 // second: nearly 600 together); every push is SENT, accepted exactly once, and
 // both processes sent some.
 //

@@ -26,8 +26,11 @@ type gate interface {
 // 1s + pacingJitter (and waits for one still on its way). Swrve then sees
 // more than Rate in one second only if a request is delayed between its write
 // and Swrve by pacingJitter more than one written about a second later. With
-// the defaults the pace is 293 requests a second.
-const pacingJitter = 20 * time.Millisecond
+// the defaults the pace is 285 requests a second: 50 ms is room for a
+// request delayed on its way (the network, a busy server) by that much more
+// than one written a second later; 20 ms let a fake Swrve on a loaded CI
+// machine see 301 in one second.
+const pacingJitter = 50 * time.Millisecond
 
 // PacedRate is the steady rate, in requests a second, at which a Sender
 // configured with rate starts requests.
