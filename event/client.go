@@ -36,4 +36,7 @@ type ClientEvent struct {
 	// first of them.
 	Site    string   `json:"site,omitempty"`
 	Sensors []string `json:"sensors,omitempty"`
+	// Detail says what an operational notice (endpoint_failing,
+	// endpoint_disabled, endpoint_recovered: feed only) is about.
+	Detail string `json:"detail,omitempty"`
 }

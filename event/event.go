@@ -41,6 +41,20 @@ const (
 	SensorStable Type = "sensor_stable"
 )
 
+// The operational notices of a client's webhook endpoint (DESIGN.md
+// "Operational notices"): on the client's feed, by email and in its members'
+// inboxes, never by webhook, so they are no subscribable event types.
+const (
+	// EndpointFailing: LOCKSTREAM_ENDPOINT_FAILING_AFTER consecutive attempts
+	// failed; once per failing streak.
+	EndpointFailing Type = "endpoint_failing"
+	// EndpointDisabled: the endpoint was disabled after failing too long.
+	EndpointDisabled Type = "endpoint_disabled"
+	// EndpointRecovered: an attempt succeeded after a notice (failing, or
+	// disabled and enabled since).
+	EndpointRecovered Type = "endpoint_recovered"
+)
+
 // Types returns every known event type: the one list that clients' subscriptions
 // (PATCH /v1/clients/{id} event_types) are checked against. A new type is added
 // here and as a constant above.
@@ -48,6 +62,10 @@ func Types() []Type {
 	return []Type{StateChanged, ConnectionLost, ConnectionRestored, SensorOpenTooLong, SiteOutage, SiteRestored, MaintenanceEnded,
 		SensorUnstable, SensorStable}
 }
+
+// Notices returns the operational notice types (not in Types: no client
+// subscribes to them, and no webhook carries them).
+func Notices() []Type { return []Type{EndpointFailing, EndpointDisabled, EndpointRecovered} }
 
 // Valid reports whether t is one of the known types.
 func (t Type) Valid() bool {
@@ -82,7 +100,7 @@ func SeverityOf(t Type, data *int) Severity {
 			return Critical
 		}
 		return Warning
-	case SiteOutage:
+	case SiteOutage, EndpointFailing, EndpointDisabled:
 		return Warning
 	}
 	return Info

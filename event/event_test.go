@@ -71,6 +71,7 @@ func TestSeverity(t *testing.T) {
 	}{
 		{ConnectionLost, &zero, Critical}, {ConnectionLost, &one, Warning}, {ConnectionLost, nil, Warning},
 		{SensorOpenTooLong, &zero, Critical}, {StateChanged, &zero, Info}, {ConnectionRestored, &zero, Info},
+		{EndpointFailing, nil, Warning}, {EndpointDisabled, nil, Warning}, {EndpointRecovered, nil, Info},
 	} {
 		if got := SeverityOf(c.t, c.data); got != c.want {
 			t.Errorf("SeverityOf(%s, %v) = %s, want %s", c.t, c.data, got, c.want)

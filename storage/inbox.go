@@ -153,10 +153,12 @@ SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM notified)`
 // eventSeverity is the severity of a sensor event's message, as
 // event.SeverityOf grades it (a test checks they agree): a connection lost
 // while unlocked, or an unlock longer than open_alert_after, is critical;
-// another loss a warning; anything else info.
+// another loss, a site outage, a failing or disabled endpoint a warning;
+// anything else info.
 const eventSeverity = `CASE WHEN %[1]s.type = 'sensor_open_too_long' THEN 'critical'
 	WHEN %[1]s.type = 'connection_lost' AND %[1]s.data = 0 THEN 'critical'
-	WHEN %[1]s.type IN ('connection_lost', 'site_outage') THEN 'warning' ELSE 'info' END`
+	WHEN %[1]s.type IN ('connection_lost', 'site_outage', 'endpoint_failing', 'endpoint_disabled') THEN 'warning'
+	ELSE 'info' END`
 
 // newNotification is a notification a fan-out batch created, for the inbox write
 // of its members.
