@@ -205,3 +205,42 @@ func TestEndpointFailingOnceAcrossConcurrentBatches(t *testing.T) {
 		t.Errorf("failures = %d, want 24", got.WebhookFailures)
 	}
 }
+
+// A connection_restored that knows its loss keeps lost_since: its deliveries
+// carry it (for the webhook, email and push), the feed gives lost_since and
+// silent_seconds, and each member's inbox message says "back after 2 h 14 min".
+func TestRestoredCarriesTheOutage(t *testing.T) {
+	t.Parallel()
+	f := newOutboxFixture(t, "backDoor")
+	c := f.client(t, storage.Client{Name: "outage", Email: "o@example.com"}, "backDoor")
+	m := f.member(t, c.ID, "alice", storage.Backfill{})
+	at := time.Date(2026, 11, 22, 12, 14, 0, 0, time.UTC)
+	since := at.Add(-(2*time.Hour + 14*time.Minute))
+	one := 1
+	f.create(t, storage.NotificationInput{EventID: "r1", Type: "connection_restored", SensorID: "backDoor", Data: &one,
+		At: at, LostSince: &since}, stateChanged("s1", "backDoor", 0, at.Add(time.Second)))
+
+	for _, d := range f.deliveries(t, c.ID) {
+		switch {
+		case d.EventType == "connection_restored" && (d.LostSince == nil || !d.LostSince.Equal(since)):
+			t.Errorf("%s delivery of the restore: lost_since %v, want %v", d.Channel, d.LostSince, since)
+		case d.EventType != "connection_restored" && d.LostSince != nil:
+			t.Errorf("%s delivery of a %s carries lost_since", d.Channel, d.EventType)
+		}
+	}
+	events, err := f.pg.ListClientEvents(f.ctx, c.ID, 0, 10)
+	if err != nil || len(events) != 2 {
+		t.Fatalf("feed %+v, %v", events, err)
+	}
+	if e := events[0]; e.LostSince == nil || !e.LostSince.Equal(since) || e.SilentSeconds != 8040 {
+		t.Errorf("feed's restore %+v: want lost_since %v, silent_seconds 8040", e, since)
+	}
+	if e := events[1]; e.LostSince != nil || e.SilentSeconds != 0 {
+		t.Errorf("feed's state change %+v carries an outage", e)
+	}
+	msgs := f.inbox(t, m.ID)
+	if len(msgs) != 2 || msgs[0].Subject != "back after 2 h 14 min" ||
+		string(msgs[0].Message) != `{"lost_since": "2026-11-22T10:00:00Z", "silent_seconds": 8040}` || msgs[1].Subject != "" {
+		t.Errorf("inbox %+v: want the restore's subject and message", msgs)
+	}
+}
