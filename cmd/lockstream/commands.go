@@ -41,6 +41,10 @@ type command struct {
 	// only those — and its own flags on fs, and returns how it runs once they are
 	// parsed. The runner reads the fields its boxes bound, never a name.
 	setup func(s *settings.Set, fs *flag.FlagSet) runner
+	// subcommands make the command a group (bench): its first argument names
+	// one, which runs as a command of its own ("bench ingest") with its own
+	// settings; a group has no setup.
+	subcommands []command
 }
 
 // runner runs a command on its parsed settings; args are its arguments, the flags
