@@ -309,7 +309,7 @@ func (s *Sender) post(ctx context.Context, u *url.URL, keys [][]byte, id string,
 	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests, code >= 500:
 		res.Outcome = notifier.Retry
 		res.ErrorType = ErrorTypeHTTPStatus
-		res.RetryAfter = notifier.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		res.RetryAfter = notifier.ParseRetryAfter(resp.Header.Get("Retry-After"), s.cfg.Now())
 	case code >= 300 && code < 400:
 		res.Outcome = notifier.Failed
 		res.ErrorType = ErrorTypeRedirect
