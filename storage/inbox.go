@@ -170,8 +170,9 @@ type newNotification struct {
 }
 
 // queueEventMessages queues the statement that puts one message per member of
-// each new notification's client into the members' inboxes, one statement
-// whatever the number of members, inside the fan-out's transaction; the
+// each new notification's client whose routing lets it through
+// (lockstream_routes) into the members' inboxes, one statement whatever the
+// number of members, inside the fan-out's transaction; the
 // messages it added are stored in added when the batch's results arrive (the
 // caller announces them: notifyInbox).
 func queueEventMessages(b *pgx.Batch, events []NotificationInput, created []newNotification, added *[]addedMessage) {
@@ -189,6 +190,7 @@ func queueEventMessages(b *pgx.Batch, events []NotificationInput, created []newN
 		ords     = make([]int, len(created))
 		subjects = make([]*string, len(created))
 		messages = make([]*string, len(created))
+		sites    = make([]string, len(created))
 	)
 	for i, n := range created {
 		e := events[n.event]
@@ -196,22 +198,27 @@ func queueEventMessages(b *pgx.Batch, events []NotificationInput, created []newN
 		types[i], sensors[i], times[i] = e.Type, e.SensorID, e.At
 		data[i], previous[i] = outboxInt16Ptr(e.Data), outboxInt16Ptr(e.Previous)
 		subjects[i], messages[i] = outageMessage(e)
+		sites[i] = e.Site
 	}
 	queueQuery(b, "inserting inbox messages", `
 		WITH nn AS (
-			SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::int2[], $6::int2[],
-			                     $7::timestamptz[], $8::int[], $9::text[], $10::text[])
-				AS x (notification_id, client_id, type, sensor_id, data, previous, event_at, ord, subject, message)
+			SELECT x.*, `+fmt.Sprintf(eventSeverity, "x")+` AS severity,
+			       -- The message's site: a site event's, or its sensor's.
+			       coalesce(nullif(x.site, ''), (SELECT s.site FROM sensors s WHERE s.id = x.sensor_id)) AS msg_site
+			FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::int2[], $6::int2[],
+			            $7::timestamptz[], $8::int[], $9::text[], $10::text[], $11::text[])
+				AS x (notification_id, client_id, type, sensor_id, data, previous, event_at, ord, subject, message, site)
 		), t AS (
 			SELECT m.id AS member_id, nn.client_id, nn.notification_id, nn.type, nn.sensor_id, nn.data, nn.previous,
-			       nn.event_at, `+fmt.Sprintf(eventSeverity, "nn")+` AS severity, 'event' AS cause,
-			       nn.subject, nn.message::jsonb AS message, nn.ord
+			       nn.event_at, nn.severity, 'event' AS cause, nn.subject, nn.message::jsonb AS message, nn.ord
 			FROM nn JOIN members m ON m.client_id = nn.client_id
+			-- Each member hears only what its routing lets through.
+			WHERE `+MemberRoutes("m", "nn.sensor_id", "nn.msg_site", "nn.severity")+`
 		`+inboxWriteRows, func(rows pgx.Rows) error {
 		var err error
 		*added, err = collectAdded(rows)
 		return err
-	}, ids, clients, types, sensors, data, previous, times, ords, subjects, messages)
+	}, ids, clients, types, sensors, data, previous, times, ords, subjects, messages, sites)
 }
 
 // outageMessage is the subject and message (JSON) of a connection_restored's

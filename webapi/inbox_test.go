@@ -69,6 +69,11 @@ type memberJSON struct {
 		Push        bool     `json:"push"`
 		DigestTimes []string `json:"digest_times"`
 	} `json:"preferences"`
+	Routing struct {
+		Sites       []string `json:"sites"`
+		Sensors     []string `json:"sensors"`
+		MinSeverity string   `json:"min_severity"`
+	} `json:"routing"`
 	PushTargets []pushTargetJSON `json:"push_targets"`
 	Token       string           `json:"token"`
 	Backfilled  *int             `json:"backfilled"`
@@ -183,6 +188,23 @@ func TestMemberRoutes(t *testing.T) {
 		t.Fatalf("patched: %+v", patched)
 	}
 	a.request("PATCH", "/v1/members/"+m.ID, map[string]any{"timezone": "Nowhere/Land"}).expectInvalid("timezone")
+
+	// Routing: everything by default; set whole; bad fields named; null resets.
+	if patched.Routing.Sites != nil || patched.Routing.Sensors != nil || patched.Routing.MinSeverity != "info" {
+		t.Fatalf("default routing: %+v", patched.Routing)
+	}
+	a.request("PATCH", "/v1/members/"+m.ID, map[string]any{"routing": map[string]any{"sites": []string{"north"},
+		"min_severity": "warning"}}).expect(http.StatusOK).decode(&patched)
+	if !slices.Equal(patched.Routing.Sites, []string{"north"}) || patched.Routing.Sensors != nil ||
+		patched.Routing.MinSeverity != "warning" || patched.Preferences.Email != "digest" {
+		t.Fatalf("routed: %+v", patched)
+	}
+	a.request("PATCH", "/v1/members/"+m.ID, map[string]any{"routing": map[string]any{"sites": []string{""},
+		"min_severity": "loud"}}).expectInvalid("routing.sites[0]", "routing.min_severity")
+	a.request("PATCH", "/v1/members/"+m.ID, map[string]any{"routing": nil}).expect(http.StatusOK).decode(&patched)
+	if patched.Routing.Sites != nil || patched.Routing.MinSeverity != "info" {
+		t.Fatalf("routing reset: %+v", patched.Routing)
+	}
 
 	// The token works, a rotated one replaces it at once.
 	a.messages(m.Token, "")
