@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -75,8 +76,8 @@ func (n *soakNode) attempts() map[string][]soakAttempt {
 	return out
 }
 
-// open reports whether a delivery state can still change.
-func open(state string) bool {
+// openState reports whether a delivery state can still change.
+func openState(state string) bool {
 	return !slices.Contains([]string{"SENT", "FAILED", "GIVEN_UP", "SUPERSEDED"}, state)
 }
 
@@ -113,7 +114,7 @@ func (n *soakNode) quiesce(f *soakFleet) map[string]int {
 		}
 		escalated := 0
 		for _, d := range n.deliveries() {
-			if open(d.state) {
+			if openState(d.state) {
 				return false, fmt.Sprintf("delivery %s (%s %s) is %s", d.id, d.channel, d.eventType, d.state)
 			}
 			if d.eventType == "unseen" && (d.target == "member:"+lazy.id || d.target == "IOS:"+lazy.device) {
@@ -436,7 +437,10 @@ func (n *soakNode) checkAttempts(t *testing.T, f *soakFleet, sinks *soakSinks, d
 			}
 			continue
 		}
-		got := maps2(received[d.client+" "+d.event])
+		got := maps.Clone(received[d.client+" "+d.event])
+		if got == nil {
+			got = map[int]int{}
+		}
 		for _, a := range as {
 			switch {
 			case a.errorType == storage.ErrorTypeLeaseExpired:
@@ -467,14 +471,6 @@ func (n *soakNode) checkAttempts(t *testing.T, f *soakFleet, sinks *soakSinks, d
 		}
 	}
 	r.add("attempt log: %d attempts of %d deliveries, %d logged at a lease's expiry (a killed retrier's)", logged, len(deliveries), expired)
-}
-
-func maps2(m map[int]int) map[int]int {
-	out := make(map[int]int, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // checkSoakDLQ: the DLQ holds every bad input — those produced to Kafka by

@@ -146,8 +146,9 @@ func (f *soakFleet) final() map[string]int {
 	return maps.Clone(f.last)
 }
 
-// silentNow reports whether the silent sensors are in a silence at elapsed,
-// and counts the silences as they begin.
+// silenceAt reports whether the silent sensors are in a silence at elapsed,
+// and how many silences have begun by then (of those that end at least 10 s
+// before the chaos does).
 func (f *soakFleet) silenceAt(elapsed time.Duration) (int, bool) {
 	for k := 0; ; k++ {
 		start := 10*time.Second + time.Duration(k)*f.cfg.silencePeriod
@@ -398,4 +399,3 @@ func (f *soakFleet) pushLoop(ctx context.Context) {
 		}
 	}
 }
-
