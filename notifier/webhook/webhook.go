@@ -136,7 +136,19 @@ func NewBody(n notifier.Notification) Body {
 		Seq:      n.Seq,
 		Site:     n.Site,
 		Sensors:  n.Sensors,
+		// The outage a connection_restored ends.
+		LostSince:     utcPtr(n.LostSince),
+		SilentSeconds: event.SilentSeconds(n.LostSince, n.At),
 	}, Attempt: n.Attempt}
+}
+
+// utcPtr is t in UTC, or nil.
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
 }
 
 // Sender posts notifications to webhooks. It is safe for concurrent use.
