@@ -137,6 +137,31 @@ const inboxWriteRows = inboxWrite + `SELECT ` + inboxRowColumns + `
 	FROM ins m LEFT JOIN sensors s ON s.id = m.sensor_id
 	ORDER BY m.notification_id, m.member_id`
 
+// eventWriteRows is inboxWriteRows for the fan-out's event messages: in the
+// same statement, a digest member (who gets no episode email) with an address
+// gets an email at once for each sensor it got a critical message about (an
+// episode email from that message on, as the escalation round queues them),
+// and the retriers are woken for it on commit. A critical message is never
+// held for a digest (DESIGN.md "Quiet hours").
+const eventWriteRows = inboxWrite + `, crit AS MATERIALIZED (
+	SELECT lockstream_uuid_v7() AS id, i.member_id, i.client_id, i.sensor_id, i.seq
+	FROM (SELECT DISTINCT ON (member_id, sensor_id) member_id, client_id, sensor_id, seq FROM ins
+	      WHERE severity = 'critical' AND sensor_id IS NOT NULL ORDER BY member_id, sensor_id, seq) i
+	JOIN members mb ON mb.id = i.member_id
+	WHERE mb.preferences ->> 'email' = 'digest' AND coalesce(mb.email, '') <> ''
+), crit_mail AS (
+	INSERT INTO deliveries (id, client_id, sensor_id, event_type, channel, target, state, next_attempt_at, event_at)
+	SELECT id, client_id, sensor_id, 'unseen', 'email', 'member:' || member_id, 'PENDING', now(), now() FROM crit
+), crit_list AS (
+	INSERT INTO member_emails (delivery_id, event_at, member_id, kind, key, from_seq, to_seq)
+	SELECT id, now(), member_id, 'unseen', sensor_id, seq - 1, NULL FROM crit
+), woke AS (
+	SELECT count(pg_notify('` + OutboxChannel + `', 'email')) AS n FROM (SELECT 1 FROM crit LIMIT 1) x
+)
+SELECT ` + inboxRowColumns + `
+	FROM ins m LEFT JOIN sensors s ON s.id = m.sensor_id CROSS JOIN woke
+	ORDER BY m.notification_id, m.member_id`
+
 // inboxRowColumns are what inboxWriteRows returns of each message: the
 // notification it belongs to and the columns of inboxColumns (m = the inserted
 // rows).
@@ -214,7 +239,7 @@ func queueEventMessages(b *pgx.Batch, events []NotificationInput, created []newN
 			FROM nn JOIN members m ON m.client_id = nn.client_id
 			-- Each member hears only what its routing lets through.
 			WHERE `+MemberRoutes("m", "nn.sensor_id", "nn.msg_site", "nn.severity")+`
-		`+inboxWriteRows, func(rows pgx.Rows) error {
+		`+eventWriteRows, func(rows pgx.Rows) error {
 		var err error
 		*added, err = collectAdded(rows)
 		return err

@@ -74,7 +74,9 @@ type Member struct {
 	Timezone    string
 	Preferences MemberPreferences
 	// Routing is what the member hears of: inbox, stream, escalation.
-	Routing     MemberRouting
+	Routing MemberRouting
+	// QuietHours hold the member's non-critical pushes and emails; nil: none.
+	QuietHours  *QuietHours
 	PushTargets []PushTarget
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
@@ -93,6 +95,8 @@ type MemberUpdate struct {
 	PushTargets *[]PushTarget
 	// Routing replaces the member's routing whole.
 	Routing *MemberRouting
+	// QuietHours sets the quiet hours; a zero QuietHours removes them.
+	QuietHours *QuietHours
 }
 
 // Backfill says which of a client's recent messages a new member receives: those
@@ -108,7 +112,8 @@ const memberColumns = `m.id::text, m.client_id::text, m.name, coalesce(m.email, 
 	(SELECT coalesce(json_agg(json_build_object('platform', t.platform, 'push_key', t.push_key)
 	                          ORDER BY t.platform, t.push_key), '[]')
 	   FROM member_push_targets t WHERE t.member_id = m.id),
-	coalesce(m.username, ''), m.routing_sites, m.routing_sensors, m.routing_min_severity`
+	coalesce(m.username, ''), m.routing_sites, m.routing_sensors, m.routing_min_severity,
+	coalesce(m.quiet_from, ''), coalesce(m.quiet_to, '')`
 
 // scanMember scans memberColumns, after extra.
 func scanMember(row pgx.Row, extra ...any) (Member, error) {
@@ -116,11 +121,16 @@ func scanMember(row pgx.Row, extra ...any) (Member, error) {
 		m       Member
 		prefs   []byte
 		targets []byte
+		quiet   QuietHours
 	)
 	dest := append(extra, &m.ID, &m.ClientID, &m.Name, &m.Email, &m.Timezone, &prefs, &m.CreatedAt, &m.UpdatedAt,
-		&targets, &m.Username, &m.Routing.Sites, &m.Routing.Sensors, &m.Routing.MinSeverity)
+		&targets, &m.Username, &m.Routing.Sites, &m.Routing.Sensors, &m.Routing.MinSeverity,
+		&quiet.From, &quiet.To)
 	if err := row.Scan(dest...); err != nil {
 		return Member{}, err
+	}
+	if quiet.From != "" {
+		m.QuietHours = &quiet
 	}
 	if err := json.Unmarshal(prefs, &m.Preferences); err != nil {
 		return Member{}, fmt.Errorf("decoding preferences: %w", err)
@@ -312,6 +322,10 @@ func (p *Postgres) UpdateMember(ctx context.Context, id string, u MemberUpdate) 
 		}
 	}
 	rt := newRoutingArgs(u.Routing)
+	var quiet QuietHours
+	if u.QuietHours != nil {
+		quiet = *u.QuietHours
+	}
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
 			UPDATE members SET
@@ -323,8 +337,11 @@ func (p *Postgres) UpdateMember(ctx context.Context, id string, u MemberUpdate) 
 				routing_sites = CASE WHEN $7 THEN $8::text[] ELSE routing_sites END,
 				routing_sensors = CASE WHEN $7 THEN $9::text[] ELSE routing_sensors END,
 				routing_min_severity = CASE WHEN $7 THEN $10 ELSE routing_min_severity END,
+				quiet_from = CASE WHEN $11 THEN nullif($12, '') ELSE quiet_from END,
+				quiet_to = CASE WHEN $11 THEN nullif($13, '') ELSE quiet_to END,
 				updated_at = now()
-			WHERE id = $1`, id, u.Name, u.Email, u.Timezone, prefs, u.Username, rt.set, rt.sites, rt.sensors, rt.minSeverity)
+			WHERE id = $1`, id, u.Name, u.Email, u.Timezone, prefs, u.Username, rt.set, rt.sites, rt.sensors, rt.minSeverity,
+			u.QuietHours != nil, quiet.From, quiet.To)
 		if err != nil {
 			return mapError(err)
 		}
@@ -435,7 +452,7 @@ func newRoutingArgs(r *MemberRouting) routingArgs {
 }
 
 // MemberRoutes returns the SQL condition that the member row member (a
-// members alias) hears a message about sensor (NULL or '' for none) in site
+// members alias) hears a message about sensor (NULL or ” for none) in site
 // with severity (each an SQL expression): the routing rule of MemberRouting,
 // as the SQL function lockstream_routes (migration 00172), which the planner
 // inlines so that a statement choosing who hears something (the fan-out's
@@ -443,4 +460,50 @@ func newRoutingArgs(r *MemberRouting) routingArgs {
 // site is a site event's, or its sensor's (sensors.site).
 func MemberRoutes(member, sensor, site, severity string) string {
 	return fmt.Sprintf("lockstream_routes(%s, %s, %s, %s)", member, sensor, site, severity)
+}
+
+// QuietHours are a member's quiet hours: wall-clock times "HH:MM" in its
+// timezone; From after To spans midnight ("22:00" to "07:00"). While they
+// last, its non-critical pushes and emails wait for their end.
+type QuietHours struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// QuietUntil reports whether now falls in the quiet hours q of a member in
+// the IANA zone tz (UTC when unknown), and when they end. The end is the next
+// To on the member's wall clock (a day with a DST change keeps the wall time).
+func QuietUntil(now time.Time, q QuietHours, tz string) (time.Time, bool) {
+	from, okFrom := clockMinutes(q.From)
+	to, okTo := clockMinutes(q.To)
+	if !okFrom || !okTo || from == to {
+		return time.Time{}, false
+	}
+	loc, err := time.LoadLocation(tz)
+	if err != nil {
+		loc = time.UTC
+	}
+	local := now.In(loc)
+	m := local.Hour()*60 + local.Minute()
+	endOn := func(days int) time.Time {
+		return time.Date(local.Year(), local.Month(), local.Day()+days, to/60, to%60, 0, 0, loc)
+	}
+	switch {
+	case from < to && m >= from && m < to:
+		return endOn(0), true
+	case from > to && m >= from:
+		return endOn(1), true
+	case from > to && m < to:
+		return endOn(0), true
+	}
+	return time.Time{}, false
+}
+
+// clockMinutes reads "HH:MM" as minutes after midnight.
+func clockMinutes(hm string) (int, bool) {
+	t, err := time.Parse("15:04", hm)
+	if err != nil || len(hm) != 5 {
+		return 0, false
+	}
+	return t.Hour()*60 + t.Minute(), true
 }

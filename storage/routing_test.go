@@ -92,3 +92,37 @@ func TestInboxFollowsMemberRouting(t *testing.T) {
 		t.Errorf("after resetting its routing, critical-only hears %v", got)
 	}
 }
+
+// A digest member with an address gets an email at once for a critical
+// message (one per sensor), none for a warning; a member mailed per episode
+// gets none from the fan-out (the escalation round mails it).
+func TestDigestMemberGetsCriticalAtOnce(t *testing.T) {
+	t.Parallel()
+	f := newOutboxFixture(t, "dgDoor")
+	c := f.client(t, storage.Client{Name: "digests"}, "dgDoor")
+	digest := f.member(t, c.ID, "digest", storage.Backfill{})
+	episodic := f.member(t, c.ID, "episodic", storage.Backfill{})
+	prefs := storage.DefaultMemberPreferences()
+	prefs.Email = storage.EmailDigest
+	address := "d@example.com"
+	if _, err := f.pg.UpdateMember(f.ctx, digest.ID, storage.MemberUpdate{Preferences: &prefs, Email: &address}); err != nil {
+		t.Fatal(err)
+	}
+	other := "e@example.com"
+	if _, err := f.pg.UpdateMember(f.ctx, episodic.ID, storage.MemberUpdate{Email: &other}); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	zero, one := 0, 1
+	f.create(t, storage.NotificationInput{EventID: "w", Type: "connection_lost", SensorID: "dgDoor", Data: &one, At: at})
+	f.create(t, storage.NotificationInput{EventID: "c", Type: "connection_lost", SensorID: "dgDoor", Data: &zero, At: at.Add(time.Second)})
+	var targets []string
+	for _, d := range f.deliveries(t, c.ID) {
+		if d.NotificationID == "" {
+			targets = append(targets, string(d.Channel)+":"+d.Target+":"+d.SensorID)
+		}
+	}
+	if want := []string{"email:member:" + digest.ID + ":dgDoor"}; !slices.Equal(targets, want) {
+		t.Errorf("member deliveries %v, want %v", targets, want)
+	}
+}

@@ -74,6 +74,10 @@ type memberJSON struct {
 		Sensors     []string `json:"sensors"`
 		MinSeverity string   `json:"min_severity"`
 	} `json:"routing"`
+	QuietHours *struct {
+		From string `json:"from"`
+		To   string `json:"to"`
+	} `json:"quiet_hours"`
 	PushTargets []pushTargetJSON `json:"push_targets"`
 	Token       string           `json:"token"`
 	Backfilled  *int             `json:"backfilled"`
@@ -204,6 +208,19 @@ func TestMemberRoutes(t *testing.T) {
 	a.request("PATCH", "/v1/members/"+m.ID, map[string]any{"routing": nil}).expect(http.StatusOK).decode(&patched)
 	if patched.Routing.Sites != nil || patched.Routing.MinSeverity != "info" {
 		t.Fatalf("routing reset: %+v", patched.Routing)
+	}
+
+	// Quiet hours: set, bad times named, null removes them.
+	a.request("PATCH", "/v1/members/"+m.ID, map[string]any{"quiet_hours": map[string]any{"from": "22:00", "to": "07:00"}}).
+		expect(http.StatusOK).decode(&patched)
+	if patched.QuietHours == nil || patched.QuietHours.From != "22:00" || patched.QuietHours.To != "07:00" {
+		t.Fatalf("quiet hours: %+v", patched.QuietHours)
+	}
+	a.request("PATCH", "/v1/members/"+m.ID, map[string]any{"quiet_hours": map[string]any{"from": "25:00", "to": "7"}}).
+		expectInvalid("quiet_hours.from", "quiet_hours.to")
+	a.request("PATCH", "/v1/members/"+m.ID, map[string]any{"quiet_hours": nil}).expect(http.StatusOK).decode(&patched)
+	if patched.QuietHours != nil {
+		t.Fatalf("quiet hours after null: %+v", patched.QuietHours)
 	}
 
 	// The token works, a rotated one replaces it at once.

@@ -65,6 +65,7 @@ type memberBody struct {
 	Timezone    string           `json:"timezone"`
 	Preferences preferencesBody  `json:"preferences"`
 	Routing     routingBody      `json:"routing"`
+	QuietHours  *quietHoursBody  `json:"quiet_hours"`
 	PushTargets []pushTargetBody `json:"push_targets"`
 	Token       string           `json:"token,omitempty"`
 	Backfilled  *int             `json:"backfilled,omitempty"`
@@ -87,6 +88,26 @@ type routingBody struct {
 	Sites       []string `json:"sites"`
 	Sensors     []string `json:"sensors"`
 	MinSeverity string   `json:"min_severity"`
+}
+
+// quietHoursBody is a member's quiet hours (DESIGN.md "Quiet hours"): HH:MM
+// in its timezone; from after to spans midnight.
+type quietHoursBody struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// checkQuietHours validates quiet hours.
+func checkQuietHours(errs *httpapi.FieldErrors, q quietHoursBody) storage.QuietHours {
+	if !digestTime.MatchString(q.From) {
+		errs.Add("quiet_hours.from", "must be a time HH:MM on 24 hours, got %q", q.From)
+	}
+	if !digestTime.MatchString(q.To) {
+		errs.Add("quiet_hours.to", "must be a time HH:MM on 24 hours, got %q", q.To)
+	} else if q.To == q.From {
+		errs.Add("quiet_hours.to", "must differ from from (%s)", q.From)
+	}
+	return storage.QuietHours{From: q.From, To: q.To}
 }
 
 // maxRouted bounds the sites and the sensors a routing names.
@@ -128,6 +149,9 @@ func renderMember(m storage.Member) memberBody {
 		PushTargets: make([]pushTargetBody, 0, len(m.PushTargets)),
 		CreatedAt:   m.CreatedAt.UTC(),
 		UpdatedAt:   m.UpdatedAt.UTC(),
+	}
+	if m.QuietHours != nil {
+		body.QuietHours = &quietHoursBody{From: m.QuietHours.From, To: m.QuietHours.To}
 	}
 	if body.Preferences.DigestTimes == nil {
 		body.Preferences.DigestTimes = []string{}
@@ -359,6 +383,7 @@ func (s *Server) updateMember(w http.ResponseWriter, r *http.Request) error {
 		Preferences optional[preferencesRequest]  `json:"preferences"`
 		PushTargets optional[[]pushTargetRequest] `json:"push_targets"`
 		Routing     optional[routingBody]         `json:"routing"`
+		QuietHours  optional[quietHoursBody]      `json:"quiet_hours"`
 	}
 	if err := s.decodeJSON(w, r, &req); err != nil {
 		return err
@@ -385,6 +410,18 @@ func (s *Server) updateMember(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		update.Routing = &routing
+	}
+	if req.QuietHours.set {
+		// null removes them.
+		quiet := storage.QuietHours{}
+		if !req.QuietHours.null {
+			var errs httpapi.FieldErrors
+			quiet = checkQuietHours(&errs, req.QuietHours.value)
+			if err := errs.Err(); err != nil {
+				return err
+			}
+		}
+		update.QuietHours = &quiet
 	}
 	updated, err := s.members.UpdateMember(r.Context(), id, update)
 	if errors.Is(err, storage.ErrNotFound) {
