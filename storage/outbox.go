@@ -903,14 +903,19 @@ func (p *Postgres) deliveryTargets(ctx context.Context, ids []string, ats []*tim
 		-- A member's email (target member:<id>) or push (a device of a member
 		-- of the client) with quiet hours: escalations and notification emails,
 		-- which have no notification of their own.
+		-- The cast is inside CASE: SQL does not order the conditions of a
+		-- WHERE, and a push's target is no member id.
 		LEFT JOIN LATERAL (
 			SELECT mm.id, mm.quiet_from, mm.quiet_to, mm.timezone FROM members mm
-			WHERE d.notification_id IS NULL AND mm.quiet_from IS NOT NULL AND (
-			      (d.channel = 'email' AND d.target LIKE 'member:%'
-			       AND mm.id = substr(d.target, length('member:') + 1)::uuid)
-			   OR (d.channel = 'swrve' AND mm.client_id = d.client_id AND EXISTS (
-			           SELECT 1 FROM member_push_targets t
-			           WHERE t.member_id = mm.id AND t.platform || ':' || t.push_key = d.target)))
+			WHERE mm.quiet_from IS NOT NULL AND mm.id = CASE
+			    WHEN d.notification_id IS NULL AND d.channel = 'email' AND d.target LIKE 'member:%'
+			    THEN substr(d.target, length('member:') + 1)::uuid END
+			UNION ALL
+			SELECT mm.id, mm.quiet_from, mm.quiet_to, mm.timezone
+			FROM members mm JOIN member_push_targets t ON t.member_id = mm.id
+			WHERE d.notification_id IS NULL AND d.channel = 'swrve' AND mm.client_id = d.client_id
+			  AND mm.quiet_from IS NOT NULL
+			  AND t.platform = split_part(d.target, ':', 1) AND t.push_key = substr(d.target, strpos(d.target, ':') + 1)
 			LIMIT 1
 		) q ON true`, ids, ats)
 	if err != nil {
