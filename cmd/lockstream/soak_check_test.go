@@ -122,6 +122,9 @@ func (n *soakNode) quiesce(f *soakFleet) map[string]int {
 			}
 		}
 		want := 2 * len(f.linked["all"])
+		if f.noteCount() > 0 {
+			want += 2 // the episode of the notifications' type
+		}
 		return escalated >= want, fmt.Sprintf("%d of the lazy member's %d escalations made", escalated, want)
 	})
 	return final
@@ -201,6 +204,9 @@ func (n *soakNode) check(f *soakFleet, sinks *soakSinks, final map[string]int) *
 	})
 	n.t.Run("lost and restored once per silence, no false loss", func(t *testing.T) {
 		n.checkSilences(t, f, events, r)
+	})
+	n.t.Run("every AMQP notification recorded once", func(t *testing.T) {
+		n.checkNotes(t, f, deliveries, r)
 	})
 	n.t.Run("no escalation twice", func(t *testing.T) {
 		n.checkEscalations(t, f, deliveries, r)
@@ -380,12 +386,19 @@ func (n *soakNode) checkEscalations(t *testing.T, f *soakFleet, deliveries []soa
 			readerEscalations++
 		}
 	}
-	for _, s := range f.linked["all"] {
+	keys := slices.Clone(f.linked["all"])
+	if f.noteCount() > 0 {
+		keys = append(keys, "") // the free-form notifications' episode names no sensor
+	}
+	for _, s := range keys {
 		for _, ch := range []string{"email", "swrve"} {
 			if c := count[ch+" "+s]; c != 1 {
-				t.Errorf("the lazy member has %d %s escalations about %s, want exactly 1", c, ch, s)
+				t.Errorf("the lazy member has %d %s escalations about %q, want exactly 1", c, ch, s)
 			}
 		}
+	}
+	if len(count) != 2*len(keys) {
+		t.Errorf("the lazy member has escalations about %d keys, want %d: %v", len(count)/2, len(keys), count)
 	}
 	f.mu.Lock()
 	r.add("escalations: lazy member %d (email and push per sensor); reader (saw its inbox %d times) %d",
@@ -514,4 +527,41 @@ func (n *soakNode) checkSoakDLQ(t *testing.T, f *soakFleet, r *soakReport) {
 			len(seenKafka), len(f.badKafka), len(seenBridge), len(f.badBridge))
 	}
 	r.add("DLQ: %d records, %d distinct bad inputs (%d expected)", len(records), len(seenKafka)+len(seenBridge), len(f.badKafka)+len(f.badBridge))
+}
+
+func (f *soakFleet) noteCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.notes
+}
+
+// checkNotes: each free-form notification, published twice with one
+// message-id (and redelivered when a bridge died holding it), is one message
+// in the lazy member's inbox and one email delivery.
+func (n *soakNode) checkNotes(t *testing.T, f *soakFleet, deliveries []soakDelivery, r *soakReport) {
+	notes := f.noteCount()
+	dn := &deliveryNode{t: t, h: n.h, api: n.apis[0]}
+	total, ms := dn.inbox(f.members["lazy"].token, "?seen=true&message-type=alert")
+	subjects := map[string]int{}
+	for _, m := range ms {
+		subjects[m.Subject]++
+	}
+	for k := range notes {
+		if c := subjects[fmt.Sprintf("soak note %d", k)]; c != 1 {
+			t.Errorf("the lazy member's inbox holds notification %d %d times, want once", k, c)
+		}
+	}
+	if total != notes || len(ms) != notes {
+		t.Errorf("the lazy member's inbox holds %d alert messages (%d listed), want %d", total, len(ms), notes)
+	}
+	emails := 0
+	for _, d := range deliveries {
+		if d.channel == "email" && d.eventType == "alert" && d.target == "member:"+f.members["lazy"].id {
+			emails++
+		}
+	}
+	if emails != notes {
+		t.Errorf("%d email deliveries of alert notifications, want %d", emails, notes)
+	}
+	r.add("AMQP notifications: %d published twice each; %d inbox messages, %d email deliveries", notes, total, emails)
 }
