@@ -115,7 +115,7 @@ WITH due AS MATERIALIZED (
 	       r.severity, 'event' AS cause,
 	       'Incident not acknowledged: ' || r.type || ' of ' || r.subject AS subject,
 	       jsonb_build_object('incident_id', r.incident_id, 'subject', r.subject, 'severity', r.severity,
-	                          'type', r.type, 'opened_at', r.opened_at, 'tier', r.tier,
+	                          'type', r.type, 'opened_at', r.opened_at, 'tier', r.tier, 'due_at', r.due_at,
 	                          'sensor_id', r.sensor_id, 'site', r.site,
 	                          'ack_url', CASE WHEN $3::text <> '' THEN rtrim($3::text, '/') || '/ack/' || r.token END)
 	           AS message,
