@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/analytics"
+	"github.com/lockstream/lockstream/internal/httpapi"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -52,15 +53,15 @@ func (s *Server) parseAnalyticsQuery(r *http.Request, scope *analytics.Scope) (a
 	} else {
 		raw := values.Get("scope")
 		if raw == "" {
-			return analyticsQuery{}, invalidParameter("scope is required: sensor:<id>, site:<site>, client:<client id> or fleet")
+			return analyticsQuery{}, httpapi.InvalidParameter("scope is required: sensor:<id>, site:<site>, client:<client id> or fleet")
 		}
 		sc, err := analytics.ParseScope(raw)
 		if err != nil {
-			return analyticsQuery{}, invalidParameter("%v", err)
+			return analyticsQuery{}, httpapi.InvalidParameter("%v", err)
 		}
 		q.scope = sc
 	}
-	rq, err := parseRangeQuery(r, time.Now(), noLongestRange)
+	rq, err := parseRangeQuery(r, s.cfg.Now(), noLongestRange)
 	if err != nil {
 		return analyticsQuery{}, err
 	}
@@ -68,7 +69,7 @@ func (s *Server) parseAnalyticsQuery(r *http.Request, scope *analytics.Scope) (a
 	q.loc = time.UTC
 	if raw := values.Get("tz"); raw != "" {
 		if q.loc, err = time.LoadLocation(raw); err != nil || raw == "Local" {
-			return analyticsQuery{}, invalidParameter("tz must be an IANA time zone such as Europe/Paris, got %q", raw)
+			return analyticsQuery{}, httpapi.InvalidParameter("tz must be an IANA time zone such as Europe/Paris, got %q", raw)
 		}
 	}
 	return q, nil
@@ -85,7 +86,7 @@ func parseFormat(r *http.Request, allowed ...string) (string, error) {
 			return raw, nil
 		}
 	}
-	return "", invalidParameter("format must be one of %v, got %q", allowed, raw)
+	return "", httpapi.InvalidParameter("format must be one of %v, got %q", allowed, raw)
 }
 
 // analyticsError maps the analytics' errors: a query it refuses is a 400
@@ -93,9 +94,9 @@ func parseFormat(r *http.Request, allowed ...string) (string, error) {
 func analyticsError(scope analytics.Scope, err error) error {
 	switch {
 	case errors.Is(err, analytics.ErrBadQuery):
-		return invalidParameter("%v", err)
+		return httpapi.InvalidParameter("%v", err)
 	case errors.Is(err, storage.ErrNotFound):
-		return notFound("%s not found", scope)
+		return httpapi.NotFound("%s not found", scope)
 	}
 	return fmt.Errorf("analytics of %s: %w", scope, err)
 }
@@ -142,7 +143,7 @@ func (s *Server) analyticsSummary(w http.ResponseWriter, r *http.Request) error 
 	bucket := analytics.Bucket1h
 	if raw := r.URL.Query().Get("bucket"); raw != "" {
 		if bucket, err = analytics.ParseBucket(raw); err != nil {
-			return invalidParameter("%v", err)
+			return httpapi.InvalidParameter("%v", err)
 		}
 	}
 	format, err := parseFormat(r, "json", "csv")
@@ -159,7 +160,7 @@ func (s *Server) analyticsSummary(w http.ResponseWriter, r *http.Request) error 
 		body.Buckets[i] = renderFigures(b, q.loc)
 	}
 	if format == "json" {
-		return writeJSON(w, http.StatusOK, body)
+		return httpapi.WriteJSON(w, http.StatusOK, body)
 	}
 	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
 	w.Header().Set("Content-Disposition", `attachment; filename="summary.csv"`)
@@ -187,15 +188,15 @@ func (s *Server) analyticsTop(w http.ResponseWriter, r *http.Request) error {
 	values := r.URL.Query()
 	by := values.Get("by")
 	if by == "" {
-		return invalidParameter("by is required: changes, unlocks, unlocked_seconds, losses or lost_seconds")
+		return httpapi.InvalidParameter("by is required: changes, unlocks, unlocked_seconds, losses or lost_seconds")
 	}
 	if err := analytics.ParseBy(by); err != nil {
-		return invalidParameter("%v", err)
+		return httpapi.InvalidParameter("%v", err)
 	}
 	limit := defaultTop
 	if raw := values.Get("limit"); raw != "" {
 		if limit, err = strconv.Atoi(raw); err != nil || limit < 1 || limit > analytics.MaxTop {
-			return invalidParameter("limit must be an integer from 1 to %d, got %q", analytics.MaxTop, raw)
+			return httpapi.InvalidParameter("limit must be an integer from 1 to %d, got %q", analytics.MaxTop, raw)
 		}
 	}
 	items, err := s.analytics.Top(r.Context(), analytics.TopQuery{Scope: q.scope, From: q.from, To: q.to, By: by, Limit: limit})
@@ -206,7 +207,7 @@ func (s *Server) analyticsTop(w http.ResponseWriter, r *http.Request) error {
 	for i, it := range items {
 		body.Items[i] = topEntry{SensorID: it.SensorID, Value: it.Value}
 	}
-	return writeJSON(w, http.StatusOK, body)
+	return httpapi.WriteJSON(w, http.StatusOK, body)
 }
 
 // reportBody is GET /v1/clients/{id}/report's answer.
@@ -244,13 +245,13 @@ func (s *Server) clientReport(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if values := r.URL.Query(); values.Get("from") == "" && values.Get("to") == "" {
-		q.from, q.to = analytics.LastWeek(time.Now(), q.loc)
+		q.from, q.to = analytics.LastWeek(s.cfg.Now(), q.loc)
 	}
 	rep, err := s.analytics.Report(r.Context(), analytics.ReportQuery{ClientID: id, From: q.from, To: q.to, Location: q.loc})
 	if err != nil {
 		return analyticsError(scope, err)
 	}
-	return writeJSON(w, http.StatusOK, renderReport(rep))
+	return httpapi.WriteJSON(w, http.StatusOK, renderReport(rep))
 }
 
 func renderReport(rep analytics.Report) reportBody {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/internal/httpapi"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -47,7 +48,7 @@ func (s *Server) listClientEvents(w http.ResponseWriter, r *http.Request) error 
 	var after int64
 	if raw := r.URL.Query().Get("after"); raw != "" {
 		if after, err = strconv.ParseInt(raw, 10, 64); err != nil || after < 0 {
-			return invalidParameter("after must be a seq (an integer, 0 or more), got %q", raw)
+			return httpapi.InvalidParameter("after must be a seq (an integer, 0 or more), got %q", raw)
 		}
 	}
 	if s.clientEvents == nil {
@@ -65,5 +66,5 @@ func (s *Server) listClientEvents(w http.ResponseWriter, r *http.Request) error 
 		next := events[len(events)-1].Seq
 		body.NextAfter = &next
 	}
-	return writeJSON(w, http.StatusOK, body)
+	return httpapi.WriteJSON(w, http.StatusOK, body)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/internal/httpapi"
 	"github.com/lockstream/lockstream/notifier/webhook"
 	"github.com/lockstream/lockstream/storage"
 )
@@ -109,42 +110,42 @@ func renderClientWithoutSecret(c storage.Client) clientBody { return renderClien
 
 func clientKey(c storage.Client) string { return c.ID }
 
-func checkName(errs *fieldErrors, name string) {
+func checkName(errs *httpapi.FieldErrors, name string) {
 	switch {
 	case strings.TrimSpace(name) == "":
-		errs.add("name", "must not be empty")
+		errs.Add("name", "must not be empty")
 	case !utf8.ValidString(name):
-		errs.add("name", "must be valid UTF-8")
+		errs.Add("name", "must be valid UTF-8")
 	case utf8.RuneCountInString(name) > maxNameLen:
-		errs.add("name", "must be at most %d characters", maxNameLen)
+		errs.Add("name", "must be at most %d characters", maxNameLen)
 	}
 }
 
-func checkWebhookURL(errs *fieldErrors, raw string) {
+func checkWebhookURL(errs *httpapi.FieldErrors, raw string) {
 	if len(raw) > maxWebhookURLLen {
-		errs.add("webhook_url", "must be at most %d bytes", maxWebhookURLLen)
+		errs.Add("webhook_url", "must be at most %d bytes", maxWebhookURLLen)
 		return
 	}
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil:
-		errs.add("webhook_url", "must be an absolute http or https URL: %v", err)
+		errs.Add("webhook_url", "must be an absolute http or https URL: %v", err)
 	case u.Scheme != "http" && u.Scheme != "https":
-		errs.add("webhook_url", "must be an absolute http or https URL, got %q", raw)
+		errs.Add("webhook_url", "must be an absolute http or https URL, got %q", raw)
 	case u.Hostname() == "":
-		errs.add("webhook_url", "must name a host, got %q", raw)
+		errs.Add("webhook_url", "must name a host, got %q", raw)
 	}
 }
 
 // checkEmail accepts one bare address (name@example.com): the notifier sends to it as
 // is, so display names and lists are refused.
-func checkEmail(errs *fieldErrors, email string) {
+func checkEmail(errs *httpapi.FieldErrors, email string) {
 	addr, err := mail.ParseAddress(email)
 	switch {
 	case err != nil:
-		errs.add("email", "must be an email address such as name@example.com: %v", err)
+		errs.Add("email", "must be an email address such as name@example.com: %v", err)
 	case addr.Address != email:
-		errs.add("email", "must be a bare address such as name@example.com, got %q", email)
+		errs.Add("email", "must be a bare address such as name@example.com, got %q", email)
 	}
 }
 
@@ -153,27 +154,27 @@ const maxRateLimit = 100000
 
 // checkEventTypes accepts a non-empty list of known event types (event.Types),
 // each once.
-func checkEventTypes(errs *fieldErrors, types []string) {
+func checkEventTypes(errs *httpapi.FieldErrors, types []string) {
 	if len(types) == 0 {
-		errs.add("event_types", "must name at least one event type (null subscribes to every type)")
+		errs.Add("event_types", "must name at least one event type (null subscribes to every type)")
 		return
 	}
 	seen := make(map[string]bool, len(types))
 	for i, t := range types {
 		switch {
 		case !event.Type(t).Valid():
-			errs.add(fmt.Sprintf("event_types[%d]", i), "must be one of %v, got %q", event.Types(), t)
+			errs.Add(fmt.Sprintf("event_types[%d]", i), "must be one of %v, got %q", event.Types(), t)
 		case seen[t]:
-			errs.add(fmt.Sprintf("event_types[%d]", i), "repeats %q", t)
+			errs.Add(fmt.Sprintf("event_types[%d]", i), "repeats %q", t)
 		}
 		seen[t] = true
 	}
 }
 
 // checkRateLimit accepts 1 to maxRateLimit deliveries per second.
-func checkRateLimit(errs *fieldErrors, limit int) {
+func checkRateLimit(errs *httpapi.FieldErrors, limit int) {
 	if limit < 1 || limit > maxRateLimit {
-		errs.add("rate_limit", "must be from 1 to %d deliveries per second (null for none), got %d", maxRateLimit, limit)
+		errs.Add("rate_limit", "must be from 1 to %d deliveries per second (null for none), got %d", maxRateLimit, limit)
 	}
 }
 
@@ -183,24 +184,24 @@ type pushTargetRequest struct {
 	PushKey  *string `json:"push_key"`
 }
 
-func checkPushTargets(errs *fieldErrors, reqs []pushTargetRequest) []storage.PushTarget {
+func checkPushTargets(errs *httpapi.FieldErrors, reqs []pushTargetRequest) []storage.PushTarget {
 	targets := make([]storage.PushTarget, 0, len(reqs))
 	for i, req := range reqs {
 		field := fmt.Sprintf("push_targets[%d]", i)
 		var target storage.PushTarget
 		switch {
 		case req.Platform == nil:
-			errs.add(field+".platform", "is required")
+			errs.Add(field+".platform", "is required")
 		case *req.Platform != string(storage.PlatformIOS) && *req.Platform != string(storage.PlatformAndroid):
-			errs.add(field+".platform", "must be IOS or ANDROID, got %q", *req.Platform)
+			errs.Add(field+".platform", "must be IOS or ANDROID, got %q", *req.Platform)
 		default:
 			target.Platform = storage.Platform(*req.Platform)
 		}
 		switch {
 		case req.PushKey == nil:
-			errs.add(field+".push_key", "is required")
+			errs.Add(field+".push_key", "is required")
 		case strings.TrimSpace(*req.PushKey) == "":
-			errs.add(field+".push_key", "must not be empty")
+			errs.Add(field+".push_key", "must not be empty")
 		default:
 			target.PushKey = *req.PushKey
 		}
@@ -213,13 +214,13 @@ func checkPushTargets(errs *fieldErrors, reqs []pushTargetRequest) []storage.Pus
 func clientFromPath(r *http.Request) (string, error) {
 	id := chi.URLParam(r, "id")
 	if !validClientID(id) {
-		return "", notFound("client %q not found: a client id is a UUID", id)
+		return "", httpapi.NotFound("client %q not found: a client id is a UUID", id)
 	}
 	return id, nil
 }
 
 func clientNotFound(id string) error {
-	return notFound("client %q not found", id)
+	return httpapi.NotFound("client %q not found", id)
 }
 
 func clientLocation(id string) string {
@@ -241,7 +242,7 @@ func (s *Server) createClient(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var (
-		errs   fieldErrors
+		errs   httpapi.FieldErrors
 		client storage.Client
 	)
 	if req.EventTypes.set && !req.EventTypes.null {
@@ -253,13 +254,13 @@ func (s *Server) createClient(w http.ResponseWriter, r *http.Request) error {
 		client.RateLimit = req.RateLimit.value
 	}
 	if req.Name == nil {
-		errs.add("name", "is required")
+		errs.Add("name", "is required")
 	} else {
 		checkName(&errs, *req.Name)
 		client.Name = *req.Name
 	}
 	if req.WebhookURL == nil {
-		errs.add("webhook_url", "is required")
+		errs.Add("webhook_url", "is required")
 	} else {
 		checkWebhookURL(&errs, *req.WebhookURL)
 		client.WebhookURL = *req.WebhookURL
@@ -269,7 +270,7 @@ func (s *Server) createClient(w http.ResponseWriter, r *http.Request) error {
 		client.Email = *req.Email
 	}
 	client.PushTargets = checkPushTargets(&errs, req.PushTargets)
-	if err := errs.err(); err != nil {
+	if err := errs.Err(); err != nil {
 		return err
 	}
 
@@ -280,7 +281,7 @@ func (s *Server) createClient(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("creating client: %w", err)
 	}
 	w.Header().Set("Location", clientLocation(created.ID))
-	return writeJSON(w, http.StatusCreated, renderClient(created, true))
+	return httpapi.WriteJSON(w, http.StatusCreated, renderClient(created, true))
 }
 
 // listClients handles GET /v1/clients.
@@ -293,7 +294,7 @@ func (s *Server) listClients(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("listing clients: %w", err)
 	}
-	return writeJSON(w, http.StatusOK, newPageBody(clients, p.limit, clientKey, renderClientWithoutSecret))
+	return httpapi.WriteJSON(w, http.StatusOK, newPageBody(clients, p.limit, clientKey, renderClientWithoutSecret))
 }
 
 // getClient handles GET /v1/clients/{id}.
@@ -309,7 +310,7 @@ func (s *Server) getClient(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("getting client: %w", err)
 	}
-	return writeJSON(w, http.StatusOK, renderClient(client, false))
+	return httpapi.WriteJSON(w, http.StatusOK, renderClient(client, false))
 }
 
 // reportSettingsBody is a client's weekly report settings as the API shows them.
@@ -325,27 +326,27 @@ type reportSettingsRequest struct {
 }
 
 // checkReportSettings checks PATCH's report and copies it into update.
-func checkReportSettings(errs *fieldErrors, req optional[reportSettingsRequest], update *storage.ClientUpdate) {
+func checkReportSettings(errs *httpapi.FieldErrors, req optional[reportSettingsRequest], update *storage.ClientUpdate) {
 	if !req.set {
 		return
 	}
 	if req.null {
-		errs.add("report", "must not be null: send {\"weekly\": false} to stop the weekly report")
+		errs.Add("report", "must not be null: send {\"weekly\": false} to stop the weekly report")
 		return
 	}
 	switch w := req.value.Weekly; {
 	case w.null:
-		errs.add("report.weekly", "must be true or false")
+		errs.Add("report.weekly", "must be true or false")
 	case w.set:
 		update.ReportWeekly = &w.value
 	}
 	switch tz := req.value.Timezone; {
 	case tz.null:
-		errs.add("report.timezone", "must not be null: an IANA time zone such as Europe/Paris")
+		errs.Add("report.timezone", "must not be null: an IANA time zone such as Europe/Paris")
 	case tz.set:
 		// "Local" is the server's zone, and "" UTC to LoadLocation: neither names a zone.
 		if _, err := time.LoadLocation(tz.value); err != nil || tz.value == "" || tz.value == "Local" {
-			errs.add("report.timezone", "must be an IANA time zone such as Europe/Paris, got %q", tz.value)
+			errs.Add("report.timezone", "must be an IANA time zone such as Europe/Paris, got %q", tz.value)
 			return
 		}
 		update.ReportTimezone = &tz.value
@@ -373,19 +374,19 @@ func (s *Server) updateClient(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var (
-		errs   fieldErrors
+		errs   httpapi.FieldErrors
 		update storage.ClientUpdate
 	)
 	switch {
 	case req.Name.null:
-		errs.add("name", "must not be null")
+		errs.Add("name", "must not be null")
 	case req.Name.set:
 		checkName(&errs, req.Name.value)
 		update.Name = &req.Name.value
 	}
 	switch {
 	case req.WebhookURL.null:
-		errs.add("webhook_url", "must not be null")
+		errs.Add("webhook_url", "must not be null")
 	case req.WebhookURL.set:
 		checkWebhookURL(&errs, req.WebhookURL.value)
 		update.WebhookURL = &req.WebhookURL.value
@@ -416,7 +417,7 @@ func (s *Server) updateClient(w http.ResponseWriter, r *http.Request) error {
 		update.RateLimit = &limit
 	}
 	checkReportSettings(&errs, req.Report, &update)
-	if err := errs.err(); err != nil {
+	if err := errs.Err(); err != nil {
 		return err
 	}
 
@@ -427,7 +428,7 @@ func (s *Server) updateClient(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("updating client: %w", err)
 	}
-	return writeJSON(w, http.StatusOK, renderClient(updated, false))
+	return httpapi.WriteJSON(w, http.StatusOK, renderClient(updated, false))
 }
 
 // deleteClient handles DELETE /v1/clients/{id}.
@@ -456,14 +457,14 @@ func (s *Server) rotateClientSecret(w http.ResponseWriter, r *http.Request) erro
 		return err
 	}
 	secret := webhook.NewSecret()
-	client, err := s.registry.RotateClientSecret(r.Context(), id, secret, time.Now().Add(s.cfg.SecretOverlap))
+	client, err := s.registry.RotateClientSecret(r.Context(), id, secret, s.cfg.Now().Add(s.cfg.SecretOverlap))
 	if errors.Is(err, storage.ErrNotFound) {
 		return clientNotFound(id)
 	}
 	if err != nil {
 		return fmt.Errorf("rotating client secret: %w", err)
 	}
-	return writeJSON(w, http.StatusOK, renderClient(client, true))
+	return httpapi.WriteJSON(w, http.StatusOK, renderClient(client, true))
 }
 
 // listClientSensors handles GET /v1/clients/{id}/sensors.
@@ -483,5 +484,5 @@ func (s *Server) listClientSensors(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return fmt.Errorf("listing sensors of client: %w", err)
 	}
-	return writeJSON(w, http.StatusOK, s.sensorPage(r.Context(), sensors, p.limit))
+	return httpapi.WriteJSON(w, http.StatusOK, s.sensorPage(r.Context(), sensors, p.limit))
 }

@@ -2,6 +2,8 @@ package webapi
 
 import (
 	"net/http"
+
+	"github.com/lockstream/lockstream/internal/httpapi"
 )
 
 // WithConsole serves the operator console (package console) under /console. The
@@ -14,7 +16,7 @@ func WithConsole(console http.Handler) Option {
 // serveConsole hands a /console request to the console.
 func (s *Server) serveConsole(w http.ResponseWriter, r *http.Request) {
 	if s.console == nil {
-		writeProblem(w, newProblem(http.StatusNotFound, problemNotFound, "the operator console is not enabled on this server"))
+		httpapi.WriteProblem(w, httpapi.NewProblem(http.StatusNotFound, httpapi.ProblemNotFound, "the operator console is not enabled on this server"))
 		return
 	}
 	s.console.ServeHTTP(w, r)

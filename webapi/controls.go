@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/internal/httpapi"
 	lsmetrics "github.com/lockstream/lockstream/internal/metrics"
 	"github.com/lockstream/lockstream/storage"
 )
@@ -92,7 +93,7 @@ func (s *Server) enableEndpoint(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("enabling endpoint: %w", err)
 	}
 	s.controlMetrics.resumed.Add(float64(resumed))
-	return writeJSON(w, http.StatusOK, map[string]any{"state": "enabled", "resumed": resumed})
+	return httpapi.WriteJSON(w, http.StatusOK, map[string]any{"state": "enabled", "resumed": resumed})
 }
 
 // endpointEventBody is an endpoint event as the API shows it.
@@ -140,7 +141,7 @@ func (s *Server) getEndpoint(w http.ResponseWriter, r *http.Request) error {
 		}
 		out.Events = append(out.Events, b)
 	}
-	return writeJSON(w, http.StatusOK, out)
+	return httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
 // recoverDeliveries handles POST /v1/clients/{id}/deliveries/recover
@@ -162,29 +163,29 @@ func (s *Server) recoverDeliveries(w http.ResponseWriter, r *http.Request) error
 	if err := s.decodeJSON(w, r, &req); err != nil {
 		return err
 	}
-	var errs fieldErrors
+	var errs httpapi.FieldErrors
 	if !req.Since.set || req.Since.null {
-		errs.add("since", "is required: an RFC 3339 time")
+		errs.Add("since", "is required: an RFC 3339 time")
 	}
 	states := []storage.DeliveryState{storage.DeliveryFailed, storage.DeliveryGivenUp}
 	if req.States.set && !req.States.null {
 		states = states[:0]
 		if len(req.States.value) == 0 {
-			errs.add("states", "must name FAILED, GIVEN_UP or both")
+			errs.Add("states", "must name FAILED, GIVEN_UP or both")
 		}
 		for i, st := range req.States.value {
 			if st != string(storage.DeliveryFailed) && st != string(storage.DeliveryGivenUp) {
-				errs.add(fmt.Sprintf("states[%d]", i), "must be FAILED or GIVEN_UP, got %q", st)
+				errs.Add(fmt.Sprintf("states[%d]", i), "must be FAILED or GIVEN_UP, got %q", st)
 			}
 			states = append(states, storage.DeliveryState(st))
 		}
 	}
-	if err := errs.err(); err != nil {
+	if err := errs.Err(); err != nil {
 		return err
 	}
 	since := req.Since.value
 	if s.retention > 0 {
-		since = maxTime(since, time.Now().Add(-s.retention))
+		since = maxTime(since, s.cfg.Now().Add(-s.retention))
 	}
 	res, err := s.controls.RecoverDeliveries(r.Context(), id, since, states)
 	if errors.Is(err, storage.ErrNotFound) {
@@ -195,7 +196,7 @@ func (s *Server) recoverDeliveries(w http.ResponseWriter, r *http.Request) error
 	}
 	s.controlMetrics.recovered.Add(float64(res.Recovered))
 	s.controlMetrics.superseded.Add(float64(res.Superseded))
-	return writeJSON(w, http.StatusAccepted, map[string]any{
+	return httpapi.WriteJSON(w, http.StatusAccepted, map[string]any{
 		"recovered": res.Recovered, "superseded": res.Superseded, "since": since.UTC()})
 }
 

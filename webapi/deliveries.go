@@ -11,6 +11,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
+	"github.com/lockstream/lockstream/internal/httpapi"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -141,13 +142,13 @@ func deliveriesDisabled() error {
 func deliveryFromPath(r *http.Request) (string, error) {
 	id := chi.URLParam(r, "id")
 	if !validDeliveryID(id) {
-		return "", notFound("delivery %q not found: a delivery id is a UUID", id)
+		return "", httpapi.NotFound("delivery %q not found: a delivery id is a UUID", id)
 	}
 	return id, nil
 }
 
 func deliveryNotFound(id string) error {
-	return notFound("delivery %q not found", id)
+	return httpapi.NotFound("delivery %q not found", id)
 }
 
 func deliveryLocation(id string) string {
@@ -162,7 +163,7 @@ func (s *Server) listClientDeliveries(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
-	q, err := parseRangeQuery(r, time.Now(), maxDeliveriesRange)
+	q, err := parseRangeQuery(r, s.cfg.Now(), maxDeliveriesRange)
 	if err != nil {
 		return err
 	}
@@ -174,7 +175,7 @@ func (s *Server) listClientDeliveries(w http.ResponseWriter, r *http.Request) er
 	if raw := r.URL.Query().Get("status"); raw != "" {
 		filter.State = storage.DeliveryState(raw)
 		if !filter.State.Valid() {
-			return invalidParameter("status must be one of %s, got %q", deliveryStates, raw)
+			return httpapi.InvalidParameter("status must be one of %s, got %q", deliveryStates, raw)
 		}
 	}
 	if s.deliveries == nil {
@@ -188,7 +189,7 @@ func (s *Server) listClientDeliveries(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return fmt.Errorf("listing deliveries of client: %w", err)
 	}
-	return writeJSON(w, http.StatusOK, newPageBody(deliveries, p.limit, deliveryKey, renderDelivery))
+	return httpapi.WriteJSON(w, http.StatusOK, newPageBody(deliveries, p.limit, deliveryKey, renderDelivery))
 }
 
 // getDelivery handles GET /v1/deliveries/{id}: the delivery from the outbox and its
@@ -232,7 +233,7 @@ func (s *Server) getDelivery(w http.ResponseWriter, r *http.Request) error {
 			At:            a.At.UTC(),
 		})
 	}
-	return writeJSON(w, http.StatusOK, body)
+	return httpapi.WriteJSON(w, http.StatusOK, body)
 }
 
 // retryDelivery handles POST /v1/deliveries/{id}/retry: a FAILED or GIVEN_UP
@@ -256,7 +257,7 @@ func (s *Server) retryDelivery(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("retrying delivery: %w", err)
 	}
 	w.Header().Set("Location", deliveryLocation(d.ID))
-	return writeJSON(w, http.StatusAccepted, renderDelivery(d))
+	return httpapi.WriteJSON(w, http.StatusAccepted, renderDelivery(d))
 }
 
 // retryConflict builds the 409 of a retry refused because of the delivery's state,
@@ -272,7 +273,7 @@ func (s *Server) retryConflict(ctx context.Context, id string) error {
 	}
 	if d.State == storage.DeliveryFailed || d.State == storage.DeliveryGivenUp {
 		// It finished while the retry was being refused (it was IN_FLIGHT then).
-		return conflict("delivery %s changed state during the retry and is %s now; ask again", d.ID, d.State)
+		return httpapi.Conflict("delivery %s changed state during the retry and is %s now; ask again", d.ID, d.State)
 	}
-	return conflict("delivery %s is %s; only FAILED and GIVEN_UP deliveries can be retried", d.ID, d.State)
+	return httpapi.Conflict("delivery %s is %s; only FAILED and GIVEN_UP deliveries can be retried", d.ID, d.State)
 }

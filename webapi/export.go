@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockstream/lockstream/analytics"
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/internal/httpapi"
 )
 
 // analyticsExport handles GET /v1/analytics/export: every reading or event of
@@ -26,7 +27,7 @@ func (s *Server) analyticsExport(w http.ResponseWriter, r *http.Request) error {
 	}
 	kind := r.URL.Query().Get("kind")
 	if kind != analytics.KindReadings && kind != analytics.KindEvents {
-		return invalidParameter("kind must be readings or events, got %q", kind)
+		return httpapi.InvalidParameter("kind must be readings or events, got %q", kind)
 	}
 	format, err := parseFormat(r, "csv", "ndjson")
 	if err != nil {

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/lockstream/lockstream/internal/httpapi"
 )
 
 // Health answers GET /healthz and GET /readyz. It is the one implementation of
@@ -63,14 +65,14 @@ func (h *Health) Healthz(w http.ResponseWriter, r *http.Request) {
 // one down, or saying that the process is shutting down, else.
 func (h *Health) Readyz(w http.ResponseWriter, r *http.Request) {
 	if err := h.readyz(w, r); err != nil {
-		if p, ok := errors.AsType[*problem](err); ok {
-			writeProblem(w, p)
+		if p, ok := errors.AsType[*httpapi.Problem](err); ok {
+			httpapi.WriteProblem(w, p)
 		}
 	}
 }
 
 func (h *Health) healthz(w http.ResponseWriter, _ *http.Request) error {
-	return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 // Readiness states of one check.
@@ -85,7 +87,7 @@ const (
 // without asking the stores.
 func (h *Health) readyz(w http.ResponseWriter, r *http.Request) error {
 	if h.Draining() {
-		return newProblem(http.StatusServiceUnavailable, problemNotReady, "not ready: shutting down")
+		return httpapi.NewProblem(http.StatusServiceUnavailable, httpapi.ProblemNotReady, "not ready: shutting down")
 	}
 	results := h.ping(r.Context())
 	var down []string
@@ -95,11 +97,11 @@ func (h *Health) readyz(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if len(down) > 0 {
-		p := newProblem(http.StatusServiceUnavailable, problemNotReady, "not ready: %s down", strings.Join(down, ", "))
+		p := httpapi.NewProblem(http.StatusServiceUnavailable, httpapi.ProblemNotReady, "not ready: %s down", strings.Join(down, ", "))
 		p.Checks = results
 		return p
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "checks": results})
+	return httpapi.WriteJSON(w, http.StatusOK, map[string]any{"status": "ok", "checks": results})
 }
 
 // ping pings every check at once and returns each one's state.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockstream/lockstream/analytics"
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/internal/httpapi"
 )
 
 // History is the part of analytics.Store the history routes read: a page of
@@ -46,15 +47,15 @@ func parseHistoryQuery(r *http.Request, now time.Time, events bool) (historyQuer
 	case "asc":
 		q.asc = true
 	default:
-		return historyQuery{}, invalidParameter("order must be asc or desc, got %q", order)
+		return historyQuery{}, httpapi.InvalidParameter("order must be asc or desc, got %q", order)
 	}
 	if raw := values.Get("type"); raw != "" {
 		if !events {
-			return historyQuery{}, invalidParameter("type filters events only; readings have no type")
+			return historyQuery{}, httpapi.InvalidParameter("type filters events only; readings have no type")
 		}
 		for _, typ := range strings.Split(raw, ",") {
 			if !event.Type(typ).Valid() {
-				return historyQuery{}, invalidParameter("type: %q is not an event type (%v)", typ, event.Types())
+				return historyQuery{}, httpapi.InvalidParameter("type: %q is not an event type (%v)", typ, event.Types())
 			}
 			if !slices.Contains(q.types, typ) {
 				q.types = append(q.types, typ)
@@ -97,7 +98,7 @@ func parseRangeQuery(r *http.Request, now time.Time, maxRange time.Duration) (ra
 		}
 		t, err := time.Parse(time.RFC3339Nano, raw)
 		if err != nil {
-			return invalidParameter("%s must be an RFC 3339 time such as 2026-11-22T10:00:00Z, got %q", name, raw)
+			return httpapi.InvalidParameter("%s must be an RFC 3339 time such as 2026-11-22T10:00:00Z, got %q", name, raw)
 		}
 		*dst = t
 		return nil
@@ -110,17 +111,17 @@ func parseRangeQuery(r *http.Request, now time.Time, maxRange time.Duration) (ra
 		return rangeQuery{}, err
 	}
 	if !q.from.Before(q.to) {
-		return rangeQuery{}, invalidParameter("from (%s) must be before to (%s)",
+		return rangeQuery{}, httpapi.InvalidParameter("from (%s) must be before to (%s)",
 			q.from.UTC().Format(time.RFC3339Nano), q.to.UTC().Format(time.RFC3339Nano))
 	}
 	if span := q.to.Sub(q.from); maxRange > 0 && span > maxRange {
-		return rangeQuery{}, invalidParameter("from and to are %s apart; a request spans at most 31 days (%s)",
+		return rangeQuery{}, httpapi.InvalidParameter("from and to are %s apart; a request spans at most 31 days (%s)",
 			span, maxRange)
 	}
 	if raw := values.Get("limit"); raw != "" {
 		n, err := strconv.Atoi(raw)
 		if err != nil || n < 1 || n > maxLimit {
-			return rangeQuery{}, invalidParameter("limit must be an integer from 1 to %d, got %q", maxLimit, raw)
+			return rangeQuery{}, httpapi.InvalidParameter("limit must be an integer from 1 to %d, got %q", maxLimit, raw)
 		}
 		q.limit = n
 	}
@@ -154,7 +155,7 @@ func (s *Server) historyRequest(r *http.Request, events bool) (analytics.ListQue
 	if err != nil {
 		return analytics.ListQuery{}, err
 	}
-	q, err := parseHistoryQuery(r, time.Now(), events)
+	q, err := parseHistoryQuery(r, s.cfg.Now(), events)
 	if err != nil {
 		return analytics.ListQuery{}, err
 	}
@@ -168,7 +169,7 @@ func (s *Server) historyRequest(r *http.Request, events bool) (analytics.ListQue
 // historyError makes a refused cursor a 400 naming it.
 func historyError(what string, err error) error {
 	if errors.Is(err, analytics.ErrBadCursor) {
-		return invalidParameter("cursor is not a next_cursor of this list with this order")
+		return httpapi.InvalidParameter("cursor is not a next_cursor of this list with this order")
 	}
 	return fmt.Errorf("reading %s of sensor: %w", what, err)
 }
@@ -190,7 +191,7 @@ func (s *Server) sensorEvents(w http.ResponseWriter, r *http.Request) error {
 			ID: e.ID, Type: event.Type(e.Type), SensorID: e.SensorID, Data: e.Data, Previous: e.Previous, At: e.At.UTC(),
 		})
 	}
-	return writeJSON(w, http.StatusOK, body)
+	return httpapi.WriteJSON(w, http.StatusOK, body)
 }
 
 // sensorReadings handles GET /v1/sensors/{id}/readings.
@@ -212,5 +213,5 @@ func (s *Server) sensorReadings(w http.ResponseWriter, r *http.Request) error {
 		}
 		body.Items = append(body.Items, item)
 	}
-	return writeJSON(w, http.StatusOK, body)
+	return httpapi.WriteJSON(w, http.StatusOK, body)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/lockstream/lockstream/internal/httpapi"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -19,7 +20,7 @@ func linkFromPath(r *http.Request) (clientID, sensorID string, err error) {
 	}
 	sensorID = chi.URLParam(r, "sensor_id")
 	if !validSensorID(sensorID) {
-		return "", "", notFound("sensor %q not found: a sensor id is 1 to 16 ASCII letters or digits", sensorID)
+		return "", "", httpapi.NotFound("sensor %q not found: a sensor id is 1 to 16 ASCII letters or digits", sensorID)
 	}
 	return clientID, sensorID, nil
 }
@@ -74,5 +75,5 @@ func (s *Server) missingLinkEnd(ctx context.Context, clientID, sensorID string) 
 	} else if err != nil {
 		return fmt.Errorf("checking sensor of link: %w", err)
 	}
-	return notFound("client %q does not watch sensor %q", clientID, sensorID)
+	return httpapi.NotFound("client %q does not watch sensor %q", clientID, sensorID)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/lockstream/lockstream/domain"
+	"github.com/lockstream/lockstream/internal/httpapi"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -52,9 +53,9 @@ func (s *Server) putSensorMaintenance(w http.ResponseWriter, r *http.Request) er
 // putSiteMaintenance handles PUT /v1/sites/{site}/maintenance.
 func (s *Server) putSiteMaintenance(w http.ResponseWriter, r *http.Request) error {
 	site := chi.URLParam(r, "site")
-	var errs fieldErrors
-	if checkSite(&errs, site); errs.err() != nil {
-		return notFound("site %q not found: a site is 1 to 64 ASCII letters, digits, '_', '-' or '.'", site)
+	var errs httpapi.FieldErrors
+	if checkSite(&errs, site); errs.Err() != nil {
+		return httpapi.NotFound("site %q not found: a site is 1 to 64 ASCII letters, digits, '_', '-' or '.'", site)
 	}
 	return s.putMaintenance(w, r, domain.MaintenanceWindow{Site: site})
 }
@@ -72,21 +73,21 @@ func (s *Server) putMaintenance(w http.ResponseWriter, r *http.Request, win doma
 	if err := s.decodeJSON(w, r, &req); err != nil {
 		return err
 	}
-	var errs fieldErrors
+	var errs httpapi.FieldErrors
 	if req.From == nil {
-		errs.add("from", "is required")
+		errs.Add("from", "is required")
 	}
 	switch {
 	case req.To == nil:
-		errs.add("to", "is required")
-	case !req.To.After(time.Now()):
-		errs.add("to", "must be in the future, got %s", req.To.UTC().Format(time.RFC3339))
+		errs.Add("to", "is required")
+	case !req.To.After(s.cfg.Now()):
+		errs.Add("to", "must be in the future, got %s", req.To.UTC().Format(time.RFC3339))
 	case req.From != nil && !req.To.After(*req.From):
-		errs.add("to", "must be after from")
+		errs.Add("to", "must be after from")
 	case req.From != nil && req.To.Sub(*req.From) > maxMaintenance:
-		errs.add("to", "must be at most %s after from", maxMaintenance)
+		errs.Add("to", "must be at most %s after from", maxMaintenance)
 	}
-	if err := errs.err(); err != nil {
+	if err := errs.Err(); err != nil {
 		return err
 	}
 	if s.maintenance == nil {
@@ -100,6 +101,6 @@ func (s *Server) putMaintenance(w http.ResponseWriter, r *http.Request, win doma
 	if err != nil {
 		return fmt.Errorf("setting maintenance: %w", err)
 	}
-	return writeJSON(w, http.StatusOK, maintenanceBody{ID: set.ID, SensorID: set.SensorID, Site: set.Site,
+	return httpapi.WriteJSON(w, http.StatusOK, maintenanceBody{ID: set.ID, SensorID: set.SensorID, Site: set.Site,
 		From: set.From.UTC(), To: set.To.UTC(), Silent: append([]string{}, set.Silent...)})
 }

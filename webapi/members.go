@@ -17,6 +17,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
+	"github.com/lockstream/lockstream/internal/httpapi"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -123,7 +124,7 @@ type preferencesRequest struct {
 }
 
 // checkPreferences validates req and applies it over base.
-func checkPreferences(errs *fieldErrors, req *preferencesRequest, base storage.MemberPreferences) storage.MemberPreferences {
+func checkPreferences(errs *httpapi.FieldErrors, req *preferencesRequest, base storage.MemberPreferences) storage.MemberPreferences {
 	prefs := base
 	if req == nil {
 		return prefs
@@ -132,7 +133,7 @@ func checkPreferences(errs *fieldErrors, req *preferencesRequest, base storage.M
 		if p := storage.EmailPreference(*req.Email); p.Valid() {
 			prefs.Email = p
 		} else {
-			errs.add("preferences.email", "must be off, once_per_unread or digest, got %q", *req.Email)
+			errs.Add("preferences.email", "must be off, once_per_unread or digest, got %q", *req.Email)
 		}
 	}
 	if req.Push != nil {
@@ -140,16 +141,16 @@ func checkPreferences(errs *fieldErrors, req *preferencesRequest, base storage.M
 	}
 	if req.DigestTimes != nil {
 		if len(req.DigestTimes) > maxDigestTimes {
-			errs.add("preferences.digest_times", "at most %d times", maxDigestTimes)
+			errs.Add("preferences.digest_times", "at most %d times", maxDigestTimes)
 		}
 		seen := map[string]bool{}
 		times := make([]string, 0, len(req.DigestTimes))
 		for i, d := range req.DigestTimes {
 			switch {
 			case !digestTime.MatchString(d):
-				errs.add(fmt.Sprintf("preferences.digest_times[%d]", i), "must be a time HH:MM on 24 hours, got %q", d)
+				errs.Add(fmt.Sprintf("preferences.digest_times[%d]", i), "must be a time HH:MM on 24 hours, got %q", d)
 			case seen[d]:
-				errs.add(fmt.Sprintf("preferences.digest_times[%d]", i), "%s is given twice", d)
+				errs.Add(fmt.Sprintf("preferences.digest_times[%d]", i), "%s is given twice", d)
 			default:
 				seen[d] = true
 				times = append(times, d)
@@ -161,14 +162,14 @@ func checkPreferences(errs *fieldErrors, req *preferencesRequest, base storage.M
 }
 
 // checkTimezone accepts an IANA time zone name that this machine knows.
-func checkTimezone(errs *fieldErrors, tz string) {
+func checkTimezone(errs *httpapi.FieldErrors, tz string) {
 	// LoadLocation also accepts "" and "Local", which name no zone a member lives in.
 	if tz == "" || tz == "Local" {
-		errs.add("timezone", "must be an IANA time zone name such as Europe/Paris or UTC, got %q", tz)
+		errs.Add("timezone", "must be an IANA time zone name such as Europe/Paris or UTC, got %q", tz)
 		return
 	}
 	if _, err := time.LoadLocation(tz); err != nil {
-		errs.add("timezone", "must be an IANA time zone name such as Europe/Paris or UTC: %v", err)
+		errs.Add("timezone", "must be an IANA time zone name such as Europe/Paris or UTC: %v", err)
 	}
 }
 
@@ -177,13 +178,13 @@ func checkTimezone(errs *fieldErrors, tz string) {
 func memberFromPath(r *http.Request) (string, error) {
 	id := chi.URLParam(r, "id")
 	if uuid.Validate(id) != nil {
-		return "", notFound("member %q not found: a member id is a UUID", id)
+		return "", httpapi.NotFound("member %q not found: a member id is a UUID", id)
 	}
 	return id, nil
 }
 
 func memberNotFound(id string) error {
-	return notFound("member %q not found", id)
+	return httpapi.NotFound("member %q not found", id)
 }
 
 // membersDisabled is the 503 of the member and inbox routes on a server built
@@ -213,10 +214,10 @@ func (s *Server) createMember(w http.ResponseWriter, r *http.Request) error {
 	if err := s.decodeJSON(w, r, &req); err != nil {
 		return err
 	}
-	var errs fieldErrors
+	var errs httpapi.FieldErrors
 	m := storage.Member{ClientID: clientID, Timezone: "UTC"}
 	if req.Name == nil {
-		errs.add("name", "is required")
+		errs.Add("name", "is required")
 	} else {
 		checkName(&errs, *req.Name)
 		m.Name = *req.Name
@@ -235,7 +236,7 @@ func (s *Server) createMember(w http.ResponseWriter, r *http.Request) error {
 	}
 	m.Preferences = checkPreferences(&errs, req.Preferences, storage.DefaultMemberPreferences())
 	m.PushTargets = checkPushTargets(&errs, req.PushTargets)
-	if err := errs.err(); err != nil {
+	if err := errs.Err(); err != nil {
 		return err
 	}
 
@@ -255,7 +256,7 @@ func (s *Server) createMember(w http.ResponseWriter, r *http.Request) error {
 	body.Token = token
 	body.Backfilled = &backfilled
 	w.Header().Set("Location", "/v1/members/"+url.PathEscape(created.ID))
-	return writeJSON(w, http.StatusCreated, body)
+	return httpapi.WriteJSON(w, http.StatusCreated, body)
 }
 
 // listClientMembers handles GET /v1/clients/{id}/members.
@@ -278,7 +279,7 @@ func (s *Server) listClientMembers(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return fmt.Errorf("listing members: %w", err)
 	}
-	return writeJSON(w, http.StatusOK, newPageBody(members, p.limit, memberKey, renderMember))
+	return httpapi.WriteJSON(w, http.StatusOK, newPageBody(members, p.limit, memberKey, renderMember))
 }
 
 // getMember handles GET /v1/members/{id}.
@@ -297,7 +298,7 @@ func (s *Server) getMember(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("getting member: %w", err)
 	}
-	return writeJSON(w, http.StatusOK, renderMember(m))
+	return httpapi.WriteJSON(w, http.StatusOK, renderMember(m))
 }
 
 // updateMember handles PATCH /v1/members/{id}. email null or "" removes the
@@ -345,7 +346,7 @@ func (s *Server) updateMember(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("updating member: %w", err)
 	}
-	return writeJSON(w, http.StatusOK, renderMember(updated))
+	return httpapi.WriteJSON(w, http.StatusOK, renderMember(updated))
 }
 
 // usernameUpdate validates a PATCH's username: null or "" removes it.
@@ -353,11 +354,11 @@ func usernameUpdate(username optional[string]) (*string, error) {
 	if !username.set {
 		return nil, nil
 	}
-	var errs fieldErrors
+	var errs httpapi.FieldErrors
 	if username.value != "" {
 		checkUsername(&errs, username.value)
 	}
-	return &username.value, errs.err()
+	return &username.value, errs.Err()
 }
 
 // maxUsernameLen bounds a username, in bytes.
@@ -368,31 +369,31 @@ var usernameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]*$`)
 
 // checkUsername accepts a username that cannot be taken for a member id: the
 // v1 API's ?user= takes either.
-func checkUsername(errs *fieldErrors, username string) {
+func checkUsername(errs *httpapi.FieldErrors, username string) {
 	switch {
 	case len(username) > maxUsernameLen || !usernameRE.MatchString(username):
-		errs.add("username", "must be 1 to %d letters, digits, '.', '_', '@' or '-', starting with a letter or digit, got %q",
+		errs.Add("username", "must be 1 to %d letters, digits, '.', '_', '@' or '-', starting with a letter or digit, got %q",
 			maxUsernameLen, username)
 	case uuid.Validate(username) == nil:
-		errs.add("username", "must not be a UUID: ?user= of the v1 API takes a username or a member id, got %q", username)
+		errs.Add("username", "must not be a UUID: ?user= of the v1 API takes a username or a member id, got %q", username)
 	}
 }
 
 // usernameTaken is the 409 of a username another member has.
 func usernameTaken(username string) error {
-	return conflict("username %q is taken by another member (usernames are unique across clients)", username)
+	return httpapi.Conflict("username %q is taken by another member (usernames are unique across clients)", username)
 }
 
 // memberUpdate validates a PATCH of current into an update, or a 422.
 func memberUpdate(current storage.Member, name, email, tz optional[string], prefs optional[preferencesRequest],
 	targets optional[[]pushTargetRequest]) (storage.MemberUpdate, error) {
 	var (
-		errs   fieldErrors
+		errs   httpapi.FieldErrors
 		update storage.MemberUpdate
 	)
 	switch {
 	case name.null:
-		errs.add("name", "must not be null")
+		errs.Add("name", "must not be null")
 	case name.set:
 		checkName(&errs, name.value)
 		update.Name = &name.value
@@ -406,14 +407,14 @@ func memberUpdate(current storage.Member, name, email, tz optional[string], pref
 	}
 	switch {
 	case tz.null:
-		errs.add("timezone", "must not be null")
+		errs.Add("timezone", "must not be null")
 	case tz.set:
 		checkTimezone(&errs, tz.value)
 		update.Timezone = &tz.value
 	}
 	switch {
 	case prefs.null:
-		errs.add("preferences", "must not be null")
+		errs.Add("preferences", "must not be null")
 	case prefs.set:
 		p := checkPreferences(&errs, &prefs.value, current.Preferences)
 		update.Preferences = &p
@@ -422,7 +423,7 @@ func memberUpdate(current storage.Member, name, email, tz optional[string], pref
 		t := checkPushTargets(&errs, targets.value)
 		update.PushTargets = &t
 	}
-	return update, errs.err()
+	return update, errs.Err()
 }
 
 // deleteMember handles DELETE /v1/members/{id}: the member, its token and its
@@ -466,7 +467,7 @@ func (s *Server) rotateMemberToken(w http.ResponseWriter, r *http.Request) error
 	}
 	body := renderMember(m)
 	body.Token = token
-	return writeJSON(w, http.StatusOK, body)
+	return httpapi.WriteJSON(w, http.StatusOK, body)
 }
 
 // isAdminToken reports whether token is the admin token, comparing hashes in
@@ -500,7 +501,7 @@ func (s *Server) requireMember(adminAllowed bool) func(http.Handler) http.Handle
 			token, ok := bearerToken(r)
 			if !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="lockstream"`)
-				return newProblem(http.StatusUnauthorized, problemUnauthorized,
+				return httpapi.NewProblem(http.StatusUnauthorized, httpapi.ProblemUnauthorized,
 					"this route needs an Authorization: Bearer <member token> header")
 			}
 			user, hasUser := r.URL.Query()["user"]
@@ -508,16 +509,16 @@ func (s *Server) requireMember(adminAllowed bool) func(http.Handler) http.Handle
 			switch {
 			case strings.HasPrefix(token, memberTokenPrefix):
 				if hasUser {
-					return invalidParameter("user is for the admin token only: a member token acts for its member")
+					return httpapi.InvalidParameter("user is for the admin token only: a member token acts for its member")
 				}
 				m, err := s.members.MemberByTokenHash(r.Context(), hashMemberToken(token), s.inboxCfg.MemberTokenIdle)
 				if errors.Is(err, storage.ErrNotFound) {
 					w.Header().Set("WWW-Authenticate", `Bearer realm="lockstream", error="invalid_token"`)
-					return newProblem(http.StatusUnauthorized, problemUnauthorized, "the member token is not valid")
+					return httpapi.NewProblem(http.StatusUnauthorized, httpapi.ProblemUnauthorized, "the member token is not valid")
 				}
 				if errors.Is(err, storage.ErrTokenIdle) {
 					w.Header().Set("WWW-Authenticate", `Bearer realm="lockstream", error="invalid_token", error_description="token idle"`)
-					return newProblem(http.StatusUnauthorized, problemUnauthorized,
+					return httpapi.NewProblem(http.StatusUnauthorized, httpapi.ProblemUnauthorized,
 						"the member token went unused for %s (LOCKSTREAM_MEMBER_TOKEN_IDLE) and no longer works: "+
 							"an admin issues a new one with POST /v1/members/%s/token", formatDays(s.inboxCfg.MemberTokenIdle), m.ID)
 				}
@@ -527,7 +528,7 @@ func (s *Server) requireMember(adminAllowed bool) func(http.Handler) http.Handle
 				member = m.ID
 			case adminAllowed && s.isAdminToken(token):
 				if !hasUser || len(user) != 1 || user[0] == "" {
-					return invalidParameter("the admin token acts for a member: add ?user=<member id>")
+					return httpapi.InvalidParameter("the admin token acts for a member: add ?user=<member id>")
 				}
 				if _, err := s.members.GetMember(r.Context(), user[0]); errors.Is(err, storage.ErrNotFound) {
 					return memberNotFound(user[0])
@@ -537,7 +538,7 @@ func (s *Server) requireMember(adminAllowed bool) func(http.Handler) http.Handle
 				member = user[0]
 			default:
 				w.Header().Set("WWW-Authenticate", `Bearer realm="lockstream", error="invalid_token"`)
-				return newProblem(http.StatusUnauthorized, problemUnauthorized, "the bearer token is not a member token")
+				return httpapi.NewProblem(http.StatusUnauthorized, httpapi.ProblemUnauthorized, "the bearer token is not a member token")
 			}
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), memberContextKey{}, member)))
 			return nil

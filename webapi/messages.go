@@ -14,6 +14,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
+	"github.com/lockstream/lockstream/internal/httpapi"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -71,6 +72,12 @@ func renderMessage(m storage.InboxMessage) messageBody {
 		body.Message = json.RawMessage("null")
 	}
 	return body
+}
+
+// describeMessage is how m reads to a person, as renderMessage shows it.
+func describeMessage(m storage.InboxMessage) (string, json.RawMessage) {
+	body := renderMessage(m)
+	return body.Subject, body.Message
 }
 
 // describeSensorMessage writes the subject and text of a sensor event's message,
@@ -156,24 +163,24 @@ func parseMessagesQuery(r *http.Request, memberID string) (storage.InboxQuery, e
 	values := r.URL.Query()
 	for name, v := range values {
 		if !slices.Contains(messagesParameters, name) {
-			return q, invalidParameter("unknown parameter %q: GET /v1/messages takes %s", name, strings.Join(messagesParameters, ", "))
+			return q, httpapi.InvalidParameter("unknown parameter %q: GET /v1/messages takes %s", name, strings.Join(messagesParameters, ", "))
 		}
 		if len(v) != 1 {
-			return q, invalidParameter("%s is given %d times; give it once", name, len(v))
+			return q, httpapi.InvalidParameter("%s is given %d times; give it once", name, len(v))
 		}
 	}
 	var err error
 	if raw := values.Get("limit"); raw != "" {
 		n, perr := strconv.Atoi(raw)
 		if perr != nil || n < 1 || n > maxLimit {
-			return q, invalidParameter("limit must be an integer from 1 to %d, got %q", maxLimit, raw)
+			return q, httpapi.InvalidParameter("limit must be an integer from 1 to %d, got %q", maxLimit, raw)
 		}
 		q.Limit = n
 	}
 	if raw := values.Get("offset"); raw != "" {
 		n, perr := strconv.Atoi(raw)
 		if perr != nil || n < 0 {
-			return q, invalidParameter("offset must be an integer of 0 or more, got %q", raw)
+			return q, httpapi.InvalidParameter("offset must be an integer of 0 or more, got %q", raw)
 		}
 		q.Offset = n
 	}
@@ -188,18 +195,18 @@ func parseMessagesQuery(r *http.Request, memberID string) (storage.InboxQuery, e
 	case string(storage.SortTimestamp), string(storage.SortType), string(storage.SortSensor):
 		q.Sort = storage.InboxSort(raw)
 	default:
-		return q, invalidParameter("sort-field must be timestamp, type or sensor, got %q", raw)
+		return q, httpapi.InvalidParameter("sort-field must be timestamp, type or sensor, got %q", raw)
 	}
 	switch raw := values.Get("sort-dir"); raw {
 	case "", "desc":
 	case "asc":
 		q.Descending = false
 	default:
-		return q, invalidParameter("sort-dir must be asc or desc, got %q", raw)
+		return q, httpapi.InvalidParameter("sort-dir must be asc or desc, got %q", raw)
 	}
 	if raw, ok := values["message-type"]; ok {
 		if !storage.ValidMessageType(raw[0]) {
-			return q, invalidParameter("message-type must be a message type (1 to 64 letters, digits, '_' or '-'), got %q", raw[0])
+			return q, httpapi.InvalidParameter("message-type must be a message type (1 to 64 letters, digits, '_' or '-'), got %q", raw[0])
 		}
 		q.Type = raw[0]
 	}
@@ -218,7 +225,7 @@ func boolParameter(values map[string][]string, name string) (bool, error) {
 	case "false":
 		return false, nil
 	}
-	return false, invalidParameter("%s must be true or false, got %q", name, raw[0])
+	return false, httpapi.InvalidParameter("%s must be true or false, got %q", name, raw[0])
 }
 
 // listMessages handles GET /v1/messages: the acting member's messages, with
@@ -243,7 +250,7 @@ func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) error {
 		}
 		body.Messages = &rendered
 	}
-	return writeJSON(w, http.StatusOK, body)
+	return httpapi.WriteJSON(w, http.StatusOK, body)
 }
 
 // messageFromPath returns the {id} of the route, or a 404 when it cannot name a
@@ -251,7 +258,7 @@ func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) error {
 func messageFromPath(r *http.Request) (string, error) {
 	id := chi.URLParam(r, "id")
 	if uuid.Validate(id) != nil {
-		return "", notFound("message %q not found: a message id is a UUID", id)
+		return "", httpapi.NotFound("message %q not found: a message id is a UUID", id)
 	}
 	return id, nil
 }
@@ -261,7 +268,7 @@ func messageFromPath(r *http.Request) (string, error) {
 func onlyUserParameter(r *http.Request) error {
 	for name := range r.URL.Query() {
 		if name != "user" {
-			return invalidParameter("unknown parameter %q", name)
+			return httpapi.InvalidParameter("unknown parameter %q", name)
 		}
 	}
 	return nil
@@ -282,12 +289,12 @@ func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) error {
 	}
 	m, err := s.inbox.GetInboxMessage(r.Context(), actingMember(r), id)
 	if errors.Is(err, storage.ErrNotFound) {
-		return notFound("message %q not found", id)
+		return httpapi.NotFound("message %q not found", id)
 	}
 	if err != nil {
 		return fmt.Errorf("getting message: %w", err)
 	}
-	return writeJSON(w, http.StatusOK, renderMessage(m))
+	return httpapi.WriteJSON(w, http.StatusOK, renderMessage(m))
 }
 
 // markMessage handles POST /v1/messages/{id}/seen and /unseen and DELETE
@@ -309,7 +316,7 @@ func (s *Server) markMessage(action storage.InboxAction) apiHandler {
 			return fmt.Errorf("marking message %s: %w", action, err)
 		}
 		if n == 0 {
-			return notFound("message %q not found", id)
+			return httpapi.NotFound("message %q not found", id)
 		}
 		w.WriteHeader(http.StatusNoContent)
 		return nil
@@ -338,19 +345,19 @@ func (s *Server) markMessages(action storage.InboxAction) apiHandler {
 			return err
 		}
 		if !req.AllNotifications {
-			var errs fieldErrors
+			var errs httpapi.FieldErrors
 			switch {
 			case len(req.IDs) == 0:
-				errs.add("ids", "give the message ids, or all_notifications: true")
+				errs.Add("ids", "give the message ids, or all_notifications: true")
 			case len(req.IDs) > maxBulkIDs:
-				errs.add("ids", "at most %d ids; all_notifications covers every message", maxBulkIDs)
+				errs.Add("ids", "at most %d ids; all_notifications covers every message", maxBulkIDs)
 			}
 			for i, id := range req.IDs {
 				if uuid.Validate(id) != nil {
-					errs.add(fmt.Sprintf("ids[%d]", i), "must be a message id (a UUID), got %q", id)
+					errs.Add(fmt.Sprintf("ids[%d]", i), "must be a message id (a UUID), got %q", id)
 				}
 			}
-			if err := errs.err(); err != nil {
+			if err := errs.Err(); err != nil {
 				return err
 			}
 		}
@@ -400,11 +407,11 @@ func (s *Server) createNotification(w http.ResponseWriter, r *http.Request) erro
 // recordNotification checks n and records it into the inboxes it addresses,
 // answering 202 with what it made.
 func (s *Server) recordNotification(w http.ResponseWriter, r *http.Request, n storage.FreeFormNotification) error {
-	var errs fieldErrors
+	var errs httpapi.FieldErrors
 	for _, fe := range n.Check() {
-		errs.add(fe.Field, "%s", fe.Detail)
+		errs.Add(fe.Field, "%s", fe.Detail)
 	}
-	if err := errs.err(); err != nil {
+	if err := errs.Err(); err != nil {
 		return err
 	}
 	recorded, err := s.inbox.RecordNotification(r.Context(), n)
@@ -417,5 +424,5 @@ func (s *Server) recordNotification(w http.ResponseWriter, r *http.Request, n st
 	if err != nil {
 		return fmt.Errorf("recording a notification: %w", err)
 	}
-	return writeJSON(w, http.StatusAccepted, notificationRecorded{Messages: recorded.Messages, Emails: recorded.Emails})
+	return httpapi.WriteJSON(w, http.StatusAccepted, notificationRecorded{Messages: recorded.Messages, Emails: recorded.Emails})
 }

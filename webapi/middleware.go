@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockstream/lockstream/internal/contain"
+	"github.com/lockstream/lockstream/internal/httpapi"
 	lsmetrics "github.com/lockstream/lockstream/internal/metrics"
 )
 
@@ -97,7 +98,7 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 			}
 			p := contain.Recovered("handler", v)
 			contain.Report(r.Context(), p, s.metrics.panics, s.logger, "method", r.Method, "path", r.URL.Path)
-			writeProblem(w, newProblem(http.StatusInternalServerError, problemInternal,
+			httpapi.WriteProblem(w, httpapi.NewProblem(http.StatusInternalServerError, httpapi.ProblemInternal,
 				"the server failed to handle the request; the error is logged"))
 		}()
 		next.ServeHTTP(w, r)
@@ -159,13 +160,13 @@ func (s *Server) requireToken(auth bearerAuth, tokens ...string) func(http.Handl
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if len(want) == 0 {
-				writeProblem(w, unavailable("%s (%s)", auth.disabled, auth.setting))
+				httpapi.WriteProblem(w, unavailable("%s (%s)", auth.disabled, auth.setting))
 				return
 			}
 			got, ok := bearerToken(r)
 			if !ok {
 				w.Header().Set("WWW-Authenticate", fmt.Sprintf("Bearer realm=%q", auth.realm))
-				writeProblem(w, newProblem(http.StatusUnauthorized, problemUnauthorized,
+				httpapi.WriteProblem(w, httpapi.NewProblem(http.StatusUnauthorized, httpapi.ProblemUnauthorized,
 					"this route needs an Authorization: Bearer <%s token> header", auth.name))
 				return
 			}
@@ -176,7 +177,7 @@ func (s *Server) requireToken(auth bearerAuth, tokens ...string) func(http.Handl
 			}
 			if match != 1 {
 				w.Header().Set("WWW-Authenticate", fmt.Sprintf("Bearer realm=%q, error=\"invalid_token\"", auth.realm))
-				writeProblem(w, newProblem(http.StatusUnauthorized, problemUnauthorized,
+				httpapi.WriteProblem(w, httpapi.NewProblem(http.StatusUnauthorized, httpapi.ProblemUnauthorized,
 					"the bearer token is not the %s token", auth.name))
 				return
 			}

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/lockstream/lockstream/internal/httpapi"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -42,23 +43,23 @@ type notificationBody struct {
 }
 
 func (n notificationBody) validate() error {
-	var errs fieldErrors
+	var errs httpapi.FieldErrors
 	switch {
 	case n.ClientID == "" && n.MemberID == "":
-		errs.add("member_id", "one of member_id and client_id is required")
+		errs.Add("member_id", "one of member_id and client_id is required")
 	case n.ClientID != "" && n.MemberID != "":
-		errs.add("client_id", "give member_id or client_id, not both")
+		errs.Add("client_id", "give member_id or client_id, not both")
 	}
 	if !notificationType.MatchString(n.Type) {
-		errs.add("type", "want 1 to 64 letters, digits, '_' or '-' (it is the last word of the routing key)")
+		errs.Add("type", "want 1 to 64 letters, digits, '_' or '-' (it is the last word of the routing key)")
 	}
 	switch {
 	case strings.TrimSpace(n.Subject) == "":
-		errs.add("subject", "required")
+		errs.Add("subject", "required")
 	case len(n.Subject) > maxSubjectLen:
-		errs.add("subject", "at most %d bytes", maxSubjectLen)
+		errs.Add("subject", "at most %d bytes", maxSubjectLen)
 	}
-	return errs.err()
+	return errs.Err()
 }
 
 // notificationAccepted is the answer to POST /notification.
@@ -101,5 +102,5 @@ func (s *Server) postNotification(w http.ResponseWriter, r *http.Request) error 
 		w.Header().Set("Retry-After", retryAfterSeconds)
 		return unavailable("the AMQP broker did not confirm the notification; sending it again is safe")
 	}
-	return writeJSON(w, http.StatusAccepted, notificationAccepted{RoutingKey: "events.notification.update." + n.Type})
+	return httpapi.WriteJSON(w, http.StatusAccepted, notificationAccepted{RoutingKey: "events.notification.update." + n.Type})
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/lockstream/lockstream/internal/httpapi"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -212,14 +213,14 @@ func TestPanicBecomesLoggedProblem(t *testing.T) {
 
 	rec := httptest.NewRecorder()
 	r.ServeHTTP(rec, httptest.NewRequest("GET", "/boom", nil))
-	if rec.Code != http.StatusInternalServerError || rec.Header().Get("Content-Type") != problemContentType {
+	if rec.Code != http.StatusInternalServerError || rec.Header().Get("Content-Type") != httpapi.ProblemContentType {
 		t.Fatalf("panic answered %d %q", rec.Code, rec.Header().Get("Content-Type"))
 	}
-	var p problem
+	var p httpapi.Problem
 	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
 		t.Fatal(err)
 	}
-	if p.Type != problemInternal || strings.Contains(p.Detail, "kaboom") {
+	if p.Type != httpapi.ProblemInternal || strings.Contains(p.Detail, "kaboom") {
 		t.Fatalf("problem = %+v", p)
 	}
 	if !strings.Contains(logs.String(), "kaboom") || !strings.Contains(logs.String(), "recovered a panic") ||

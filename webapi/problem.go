@@ -2,109 +2,14 @@ package webapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/lockstream/lockstream/internal/httpapi"
 	"github.com/lockstream/lockstream/storage"
 )
-
-// Problem types, the "type" member of every error body. They are URNs rather than
-// links: stable names a client can switch on, described in openapi.yaml.
-const (
-	problemMalformedBody    = "urn:lockstream:problem:malformed-body"
-	problemInvalidParameter = "urn:lockstream:problem:invalid-parameter"
-	problemValidation       = "urn:lockstream:problem:validation"
-	problemUnauthorized     = "urn:lockstream:problem:unauthorized"
-	problemNotFound         = "urn:lockstream:problem:not-found"
-	problemMethodNotAllowed = "urn:lockstream:problem:method-not-allowed"
-	problemConflict         = "urn:lockstream:problem:conflict"
-	problemBodyTooLarge     = "urn:lockstream:problem:body-too-large"
-	problemInternal         = "urn:lockstream:problem:internal"
-	problemNotReady         = "urn:lockstream:problem:not-ready"
-)
-
-// problemContentType is the media type of RFC 9457 error bodies.
-const problemContentType = "application/problem+json"
-
-// problem is an RFC 9457 problem detail. Handlers return it as an error; handle
-// writes it.
-type problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail,omitempty"`
-	// Errors names every invalid field of a 422.
-	Errors []fieldError `json:"errors,omitempty"`
-	// Checks reports each store's state in a 503 from /readyz.
-	Checks map[string]string `json:"checks,omitempty"`
-}
-
-// fieldError is one invalid field of a request, named by its JSON path
-// ("push_targets[1].platform").
-type fieldError struct {
-	Field  string `json:"field"`
-	Detail string `json:"detail"`
-}
-
-func (p *problem) Error() string {
-	return fmt.Sprintf("%d %s: %s", p.Status, p.Title, p.Detail)
-}
-
-func newProblem(status int, typ, format string, args ...any) *problem {
-	return &problem{Type: typ, Title: http.StatusText(status), Status: status, Detail: fmt.Sprintf(format, args...)}
-}
-
-func malformedBody(format string, args ...any) *problem {
-	return newProblem(http.StatusBadRequest, problemMalformedBody, format, args...)
-}
-
-func invalidParameter(format string, args ...any) *problem {
-	return newProblem(http.StatusBadRequest, problemInvalidParameter, format, args...)
-}
-
-func notFound(format string, args ...any) *problem {
-	return newProblem(http.StatusNotFound, problemNotFound, format, args...)
-}
-
-func conflict(format string, args ...any) *problem {
-	return newProblem(http.StatusConflict, problemConflict, format, args...)
-}
-
-// fieldErrors collects every invalid field of a request so that one 422 names them
-// all.
-type fieldErrors []fieldError
-
-func (e *fieldErrors) add(field, format string, args ...any) {
-	*e = append(*e, fieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
-}
-
-// err returns the 422 problem naming every collected field, or nil when there is
-// none.
-func (e fieldErrors) err() error {
-	if len(e) == 0 {
-		return nil
-	}
-	names := make([]string, len(e))
-	for i, fe := range e {
-		names[i] = fe.Field
-	}
-	p := newProblem(http.StatusUnprocessableEntity, problemValidation, "invalid %s: %s",
-		plural(len(e), "field", "fields"), strings.Join(names, ", "))
-	p.Errors = e
-	return p
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}
 
 // apiHandler is a handler that reports failure by returning an error: a *problem is
 // written as is, anything else is logged and becomes a generic 500.
@@ -123,8 +28,8 @@ func (s *Server) handle(h apiHandler) http.HandlerFunc {
 // details of any other error are logged and replaced, since they may name hosts,
 // tables or queries.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	if p, ok := errors.AsType[*problem](err); ok {
-		writeProblem(w, p)
+	if p, ok := errors.AsType[*httpapi.Problem](err); ok {
+		httpapi.WriteProblem(w, p)
 		return
 	}
 	if u, ok := errors.AsType[*storage.UnavailableError](err); ok {
@@ -133,7 +38,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		s.logger.WarnContext(r.Context(), "http request failed: a store is unreachable",
 			"method", r.Method, "route", routePattern(r), "store", u.Store, "err", err)
 		w.Header().Set("Retry-After", retryAfterSeconds)
-		writeProblem(w, unavailable("%s is unreachable; try again later (GET /readyz shows when it is back)", u.Store))
+		httpapi.WriteProblem(w, unavailable("%s is unreachable; try again later (GET /readyz shows when it is back)", u.Store))
 		return
 	}
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
@@ -144,26 +49,13 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	s.logger.ErrorContext(r.Context(), "http request failed",
 		"method", r.Method, "route", routePattern(r), "err", err)
-	writeProblem(w, newProblem(http.StatusInternalServerError, problemInternal,
+	httpapi.WriteProblem(w, httpapi.NewProblem(http.StatusInternalServerError, httpapi.ProblemInternal,
 		"the server failed to handle the request; the error is logged"))
-}
-
-// writeProblem writes p with its status and media type.
-func writeProblem(w http.ResponseWriter, p *problem) {
-	body, err := json.Marshal(p)
-	if err != nil {
-		// A problem holds strings and ints only; this cannot fail.
-		panic(fmt.Sprintf("encoding problem: %v", err))
-	}
-	w.Header().Set("Content-Type", problemContentType)
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(p.Status)
-	_, _ = w.Write(append(body, '\n'))
 }
 
 // routeNotFound answers requests no route matches.
 func routeNotFound(_ http.ResponseWriter, r *http.Request) error {
-	return notFound("no route for %s %s", r.Method, r.URL.Path)
+	return httpapi.NotFound("no route for %s %s", r.Method, r.URL.Path)
 }
 
 // methodsToProbe are the methods the 405 answer's Allow header may list.
@@ -189,7 +81,7 @@ func (s *Server) methodNotAllowed(router *chi.Mux) http.HandlerFunc {
 		for _, m := range allowed {
 			w.Header().Add("Allow", m)
 		}
-		writeProblem(w, newProblem(http.StatusMethodNotAllowed, problemMethodNotAllowed,
+		httpapi.WriteProblem(w, httpapi.NewProblem(http.StatusMethodNotAllowed, httpapi.ProblemMethodNotAllowed,
 			"%s is not allowed on %s", r.Method, r.URL.Path))
 	}
 }

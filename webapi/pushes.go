@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
 
+	"github.com/lockstream/lockstream/internal/httpapi"
 	lsmetrics "github.com/lockstream/lockstream/internal/metrics"
 	"github.com/lockstream/lockstream/storage"
 )
@@ -182,19 +183,19 @@ func renderPush(p storage.Push) pushBody {
 // checkPush validates a push request, naming every bad field, and returns what
 // to store for a push received at received.
 func checkPush(req pushRequestBody, received time.Time) (storage.PushRequest, error) {
-	var errs fieldErrors
+	var errs httpapi.FieldErrors
 	out := storage.PushRequest{ReceivedAt: received, WindowAt: received}
 	switch {
 	case req.Platform == nil:
-		errs.add("platform", "is required")
+		errs.Add("platform", "is required")
 	case *req.Platform != string(storage.PlatformIOS) && *req.Platform != string(storage.PlatformAndroid):
-		errs.add("platform", "must be IOS or ANDROID, got %q", *req.Platform)
+		errs.Add("platform", "must be IOS or ANDROID, got %q", *req.Platform)
 	default:
 		out.Platform = storage.Platform(*req.Platform)
 	}
 	required := func(field string, v *string) string {
 		if v == nil || strings.TrimSpace(*v) == "" {
-			errs.add(field, "is required and must not be blank")
+			errs.Add(field, "is required and must not be blank")
 			return ""
 		}
 		return *v
@@ -206,12 +207,12 @@ func checkPush(req pushRequestBody, received time.Time) (storage.PushRequest, er
 		expr := strings.TrimSpace(*req.CronExpression)
 		window, err := PushWindow(expr, received)
 		if err != nil {
-			errs.add("cronExpression", "is not a valid cron expression (5 fields, or 6 with seconds first, or a descriptor such as @daily; CRON_TZ=<zone> prefix allowed): %v", err)
+			errs.Add("cronExpression", "is not a valid cron expression (5 fields, or 6 with seconds first, or a descriptor such as @daily; CRON_TZ=<zone> prefix allowed): %v", err)
 		} else {
 			out.CronExpression, out.WindowAt = expr, window
 		}
 	}
-	if err := errs.err(); err != nil {
+	if err := errs.Err(); err != nil {
 		return storage.PushRequest{}, err
 	}
 	return out, nil
@@ -220,7 +221,7 @@ func checkPush(req pushRequestBody, received time.Time) (storage.PushRequest, er
 // receivePush decodes, validates and stores a push, and counts it. It is the
 // whole of POST /push and POST /v1/pushes but for the answer.
 func (s *Server) receivePush(w http.ResponseWriter, r *http.Request, route string) (storage.Push, error) {
-	received := time.Now()
+	received := s.cfg.Now()
 	defer func() { s.pushMetrics.receive.WithLabelValues(route).Observe(time.Since(received).Seconds()) }()
 	if s.pushes == nil {
 		return storage.Push{}, pushesDisabled()
@@ -262,7 +263,7 @@ func (s *Server) createPush(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.Header().Set("Location", "/v1/pushes/"+url.PathEscape(push.ID))
-	return writeJSON(w, http.StatusCreated, renderPush(push))
+	return httpapi.WriteJSON(w, http.StatusCreated, renderPush(push))
 }
 
 // getPush handles GET /v1/pushes/{id}: the push, its state and every attempt
@@ -271,7 +272,7 @@ func (s *Server) createPush(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) getPush(w http.ResponseWriter, r *http.Request) error {
 	id := chi.URLParam(r, "id")
 	if !validDeliveryID(id) {
-		return notFound("push %q not found: a push id is a UUID", id)
+		return httpapi.NotFound("push %q not found: a push id is a UUID", id)
 	}
 	if s.pushes == nil {
 		return pushesDisabled()
@@ -281,7 +282,7 @@ func (s *Server) getPush(w http.ResponseWriter, r *http.Request) error {
 	}
 	push, err := s.pushes.GetPush(r.Context(), id)
 	if errors.Is(err, storage.ErrNotFound) {
-		return notFound("push %q not found", id)
+		return httpapi.NotFound("push %q not found", id)
 	}
 	if err != nil {
 		return fmt.Errorf("getting push: %w", err)
@@ -304,7 +305,7 @@ func (s *Server) getPush(w http.ResponseWriter, r *http.Request) error {
 			At:           a.At.UTC(),
 		})
 	}
-	return writeJSON(w, http.StatusOK, body)
+	return httpapi.WriteJSON(w, http.StatusOK, body)
 }
 
 // pushesDisabled is the 503 of the push routes on a server built without

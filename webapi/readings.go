@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/lockstream/lockstream/internal/httpapi"
 	"github.com/lockstream/lockstream/reading"
 )
 
@@ -39,8 +40,8 @@ type ReadingPublisher interface {
 }
 
 // unavailable is a 503 problem.
-func unavailable(format string, args ...any) *problem {
-	return newProblem(http.StatusServiceUnavailable, problemUnavailable, format, args...)
+func unavailable(format string, args ...any) *httpapi.Problem {
+	return httpapi.NewProblem(http.StatusServiceUnavailable, problemUnavailable, format, args...)
 }
 
 // ingestReadings handles POST /v1/readings: one reading object, or an array of up
@@ -60,7 +61,7 @@ func (s *Server) ingestReadings(w http.ResponseWriter, r *http.Request) error {
 	keys := make([][]byte, len(elems))
 	values := make([][]byte, len(elems))
 	var (
-		errs []fieldError
+		errs []httpapi.FieldError
 		bad  int
 	)
 	for i, elem := range elems {
@@ -99,7 +100,7 @@ func (s *Server) ingestReadings(w http.ResponseWriter, r *http.Request) error {
 				"and sending them again is safe", len(elems))
 		}
 	}
-	return writeJSON(w, http.StatusAccepted, ingestBody{Accepted: len(elems)})
+	return httpapi.WriteJSON(w, http.StatusAccepted, ingestBody{Accepted: len(elems)})
 }
 
 // ingestBody is the answer to an accepted POST /v1/readings.
@@ -114,15 +115,15 @@ type ingestBody struct {
 func (s *Server) readReadings(w http.ResponseWriter, r *http.Request) (elems []json.RawMessage, single bool, err error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxIngestBodyBytes))
 	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-		return nil, false, newProblem(http.StatusRequestEntityTooLarge, problemBodyTooLarge,
+		return nil, false, httpapi.NewProblem(http.StatusRequestEntityTooLarge, httpapi.ProblemBodyTooLarge,
 			"the body is larger than %d bytes", s.cfg.MaxIngestBodyBytes)
 	}
 	if err != nil {
-		return nil, false, malformedBody("reading the body: %v", err)
+		return nil, false, httpapi.MalformedBody("reading the body: %v", err)
 	}
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 {
-		return nil, false, malformedBody("the body is empty; a reading object or an array of readings is required")
+		return nil, false, httpapi.MalformedBody("the body is empty; a reading object or an array of readings is required")
 	}
 	// Unmarshalling into a RawMessage checks the syntax of the whole body,
 	// trailing garbage included, and reports the offset of the first error.
@@ -138,12 +139,12 @@ func (s *Server) readReadings(w http.ResponseWriter, r *http.Request) (elems []j
 			return nil, false, fmt.Errorf("splitting a valid JSON array: %w", err)
 		}
 		if len(elems) > MaxIngestReadings {
-			return nil, false, newProblem(http.StatusRequestEntityTooLarge, problemBodyTooLarge,
+			return nil, false, httpapi.NewProblem(http.StatusRequestEntityTooLarge, httpapi.ProblemBodyTooLarge,
 				"the body holds %d readings; at most %d are accepted per request", len(elems), MaxIngestReadings)
 		}
 		return elems, false, nil
 	default:
-		return nil, false, malformedBody("the body must be a reading object or an array of readings")
+		return nil, false, httpapi.MalformedBody("the body must be a reading object or an array of readings")
 	}
 }
 
@@ -152,7 +153,7 @@ func (s *Server) readReadings(w http.ResponseWriter, r *http.Request) (elems []j
 // bad (not an object, an unknown or repeated field, too large). In a single-reading
 // body the path has no index: "data", or "" for the reading as a whole. The detail
 // starts with consumer's stable reason code ("bad_data: …").
-func readingError(i int, single bool, err error) fieldError {
+func readingError(i int, single bool, err error) httpapi.FieldError {
 	reject, ok := errors.AsType[*reading.RejectError](err)
 	if !ok {
 		// ParseReading promises a *RejectError; keep the error text if that changes.
@@ -178,15 +179,15 @@ func readingError(i int, single bool, err error) fieldError {
 	default:
 		path += "." + member
 	}
-	return fieldError{Field: path, Detail: reject.Reason + ": " + reject.Detail}
+	return httpapi.FieldError{Field: path, Detail: reject.Reason + ": " + reject.Detail}
 }
 
 // invalidReadings is the 422 of a request with bad readings in it; errs lists at
 // most maxReadingErrors of the bad ones.
-func invalidReadings(errs []fieldError, bad, total int, single bool) error {
-	var p *problem
+func invalidReadings(errs []httpapi.FieldError, bad, total int, single bool) error {
+	var p *httpapi.Problem
 	if single {
-		p = newProblem(http.StatusUnprocessableEntity, problemValidation, "the reading is invalid: %s", errs[0].Detail)
+		p = httpapi.NewProblem(http.StatusUnprocessableEntity, httpapi.ProblemValidation, "the reading is invalid: %s", errs[0].Detail)
 	} else {
 		names := make([]string, len(errs))
 		for i, e := range errs {
@@ -196,7 +197,7 @@ func invalidReadings(errs []fieldError, bad, total int, single bool) error {
 		if bad > len(errs) {
 			more = fmt.Sprintf(" (the first %d listed)", len(errs))
 		}
-		p = newProblem(http.StatusUnprocessableEntity, problemValidation,
+		p = httpapi.NewProblem(http.StatusUnprocessableEntity, httpapi.ProblemValidation,
 			"%d of %d readings are invalid%s: %s; nothing was published", bad, total, more, strings.Join(names, ", "))
 	}
 	p.Errors = errs

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/webapi/cyverse"
 )
 
 // routes declares every route of the API. To add one: write an apiHandler in the
@@ -123,7 +124,7 @@ func (s *Server) routes() *chi.Mux {
 	return r
 }
 
-// cyverseV1Routes declares the CyVerse notification API v1 (cyverse.go): the
+// cyverseV1Routes mounts the CyVerse notification API v1 (package cyverse): the
 // notification agent's routes at the root, for its old clients, with the admin
 // token or LOCKSTREAM_V1_TOKEN; ?user= (or "user") names the member.
 func (s *Server) cyverseV1Routes(r chi.Router) {
@@ -132,14 +133,11 @@ func (s *Server) cyverseV1Routes(r chi.Router) {
 		r.Use(s.requireToken(bearerAuth{name: "admin or v1", setting: "LOCKSTREAM_ADMIN_TOKEN", realm: "lockstream",
 			disabled: "the admin API is disabled: the server has no admin token"}, s.cfg.AdminToken, s.cfg.V1Token))
 
-		r.Get("/messages", s.handle(s.v1Messages))
-		r.Get("/unseen-messages", s.handle(s.v1UnseenMessages))
-		r.Get("/last-ten-messages", s.handle(s.v1LastTen))
-		r.Get("/count-messages", s.handle(s.v1CountMessages))
-		r.Post("/seen", s.handle(s.v1Seen))
-		r.Post("/mark-all-seen", s.handle(s.v1MarkAllSeen))
-		r.Post("/delete", s.handle(s.v1Delete))
-		r.Delete("/delete-all", s.handle(s.v1DeleteAll))
+		v1 := &cyverse.API{Disabled: membersDisabled(), MaxBodyBytes: s.cfg.MaxBodyBytes, Describe: describeMessage}
+		if s.members != nil && s.inbox != nil {
+			v1.Members, v1.Inbox = s.members, s.inbox
+		}
+		v1.Routes(r, func(h cyverse.Handler) http.HandlerFunc { return s.handle(apiHandler(h)) })
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/lockstream/lockstream/internal/httpapi"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -140,53 +141,53 @@ func sensorLocation(id string) string {
 }
 
 // checkAddress adds a field error when address is not a usable address.
-func checkAddress(errs *fieldErrors, address string) {
+func checkAddress(errs *httpapi.FieldErrors, address string) {
 	switch {
 	case strings.TrimSpace(address) == "":
-		errs.add("address", "must not be empty")
+		errs.Add("address", "must not be empty")
 	case utf8.RuneCountInString(address) > maxAddressLen:
-		errs.add("address", "must be at most %d characters", maxAddressLen)
+		errs.Add("address", "must be at most %d characters", maxAddressLen)
 	case !utf8.ValidString(address):
-		errs.add("address", "must be valid UTF-8")
+		errs.Add("address", "must be valid UTF-8")
 	}
 }
 
 // parseHeartbeatTimeout reads a Go duration string within the allowed range, adding a
 // field error when it is not one.
-func parseHeartbeatTimeout(errs *fieldErrors, raw string) time.Duration {
+func parseHeartbeatTimeout(errs *httpapi.FieldErrors, raw string) time.Duration {
 	d, err := time.ParseDuration(raw)
 	switch {
 	case err != nil:
-		errs.add("heartbeat_timeout", "must be a duration such as \"90m\" or \"2h\", got %q", raw)
+		errs.Add("heartbeat_timeout", "must be a duration such as \"90m\" or \"2h\", got %q", raw)
 	case d < minHeartbeatTimeout || d > maxHeartbeatTimeout:
-		errs.add("heartbeat_timeout", "must be from %s to %s, got %s", minHeartbeatTimeout, maxHeartbeatTimeout, d)
+		errs.Add("heartbeat_timeout", "must be from %s to %s, got %s", minHeartbeatTimeout, maxHeartbeatTimeout, d)
 	}
 	return d
 }
 
 // parseOpenAlertAfter reads open_alert_after, a Go duration string within the
 // allowed range, adding a field error when it is not one.
-func parseOpenAlertAfter(errs *fieldErrors, raw string) time.Duration {
+func parseOpenAlertAfter(errs *httpapi.FieldErrors, raw string) time.Duration {
 	d, err := time.ParseDuration(raw)
 	switch {
 	case err != nil:
-		errs.add("open_alert_after", "must be a duration such as \"10m\" or \"1h\", got %q", raw)
+		errs.Add("open_alert_after", "must be a duration such as \"10m\" or \"1h\", got %q", raw)
 	case d < minOpenAlertAfter || d > maxOpenAlertAfter:
-		errs.add("open_alert_after", "must be from %s to %s, got %s", minOpenAlertAfter, maxOpenAlertAfter, d)
+		errs.Add("open_alert_after", "must be from %s to %s, got %s", minOpenAlertAfter, maxOpenAlertAfter, d)
 	}
 	return d
 }
 
 // checkSite adds a field error when site cannot name a site: 1 to 64 ASCII
 // letters, digits, '_', '-' or '.'.
-func checkSite(errs *fieldErrors, site string) {
+func checkSite(errs *httpapi.FieldErrors, site string) {
 	ok := site != "" && len(site) <= 64
 	for i := range len(site) {
 		c := site[i]
 		ok = ok && ('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' || c == '.')
 	}
 	if !ok {
-		errs.add("site", "must be 1 to 64 ASCII letters, digits, '_', '-' or '.', got %q", site)
+		errs.Add("site", "must be 1 to 64 ASCII letters, digits, '_', '-' or '.', got %q", site)
 	}
 }
 
@@ -194,13 +195,13 @@ func checkSite(errs *fieldErrors, site string) {
 func sensorFromPath(r *http.Request) (string, error) {
 	id := chi.URLParam(r, "id")
 	if !validSensorID(id) {
-		return "", notFound("sensor %q not found: a sensor id is 1 to 16 ASCII letters or digits", id)
+		return "", httpapi.NotFound("sensor %q not found: a sensor id is 1 to 16 ASCII letters or digits", id)
 	}
 	return id, nil
 }
 
 func sensorNotFound(id string) error {
-	return notFound("sensor %q not found", id)
+	return httpapi.NotFound("sensor %q not found", id)
 }
 
 // createSensor handles POST /v1/sensors.
@@ -216,19 +217,19 @@ func (s *Server) createSensor(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var (
-		errs   fieldErrors
+		errs   httpapi.FieldErrors
 		sensor storage.Sensor
 	)
 	switch {
 	case req.ID == nil:
-		errs.add("id", "is required")
+		errs.Add("id", "is required")
 	case !validSensorID(*req.ID):
-		errs.add("id", "must be 1 to 16 ASCII letters or digits, got %q", *req.ID)
+		errs.Add("id", "must be 1 to 16 ASCII letters or digits, got %q", *req.ID)
 	default:
 		sensor.ID = *req.ID
 	}
 	if req.Address == nil {
-		errs.add("address", "is required")
+		errs.Add("address", "is required")
 	} else {
 		checkAddress(&errs, *req.Address)
 		sensor.Address = *req.Address
@@ -243,13 +244,13 @@ func (s *Server) createSensor(w http.ResponseWriter, r *http.Request) error {
 		checkSite(&errs, *req.Site)
 		sensor.Site = *req.Site
 	}
-	if err := errs.err(); err != nil {
+	if err := errs.Err(); err != nil {
 		return err
 	}
 
 	created, err := s.registry.CreateSensor(r.Context(), sensor)
 	if errors.Is(err, storage.ErrConflict) {
-		return conflict("sensor %q already exists", sensor.ID)
+		return httpapi.Conflict("sensor %q already exists", sensor.ID)
 	}
 	if err != nil {
 		return fmt.Errorf("creating sensor: %w", err)
@@ -260,7 +261,7 @@ func (s *Server) createSensor(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	w.Header().Set("Location", sensorLocation(created.ID))
-	return writeJSON(w, http.StatusCreated, s.renderOne(r.Context(), created))
+	return httpapi.WriteJSON(w, http.StatusCreated, s.renderOne(r.Context(), created))
 }
 
 // listSensors handles GET /v1/sensors.
@@ -274,13 +275,13 @@ func (s *Server) listSensors(w http.ResponseWriter, r *http.Request) error {
 	case ConnectionLost:
 		return s.listLostSensors(w, r, p)
 	default:
-		return invalidParameter("connection: the only filter is %q, got %q", ConnectionLost, connection)
+		return httpapi.InvalidParameter("connection: the only filter is %q, got %q", ConnectionLost, connection)
 	}
 	sensors, err := s.registry.ListSensors(r.Context(), storage.Page{After: p.after, Limit: p.limit + 1})
 	if err != nil {
 		return fmt.Errorf("listing sensors: %w", err)
 	}
-	return writeJSON(w, http.StatusOK, s.sensorPage(r.Context(), sensors, p.limit))
+	return httpapi.WriteJSON(w, http.StatusOK, s.sensorPage(r.Context(), sensors, p.limit))
 }
 
 func sensorKey(sensor storage.Sensor) string { return sensor.ID }
@@ -301,14 +302,14 @@ func (s *Server) listLostSensors(w http.ResponseWriter, r *http.Request, p page)
 		body.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(ids[len(ids)-1]))
 	}
 	if len(ids) == 0 {
-		return writeJSON(w, http.StatusOK, body)
+		return httpapi.WriteJSON(w, http.StatusOK, body)
 	}
 	sensors, err := s.registry.SensorsByID(r.Context(), ids)
 	if err != nil {
 		return fmt.Errorf("listing lost sensors: %w", err)
 	}
 	body.Items = append(body.Items, s.renderSensors(r.Context(), sensors)...)
-	return writeJSON(w, http.StatusOK, body)
+	return httpapi.WriteJSON(w, http.StatusOK, body)
 }
 
 // getSensor handles GET /v1/sensors/{id}.
@@ -324,7 +325,7 @@ func (s *Server) getSensor(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("getting sensor: %w", err)
 	}
-	return writeJSON(w, http.StatusOK, s.renderOne(r.Context(), sensor))
+	return httpapi.WriteJSON(w, http.StatusOK, s.renderOne(r.Context(), sensor))
 }
 
 // updateSensor handles PATCH /v1/sensors/{id}. A null heartbeat_timeout returns the
@@ -344,12 +345,12 @@ func (s *Server) updateSensor(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var (
-		errs   fieldErrors
+		errs   httpapi.FieldErrors
 		update storage.SensorUpdate
 	)
 	switch {
 	case req.Address.null:
-		errs.add("address", "must not be null")
+		errs.Add("address", "must not be null")
 	case req.Address.set:
 		checkAddress(&errs, req.Address.value)
 		update.Address = &req.Address.value
@@ -378,7 +379,7 @@ func (s *Server) updateSensor(w http.ResponseWriter, r *http.Request) error {
 		checkSite(&errs, req.Site.value)
 		update.Site = &req.Site.value
 	}
-	if err := errs.err(); err != nil {
+	if err := errs.Err(); err != nil {
 		return err
 	}
 
@@ -394,7 +395,7 @@ func (s *Server) updateSensor(w http.ResponseWriter, r *http.Request) error {
 			s.logger.WarnContext(r.Context(), "telling observer of sensor update", "sensor", id, "err", err)
 		}
 	}
-	return writeJSON(w, http.StatusOK, s.renderOne(r.Context(), updated))
+	return httpapi.WriteJSON(w, http.StatusOK, s.renderOne(r.Context(), updated))
 }
 
 // deleteSensor handles DELETE /v1/sensors/{id}.
@@ -436,5 +437,5 @@ func (s *Server) listSensorClients(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return fmt.Errorf("listing clients of sensor: %w", err)
 	}
-	return writeJSON(w, http.StatusOK, newPageBody(clients, p.limit, clientKey, renderClientWithoutSecret))
+	return httpapi.WriteJSON(w, http.StatusOK, newPageBody(clients, p.limit, clientKey, renderClientWithoutSecret))
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockstream/lockstream/internal/httpapi"
 	"github.com/lockstream/lockstream/internal/streamhub"
 	"github.com/lockstream/lockstream/storage"
 )
@@ -145,7 +146,7 @@ func (s *Server) createStreamTicket(w http.ResponseWriter, r *http.Request) erro
 		return fmt.Errorf("creating a stream ticket: %w", err)
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	return writeJSON(w, http.StatusOK, ticketBody{Ticket: ticket, ExpiresIn: int(StreamTicketTTL / time.Second)})
+	return httpapi.WriteJSON(w, http.StatusOK, ticketBody{Ticket: ticket, ExpiresIn: int(StreamTicketTTL / time.Second)})
 }
 
 // ackStream handles POST /v1/stream/ack {"seq": n}: the member's stream received
@@ -163,20 +164,20 @@ func (s *Server) ackStream(w http.ResponseWriter, r *http.Request) error {
 	if err := s.decodeJSON(w, r, &req); err != nil {
 		return err
 	}
-	var errs fieldErrors
+	var errs httpapi.FieldErrors
 	switch {
 	case req.Seq == nil:
-		errs.add("seq", "is required")
+		errs.Add("seq", "is required")
 	case *req.Seq < 0:
-		errs.add("seq", "must be 0 or more, got %d", *req.Seq)
+		errs.Add("seq", "must be 0 or more, got %d", *req.Seq)
 	}
-	if err := errs.err(); err != nil {
+	if err := errs.Err(); err != nil {
 		return err
 	}
 	err := s.inbox.AckInbox(r.Context(), actingMember(r), *req.Seq)
 	if errors.Is(err, storage.ErrSeqAhead) {
-		errs.add("seq", "%d is beyond the newest message", *req.Seq)
-		return errs.err()
+		errs.Add("seq", "%d is beyond the newest message", *req.Seq)
+		return errs.Err()
 	}
 	if err != nil {
 		return fmt.Errorf("acknowledging: %w", err)
@@ -214,19 +215,19 @@ func (s *Server) openStream(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	ticket := q.Get("ticket")
 	if len(q) != 1 || ticket == "" {
-		return invalidParameter("GET /v1/stream takes one parameter, ticket (from POST /v1/stream/tickets)")
+		return httpapi.InvalidParameter("GET /v1/stream takes one parameter, ticket (from POST /v1/stream/tickets)")
 	}
 	var after *int64
 	if raw := r.Header.Get("Last-Event-ID"); raw != "" {
 		n, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 64)
 		if err != nil || n < 0 {
-			return invalidParameter("Last-Event-ID must be a seq (an integer of 0 or more), got %q", raw)
+			return httpapi.InvalidParameter("Last-Event-ID must be a seq (an integer of 0 or more), got %q", raw)
 		}
 		after = &n
 	}
 	member, err := s.tickets.TakeStreamTicket(r.Context(), ticket)
 	if errors.Is(err, storage.ErrNotFound) {
-		return newProblem(http.StatusUnauthorized, problemUnauthorized,
+		return httpapi.NewProblem(http.StatusUnauthorized, httpapi.ProblemUnauthorized,
 			"the ticket is unknown, expired or already used: get a new one from POST /v1/stream/tickets")
 	}
 	if err != nil {
@@ -234,7 +235,7 @@ func (s *Server) openStream(w http.ResponseWriter, r *http.Request) error {
 	}
 	state, err := s.inbox.GetInboxState(r.Context(), member)
 	if errors.Is(err, storage.ErrNotFound) {
-		return newProblem(http.StatusUnauthorized, problemUnauthorized, "the ticket's member no longer exists")
+		return httpapi.NewProblem(http.StatusUnauthorized, httpapi.ProblemUnauthorized, "the ticket's member no longer exists")
 	}
 	if err != nil {
 		return fmt.Errorf("reading the inbox state: %w", err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/domain"
+	"github.com/lockstream/lockstream/internal/httpapi"
 )
 
 // UnregisteredSensors lists the unregistered sensor ids the consumers saw most
@@ -43,11 +44,11 @@ func (s *Server) listUnregistered(w http.ResponseWriter, r *http.Request) error 
 	if raw := r.URL.Query().Get("limit"); raw != "" {
 		n, err := strconv.Atoi(raw)
 		if err != nil || n < 1 || n > maxLimit {
-			return invalidParameter("limit must be an integer from 1 to %d, got %q", maxLimit, raw)
+			return httpapi.InvalidParameter("limit must be an integer from 1 to %d, got %q", maxLimit, raw)
 		}
 		limit = n
 	}
-	top, err := s.unregistered.TopUnregistered(r.Context(), time.Now().Add(-unregisteredWindow), limit)
+	top, err := s.unregistered.TopUnregistered(r.Context(), s.cfg.Now().Add(-unregisteredWindow), limit)
 	if err != nil {
 		return fmt.Errorf("listing unregistered sensors: %w", err)
 	}
@@ -56,5 +57,5 @@ func (s *Server) listUnregistered(w http.ResponseWriter, r *http.Request) error 
 		body.Items = append(body.Items, unregisteredBody{SensorID: u.SensorID, Count: u.Count,
 			MinCount: max(u.MinCount, 0), LastSeen: u.LastSeen.UTC()})
 	}
-	return writeJSON(w, http.StatusOK, body)
+	return httpapi.WriteJSON(w, http.StatusOK, body)
 }

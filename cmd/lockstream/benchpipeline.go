@@ -27,13 +27,13 @@ type pipelineFlags struct {
 
 func (p *pipelineFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&p.config.Linked, "linked", bench.DefaultPipelineLinked,
-		"pipeline: sensors watched by the benchmark's client (their changes become webhooks to its sink)")
+		"sensors watched by the benchmark's client (their changes become webhooks to its sink)")
 	fs.Float64Var(&p.config.LatencyRate, "latency-rate", bench.DefaultPipelineLatencyRate,
-		"pipeline: changes per second of the latency phase")
+		"changes per second of the latency phase")
 	fs.DurationVar(&p.config.LatencyDuration, "latency-duration", bench.DefaultPipelineLatencyDuration,
-		"pipeline: how long the latency phase produces")
-	fs.DurationVar(&p.config.Timeout, "timeout", bench.DefaultPipelineTimeout, "pipeline: the longest the whole run may take")
-	fs.StringVar(&p.cpuProfile, "cpuprofile", "", "pipeline: write a CPU profile of the process (every daemon, the load and the sink) here")
+		"how long the latency phase produces")
+	fs.DurationVar(&p.config.Timeout, "timeout", bench.DefaultPipelineTimeout, "the longest the whole run may take")
+	fs.StringVar(&p.cpuProfile, "cpuprofile", "", "write a CPU profile of the process (every daemon, the load and the sink) here")
 	fs.BoolVar(&p.keepStores, "keep-stores", false,
 		"keep the private databases afterwards (their names are logged), to look into where the time went")
 }

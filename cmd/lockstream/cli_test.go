@@ -45,7 +45,7 @@ func TestFlagsMayFollowArguments(t *testing.T) {
 // --help works after a command's arguments, and prints each default once.
 func TestHelpAfterArgumentsPrintsEachDefaultOnce(t *testing.T) {
 	t.Setenv("LOCKSTREAM_ADMIN_TOKEN", "a-token-that-must-not-show")
-	for _, args := range [][]string{{"bench", "ingest", "--help"}, {"bench", "--help"}, {"all", "--help"}, {"api", "-h"}} {
+	for _, args := range [][]string{{"bench", "ingest", "--help"}, {"bench", "pipeline", "--help"}, {"all", "--help"}, {"api", "-h"}} {
 		var out, errOut bytes.Buffer
 		if code := run(context.Background(), args, &out, &errOut); code != 0 {
 			t.Fatalf("%q exited %d: %s", args, code, errOut.String())
@@ -61,15 +61,35 @@ func TestHelpAfterArgumentsPrintsEachDefaultOnce(t *testing.T) {
 			}
 		}
 		if args[0] == "bench" {
-			for _, want := range []string{"--sensors", "default 100000", "--readings", "default 1000000", "<benchmark>"} {
+			for _, want := range []string{"--sensors", "default 100000", "--readings", "default 1000000", "--keep-stores"} {
 				if !strings.Contains(help, want) {
 					t.Errorf("%q does not show %q:\n%s", args, want, help)
+				}
+			}
+		}
+		// bench ingest runs the consumer and the history writer: the bridges',
+		// the retrier's and the API's settings are not its own.
+		if args[0] == "bench" && args[1] == "ingest" {
+			for _, foreign := range []string{"--amqp-url", "--retry-workers", "--http-addr", "--flap-window", "--linked"} {
+				if strings.Contains(help, foreign+"\n") {
+					t.Errorf("bench ingest --help lists %s, which it never reads:\n%s", foreign, help)
 				}
 			}
 		}
 		if args[0] == "all" && !strings.Contains(help, `default "./data"`) {
 			t.Errorf("all --help does not show the data folder's default:\n%s", help)
 		}
+	}
+	var groupOut, groupErr bytes.Buffer
+	if code := run(context.Background(), []string{"bench", "--help"}, &groupOut, &groupErr); code != 0 ||
+		!strings.Contains(groupErr.String(), "<benchmark>") || !strings.Contains(groupErr.String(), "  ingest ") ||
+		!strings.Contains(groupErr.String(), "  pipeline ") {
+		t.Errorf("bench --help: code %d, want 0 and the benchmarks listed:\n%s", code, groupErr.String())
+	}
+	groupErr.Reset()
+	if code := run(context.Background(), []string{"bench", "ingst"}, &groupOut, &groupErr); code != 2 ||
+		!strings.Contains(groupErr.String(), `unknown benchmark "ingst"`) {
+		t.Errorf("bench ingst: code %d, want 2 naming the unknown benchmark:\n%s", code, groupErr.String())
 	}
 	var out, errOut bytes.Buffer
 	if code := run(context.Background(), []string{"migrate", "now"}, &out, &errOut); code != 2 ||

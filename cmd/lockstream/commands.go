@@ -42,6 +42,10 @@ type command struct {
 	// only those — and its own flags on fs, and returns how it runs once they are
 	// parsed. The runner reads the fields its boxes bound, never a name.
 	setup func(s *settings.Set, fs *flag.FlagSet) runner
+	// subcommands make the command a group (bench): its first argument names
+	// one, which runs as a command of its own ("bench ingest") with its own
+	// settings; a group has no setup.
+	subcommands []command
 }
 
 // runner runs a command on its parsed settings; args are its arguments, the flags
@@ -213,6 +217,11 @@ type node struct {
 	abandoned bool
 	// ready, when not nil, is called by run once every daemon is built.
 	ready func(*node)
+	// now is the process's one clock: every box that judges time (what is
+	// due, expired, late, which hour or day it is) reads it through its
+	// Config's Now. Durations measured for metrics use the monotonic clock
+	// directly.
+	now func() time.Time
 }
 
 // storeSet says which stores a command's daemons use.
@@ -241,7 +250,7 @@ const (
 // consumer must run while ClickHouse is down). Kafka is connected to by each daemon.
 func openNode(ctx context.Context, cfg *nodeSettings, logger *slog.Logger) (*node, error) {
 	need := cfg.need
-	n := &node{cfg: cfg, logger: logger, reg: newRegistry(), stream: cfg.Stream}
+	n := &node{cfg: cfg, logger: logger, reg: newRegistry(), stream: cfg.Stream, now: time.Now}
 	var err error
 	if need&usesPostgres != 0 {
 		var opts []storage.PostgresOption
@@ -454,7 +463,9 @@ func (b *apiBox) daemon(ctx context.Context, n *node) (daemon, error) {
 		d.close = closeBoth(d.close, client.Close)
 		opts = append(opts, webapi.WithReadingPublisher(stream.NewReadingPublisher(n.stream, client)))
 	}
-	srv, err := webapi.New(b.API, n.pg, nil, n.reg, n.reg, n.logger, opts...)
+	apiCfg := b.API
+	apiCfg.Now = n.now
+	srv, err := webapi.New(apiCfg, n.pg, nil, n.reg, n.reg, n.logger, opts...)
 	if err != nil {
 		if d.close != nil {
 			d.close()
@@ -494,7 +505,8 @@ func (b *consumerBox) daemon(_ context.Context, n *node) (daemon, error) {
 		return daemon{}, err
 	}
 	store := consumer.NewPostgresStore(n.pg)
-	c, err := consumer.New(consumer.Config{Stream: n.stream, FlapChanges: b.Flapping.Changes, FlapWindow: b.Flapping.Window},
+	c, err := consumer.New(consumer.Config{Stream: n.stream, FlapChanges: b.Flapping.Changes, FlapWindow: b.Flapping.Window,
+		Now: n.now},
 		consumer.Deps{States: store, Sightings: tracker, Unregistered: store}, n.reg, n.logger.With("daemon", "consumer"))
 	if err != nil {
 		return daemon{}, err

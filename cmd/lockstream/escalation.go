@@ -26,7 +26,9 @@ func (b *escalationBox) RegisterSettings(s *settings.Set) {
 }
 
 func (b *escalationBox) daemon(_ context.Context, n *node) (daemon, error) {
-	e, err := escalation.New(b.Escalation, escalation.NewPostgresStore(n.pg), n.reg, n.logger.With("daemon", "escalation"))
+	cfg := b.Escalation
+	cfg.Now = n.now
+	e, err := escalation.New(cfg, escalation.NewPostgresStore(n.pg), n.reg, n.logger.With("daemon", "escalation"))
 	if err != nil {
 		return daemon{}, err
 	}

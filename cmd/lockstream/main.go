@@ -70,6 +70,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cmd.name == "config" {
 		return runConfig(args[1:], cmds, stdout, stderr)
 	}
+	if len(cmd.subcommands) > 0 {
+		sub, code := pickSubcommand(*cmd, args[1:], stderr)
+		if sub == nil {
+			return code
+		}
+		cmd, args = sub, args[1:]
+	}
 
 	fs := flag.NewFlagSet("lockstream "+cmd.name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -135,6 +142,35 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 		positional = append(positional, rest[0])
 		args = rest[1:]
 	}
+}
+
+// pickSubcommand returns the subcommand of group that args name first, named
+// "group sub", or nil and the exit code after printing the group's usage (0 when
+// help was asked for).
+func pickSubcommand(group command, args []string, stderr io.Writer) (*command, int) {
+	if len(args) > 0 {
+		for _, sub := range group.subcommands {
+			if sub.name == args[0] {
+				sub.name = group.name + " " + sub.name
+				return &sub, 0
+			}
+		}
+	}
+	code := 2
+	switch {
+	case len(args) == 0:
+		fmt.Fprintf(stderr, "lockstream %s: name one:\n", group.name)
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
+		code = 0
+	default:
+		fmt.Fprintf(stderr, "lockstream %s: unknown %s %q; name one:\n", group.name, strings.TrimSpace(strings.Trim(group.args, " <>")), args[0])
+	}
+	fmt.Fprintf(stderr, "usage: lockstream %s%s [flags]    (lockstream %s <name> --help lists its flags)\n\n%s\n\n",
+		group.name, group.args, group.name, group.summary)
+	for _, sub := range group.subcommands {
+		fmt.Fprintf(stderr, "  %-13s %s\n", sub.name, sub.summary)
+	}
+	return nil, code
 }
 
 func usage(w io.Writer, cmds []command) {

@@ -92,36 +92,67 @@ func simulated(err error) error {
 	return err
 }
 
+// benchCommand is `lockstream bench <benchmark>`: a group whose benchmarks are
+// commands of their own, so that each lists only the settings it reads.
 func benchCommand() command {
-	var (
-		ingest   bench.IngestConfig
-		pipeline pipelineFlags
-	)
 	return command{
 		name: "bench",
 		summary: "benchmarks, as JSON: `lockstream bench ingest` (bare consume vs the full consumer), " +
 			"`lockstream bench pipeline` (every daemon of `all` on private databases: readings/s, webhooks/s, latency); " +
 			"with no brokers configured, on an embedded broker of their own",
-		args: " <benchmark>",
+		args:        " <benchmark>",
+		subcommands: []command{benchIngestCommand(), benchPipelineCommand()},
+	}
+}
+
+// registerFleetFlags declares the fleet flags both benchmarks take.
+func registerFleetFlags(fs *flag.FlagSet, ingest *bench.IngestConfig) {
+	fs.IntVar(&ingest.Readings, "readings", bench.DefaultIngestReadings, "readings to produce (pipeline: in its throughput phase)")
+	fs.IntVar(&ingest.Sensors, "sensors", bench.DefaultIngestSensors, "sensors they come from (pipeline: the fleet)")
+	fs.Float64Var(&ingest.ChangeRate, "change-rate", bench.DefaultIngestChangeRate, "probability a reading is a change")
+}
+
+func benchIngestCommand() command {
+	return command{
+		name:    "ingest",
+		summary: "bare consume vs the full consumer (sensor state, events, history) on private, migrated stores",
+		setup: func(s *settings.Set, fs *flag.FlagSet) runner {
+			// The consumer and the history writer: Postgres, ClickHouse and
+			// Kafka; Redis for the private stores' key prefix.
+			node := &nodeSettings{need: usesPostgres | usesRedis | usesClickHouse | usesKafka}
+			s.Register(node)
+			var (
+				ingest     bench.IngestConfig
+				keepStores bool
+			)
+			registerFleetFlags(fs, &ingest)
+			fs.BoolVar(&ingest.ColdStart, "cold-start", false, "measure from unknown state (every sensor's first reading a change) instead of seeding it")
+			fs.BoolVar(&keepStores, "keep-stores", false, "keep the benchmark's private databases and Redis prefix afterwards (their names are logged)")
+			return func(ctx context.Context, _ []string, stdout io.Writer, logger *slog.Logger) error {
+				return runBenchIngest(ctx, node, ingest, keepStores, stdout, logger)
+			}
+		},
+	}
+}
+
+func benchPipelineCommand() command {
+	return command{
+		name:    "pipeline",
+		summary: "every daemon of `all` on private databases: readings/s, webhooks/s, latency",
 		setup: func(s *settings.Set, fs *flag.FlagSet) runner {
 			// pipeline runs every daemon, so it reads every daemon's settings.
 			all := newAllSettings()
 			s.Register(all)
-			fs.IntVar(&ingest.Readings, "readings", bench.DefaultIngestReadings, "readings to produce (pipeline: in its throughput phase)")
-			fs.IntVar(&ingest.Sensors, "sensors", bench.DefaultIngestSensors, "sensors they come from (pipeline: the fleet)")
-			fs.Float64Var(&ingest.ChangeRate, "change-rate", bench.DefaultIngestChangeRate, "probability a reading is a change")
-			fs.BoolVar(&ingest.ColdStart, "cold-start", false, "ingest: measure from unknown state (every sensor's first reading a change) instead of seeding it")
+			var (
+				fleet    bench.IngestConfig
+				pipeline pipelineFlags
+			)
+			registerFleetFlags(fs, &fleet)
 			pipeline.register(fs)
-			return func(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) error {
-				switch {
-				case len(args) == 1 && args[0] == "ingest":
-					return runBenchIngest(ctx, &all.Node, ingest, pipeline.keepStores, stdout, logger)
-				case len(args) == 1 && args[0] == "pipeline":
-					cfg := pipeline.config
-					cfg.Readings, cfg.Sensors, cfg.ChangeRate = ingest.Readings, ingest.Sensors, ingest.ChangeRate
-					return runBenchPipeline(ctx, all, cfg, pipeline, stdout, logger)
-				}
-				return fmt.Errorf("bench: want one benchmark name, `ingest` or `pipeline`; got %q", strings.Join(args, " "))
+			return func(ctx context.Context, _ []string, stdout io.Writer, logger *slog.Logger) error {
+				cfg := pipeline.config
+				cfg.Readings, cfg.Sensors, cfg.ChangeRate = fleet.Readings, fleet.Sensors, fleet.ChangeRate
+				return runBenchPipeline(ctx, all, cfg, pipeline, stdout, logger)
 			}
 		},
 	}

@@ -1,6 +1,14 @@
-package webapi
+// Package cyverse serves the CyVerse notification API v1 for the clients of the
+// public cyverse-de/notification-agent: its paths, parameters and bodies, at the
+// root, over the members' inboxes (docs/DESIGN.md "CyVerse notification API
+// v1"). Its semantics are the agent's, not v2's: parameter names in any case,
+// unknown parameters ignored, an unknown user has no messages, unknown or
+// already handled ids are no-ops, and totals and some counts are strings.
+// webapi mounts it behind its own authentication.
+package cyverse
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,15 +18,55 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/go-chi/chi/v5"
+
+	"github.com/lockstream/lockstream/internal/httpapi"
 	"github.com/lockstream/lockstream/storage"
 )
 
-// The CyVerse notification API v1, for the clients of the public
-// cyverse-de/notification-agent: its paths, parameters and bodies, served at the
-// root over the members' inboxes (docs/DESIGN.md "CyVerse notification API v1").
-// Its semantics are the agent's, not v2's: parameter names in any case, unknown
-// parameters ignored, an unknown user has no messages, unknown or already handled
-// ids are no-ops, and totals and some counts are strings.
+// Inbox reads and marks members' messages.
+type Inbox interface {
+	ListInbox(ctx context.Context, q storage.InboxQuery) (int, []storage.InboxMessage, error)
+	MarkInbox(ctx context.Context, memberID string, action storage.InboxAction, ids []string, all bool) (int, error)
+	MarkAllInbox(ctx context.Context, memberID string, action storage.InboxAction, typ string) (int, error)
+}
+
+// Members finds a member by its username or id.
+type Members interface {
+	MemberByUser(ctx context.Context, user string) (storage.Member, error)
+}
+
+// API holds the v1 handlers' dependencies.
+type API struct {
+	// Inbox and Members serve the messages; when either is nil every route
+	// answers Disabled.
+	Inbox   Inbox
+	Members Members
+	// Disabled is the error answered without a member store.
+	Disabled error
+	// MaxBodyBytes bounds a request body.
+	MaxBodyBytes int64
+	// Describe is how a message reads to a person, as v2 shows it: its
+	// subject, and its message (a JSON string, or a free-form notification's
+	// message as it was sent).
+	Describe func(storage.InboxMessage) (subject string, message json.RawMessage)
+}
+
+// Handler is a handler that reports failure by returning an error; the
+// caller's adapter writes problems as they are and logs anything else.
+type Handler func(w http.ResponseWriter, r *http.Request) error
+
+// Routes declares the agent's eight routes on r, each adapted by handle.
+func (a *API) Routes(r chi.Router, handle func(Handler) http.HandlerFunc) {
+	r.Get("/messages", handle(a.v1Messages))
+	r.Get("/unseen-messages", handle(a.v1UnseenMessages))
+	r.Get("/last-ten-messages", handle(a.v1LastTen))
+	r.Get("/count-messages", handle(a.v1CountMessages))
+	r.Post("/seen", handle(a.v1Seen))
+	r.Post("/mark-all-seen", handle(a.v1MarkAllSeen))
+	r.Post("/delete", handle(a.v1Delete))
+	r.Delete("/delete-all", handle(a.v1DeleteAll))
+}
 
 // v1Message is a message as the agent shows it (its reformat-message).
 type v1Message struct {
@@ -85,7 +133,7 @@ func v1Query(r *http.Request) v1Params {
 // user returns the required user parameter.
 func (p v1Params) user() (string, error) {
 	if strings.TrimSpace(p["user"]) == "" {
-		return "", invalidParameter("user is required: a member's username or id")
+		return "", httpapi.InvalidParameter("user is required: a member's username or id")
 	}
 	return p["user"], nil
 }
@@ -98,7 +146,7 @@ func (p v1Params) count(name string) (int, error) {
 	}
 	n, err := strconv.Atoi(raw)
 	if err != nil {
-		return 0, invalidParameter("%s must be an integer, got %q", name, raw)
+		return 0, httpapi.InvalidParameter("%s must be an integer, got %q", name, raw)
 	}
 	return max(n, 0), nil
 }
@@ -147,7 +195,7 @@ func (p v1Params) applySort(q *storage.InboxQuery) error {
 	if raw, ok := p["sortfield"]; ok {
 		sort, known := v1Sorts[strings.ToLower(raw)]
 		if !known {
-			return invalidParameter("sortField must be timestamp, date_created, uuid, subject or type, got %q", raw)
+			return httpapi.InvalidParameter("sortField must be timestamp, date_created, uuid, subject or type, got %q", raw)
 		}
 		q.Sort = sort
 	}
@@ -156,18 +204,18 @@ func (p v1Params) applySort(q *storage.InboxQuery) error {
 	case "asc":
 		q.Descending = false
 	default:
-		return invalidParameter("sortDir must be asc or desc, got %q", raw)
+		return httpapi.InvalidParameter("sortDir must be asc or desc, got %q", raw)
 	}
 	return nil
 }
 
 // v1Member finds the member user names (username or id); ok is false for none,
 // which the agent answers as a user without messages.
-func (s *Server) v1Member(r *http.Request, user string) (m storage.Member, ok bool, err error) {
-	if s.members == nil || s.inbox == nil {
-		return storage.Member{}, false, membersDisabled()
+func (a *API) v1Member(r *http.Request, user string) (m storage.Member, ok bool, err error) {
+	if a.Members == nil || a.Inbox == nil {
+		return storage.Member{}, false, a.Disabled
 	}
-	m, err = s.members.MemberByUser(r.Context(), user)
+	m, err = a.Members.MemberByUser(r.Context(), user)
 	if errors.Is(err, storage.ErrNotFound) {
 		return storage.Member{}, false, nil
 	}
@@ -178,13 +226,13 @@ func (s *Server) v1Member(r *http.Request, user string) (m storage.Member, ok bo
 }
 
 // v1List answers a message list: the page q selects, with every match's count.
-func (s *Server) v1List(w http.ResponseWriter, r *http.Request, user string, q storage.InboxQuery, ascending bool) error {
-	m, ok, err := s.v1Member(r, user)
+func (a *API) v1List(w http.ResponseWriter, r *http.Request, user string, q storage.InboxQuery, ascending bool) error {
+	m, ok, err := a.v1Member(r, user)
 	if err != nil || !ok {
 		return v1Empty(w, err)
 	}
 	q.MemberID = m.ID
-	total, messages, err := s.inbox.ListInbox(r.Context(), q)
+	total, messages, err := a.Inbox.ListInbox(r.Context(), q)
 	if err != nil {
 		return fmt.Errorf("listing messages: %w", err)
 	}
@@ -193,9 +241,9 @@ func (s *Server) v1List(w http.ResponseWriter, r *http.Request, user string, q s
 	}
 	body := v1MessageList{Messages: make([]v1Message, 0, len(messages)), Total: strconv.Itoa(total)}
 	for _, msg := range messages {
-		body.Messages = append(body.Messages, renderV1Message(msg, v1UserName(m)))
+		body.Messages = append(body.Messages, a.renderV1Message(msg, v1UserName(m)))
 	}
-	return writeJSON(w, http.StatusOK, body)
+	return httpapi.WriteJSON(w, http.StatusOK, body)
 }
 
 // v1Empty answers err, or the list of a user that has no messages.
@@ -203,7 +251,7 @@ func v1Empty(w http.ResponseWriter, err error) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, v1MessageList{Messages: []v1Message{}, Total: "0"})
+	return httpapi.WriteJSON(w, http.StatusOK, v1MessageList{Messages: []v1Message{}, Total: "0"})
 }
 
 // v1UserName is how v1 names a member: its username, or its id without one.
@@ -219,36 +267,36 @@ func v1UserName(m storage.Member) string {
 // free-form notification's message when it is a string (else its subject) or a
 // sensor event's sentence, and the payload a free-form notification's message
 // when it is an object, or a sensor event's facts.
-func renderV1Message(m storage.InboxMessage, user string) v1Message {
-	v2 := renderMessage(m)
+func (a *API) renderV1Message(m storage.InboxMessage, user string) v1Message {
+	subject, message := a.Describe(m)
 	out := v1Message{
-		Message: v1MessageText{ID: strings.ToUpper(m.ID), Text: v2.Subject, Timestamp: m.At.UnixMilli()},
+		Message: v1MessageText{ID: strings.ToUpper(m.ID), Text: subject, Timestamp: m.At.UnixMilli()},
 		Payload: json.RawMessage("{}"),
 		Seen:    m.SeenAt != nil,
-		Subject: v2.Subject,
+		Subject: subject,
 		Type:    strings.ReplaceAll(m.Type, "_", " "),
 		User:    user,
 	}
 	var text string
-	if json.Unmarshal(v2.Message, &text) == nil && string(v2.Message) != "null" {
+	if json.Unmarshal(message, &text) == nil && string(message) != "null" {
 		out.Message.Text = text
 	}
 	switch {
-	case v2.Sensor != nil:
+	case m.SensorID != "":
 		payload, _ := json.Marshal(map[string]any{ // maps, ints and strings always encode
 			"sensor_id": m.SensorID, "address": m.SensorAddress, "data": m.Data, "previous": m.Previous,
 			"severity": m.Severity,
 		})
 		out.Payload = payload
-	case strings.HasPrefix(strings.TrimSpace(string(v2.Message)), "{"):
-		out.Payload = v2.Message
+	case strings.HasPrefix(strings.TrimSpace(string(message)), "{"):
+		out.Payload = message
 	}
 	return out
 }
 
 // v1Messages handles GET /messages: limit (0, the default, for all), offset,
 // seen, sortField, sortDir and filter, as the agent takes them.
-func (s *Server) v1Messages(w http.ResponseWriter, r *http.Request) error {
+func (a *API) v1Messages(w http.ResponseWriter, r *http.Request) error {
 	p := v1Query(r)
 	user, err := p.user()
 	if err != nil {
@@ -266,39 +314,39 @@ func (s *Server) v1Messages(w http.ResponseWriter, r *http.Request) error {
 	}
 	p.applySeen(&q)
 	p.applyFilter(&q)
-	return s.v1List(w, r, user, q, false)
+	return a.v1List(w, r, user, q, false)
 }
 
 // v1UnseenMessages handles GET /unseen-messages: every unseen message, oldest
 // first.
-func (s *Server) v1UnseenMessages(w http.ResponseWriter, r *http.Request) error {
+func (a *API) v1UnseenMessages(w http.ResponseWriter, r *http.Request) error {
 	user, err := v1Query(r).user()
 	if err != nil {
 		return err
 	}
-	return s.v1List(w, r, user, storage.InboxQuery{Sort: storage.SortTimestamp}, false)
+	return a.v1List(w, r, user, storage.InboxQuery{Sort: storage.SortTimestamp}, false)
 }
 
 // v1LastTen handles GET /last-ten-messages: the ten newest messages, seen or
 // not, oldest first; total counts them all.
-func (s *Server) v1LastTen(w http.ResponseWriter, r *http.Request) error {
+func (a *API) v1LastTen(w http.ResponseWriter, r *http.Request) error {
 	user, err := v1Query(r).user()
 	if err != nil {
 		return err
 	}
-	return s.v1List(w, r, user, storage.InboxQuery{Sort: storage.SortTimestamp, Descending: true, Limit: 10,
+	return a.v1List(w, r, user, storage.InboxQuery{Sort: storage.SortTimestamp, Descending: true, Limit: 10,
 		IncludeSeen: true}, true)
 }
 
 // v1CountMessages handles GET /count-messages: the user's messages matching seen
 // and filter.
-func (s *Server) v1CountMessages(w http.ResponseWriter, r *http.Request) error {
+func (a *API) v1CountMessages(w http.ResponseWriter, r *http.Request) error {
 	p := v1Query(r)
 	user, err := p.user()
 	if err != nil {
 		return err
 	}
-	m, ok, err := s.v1Member(r, user)
+	m, ok, err := a.v1Member(r, user)
 	if err != nil {
 		return err
 	}
@@ -307,11 +355,11 @@ func (s *Server) v1CountMessages(w http.ResponseWriter, r *http.Request) error {
 		q := storage.InboxQuery{MemberID: m.ID, Sort: storage.SortTimestamp, CountOnly: true}
 		p.applySeen(&q)
 		p.applyFilter(&q)
-		if counts.UserTotal, _, err = s.inbox.ListInbox(r.Context(), q); err != nil {
+		if counts.UserTotal, _, err = a.Inbox.ListInbox(r.Context(), q); err != nil {
 			return fmt.Errorf("counting messages: %w", err)
 		}
 	}
-	return writeJSON(w, http.StatusOK, counts)
+	return httpapi.WriteJSON(w, http.StatusOK, counts)
 }
 
 // v1UUIDs is the body of POST /seen and /delete.
@@ -321,45 +369,45 @@ type v1UUIDs struct {
 
 // decodeV1UUIDs reads {"uuids":[…]}, the list required; other fields are
 // ignored, as the agent does.
-func (s *Server) decodeV1UUIDs(w http.ResponseWriter, r *http.Request) ([]string, error) {
+func (a *API) decodeV1UUIDs(w http.ResponseWriter, r *http.Request) ([]string, error) {
 	var body v1UUIDs
-	if err := s.decodeV1(w, r, &body); err != nil {
+	if err := a.decodeV1(w, r, &body); err != nil {
 		return nil, err
 	}
 	if body.UUIDs == nil {
-		var errs fieldErrors
-		errs.add("uuids", "is required: a list of message ids")
-		return nil, errs.err()
+		var errs httpapi.FieldErrors
+		errs.Add("uuids", "is required: a list of message ids")
+		return nil, errs.Err()
 	}
 	return *body.UUIDs, nil
 }
 
 // decodeV1 reads one JSON object into dst, at most MaxBodyBytes; unlike v2 it
 // ignores unknown fields, which the agent's clients may send.
-func (s *Server) decodeV1(w http.ResponseWriter, r *http.Request, dst any) error {
-	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+func (a *API) decodeV1(w http.ResponseWriter, r *http.Request, dst any) error {
+	r.Body = http.MaxBytesReader(w, r.Body, a.MaxBodyBytes)
 	if err := json.NewDecoder(r.Body).Decode(dst); err != nil {
 		if errors.Is(err, io.EOF) {
-			return malformedBody("the body is empty; a JSON object is required")
+			return httpapi.MalformedBody("the body is empty; a JSON object is required")
 		}
-		return s.decodeProblem(err)
+		return httpapi.DecodeProblem(err, a.MaxBodyBytes)
 	}
 	return nil
 }
 
 // v1Seen handles POST /seen?user=: the ids given are seen; unknown, other
 // users' and already seen ids are no-ops. It answers the unseen messages left.
-func (s *Server) v1Seen(w http.ResponseWriter, r *http.Request) error {
+func (a *API) v1Seen(w http.ResponseWriter, r *http.Request) error {
 	user, err := v1Query(r).user()
 	if err != nil {
 		return err
 	}
-	ids, err := s.decodeV1UUIDs(w, r)
+	ids, err := a.decodeV1UUIDs(w, r)
 	if err != nil {
 		return err
 	}
-	return s.v1MarkSeen(w, r, user, func(memberID string) error {
-		_, err := s.inbox.MarkInbox(r.Context(), memberID, storage.ActionSeen, ids, false)
+	return a.v1MarkSeen(w, r, user, func(memberID string) error {
+		_, err := a.Inbox.MarkInbox(r.Context(), memberID, storage.ActionSeen, ids, false)
 		return err
 	})
 }
@@ -367,28 +415,28 @@ func (s *Server) v1Seen(w http.ResponseWriter, r *http.Request) error {
 // v1MarkAllSeen handles POST /mark-all-seen {"user"}: every message of the user
 // is seen, or every one of "type" when the body has one. It answers the unseen
 // messages left.
-func (s *Server) v1MarkAllSeen(w http.ResponseWriter, r *http.Request) error {
+func (a *API) v1MarkAllSeen(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		User string `json:"user"`
 		Type string `json:"type"`
 	}
-	if err := s.decodeV1(w, r, &body); err != nil {
+	if err := a.decodeV1(w, r, &body); err != nil {
 		return err
 	}
 	if strings.TrimSpace(body.User) == "" {
-		var errs fieldErrors
-		errs.add("user", "is required: a member's username or id")
-		return errs.err()
+		var errs httpapi.FieldErrors
+		errs.Add("user", "is required: a member's username or id")
+		return errs.Err()
 	}
-	return s.v1MarkSeen(w, r, body.User, func(memberID string) error {
-		_, err := s.inbox.MarkAllInbox(r.Context(), memberID, storage.ActionSeen, v1Type(body.Type))
+	return a.v1MarkSeen(w, r, body.User, func(memberID string) error {
+		_, err := a.Inbox.MarkAllInbox(r.Context(), memberID, storage.ActionSeen, v1Type(body.Type))
 		return err
 	})
 }
 
 // v1MarkSeen runs mark for user's member, if any, and answers its unseen count.
-func (s *Server) v1MarkSeen(w http.ResponseWriter, r *http.Request, user string, mark func(memberID string) error) error {
-	m, ok, err := s.v1Member(r, user)
+func (a *API) v1MarkSeen(w http.ResponseWriter, r *http.Request, user string, mark func(memberID string) error) error {
+	m, ok, err := a.v1Member(r, user)
 	if err != nil {
 		return err
 	}
@@ -397,16 +445,16 @@ func (s *Server) v1MarkSeen(w http.ResponseWriter, r *http.Request, user string,
 		if err := mark(m.ID); err != nil {
 			return fmt.Errorf("marking messages seen: %w", err)
 		}
-		if body.Count, err = s.v1UnseenCount(r, m.ID); err != nil {
+		if body.Count, err = a.v1UnseenCount(r, m.ID); err != nil {
 			return err
 		}
 	}
-	return writeJSON(w, http.StatusOK, body)
+	return httpapi.WriteJSON(w, http.StatusOK, body)
 }
 
 // v1UnseenCount counts the member's unseen messages.
-func (s *Server) v1UnseenCount(r *http.Request, memberID string) (int, error) {
-	n, _, err := s.inbox.ListInbox(r.Context(), storage.InboxQuery{MemberID: memberID, Sort: storage.SortTimestamp,
+func (a *API) v1UnseenCount(r *http.Request, memberID string) (int, error) {
+	n, _, err := a.Inbox.ListInbox(r.Context(), storage.InboxQuery{MemberID: memberID, Sort: storage.SortTimestamp,
 		CountOnly: true})
 	if err != nil {
 		return 0, fmt.Errorf("counting unseen messages: %w", err)
@@ -416,37 +464,37 @@ func (s *Server) v1UnseenCount(r *http.Request, memberID string) (int, error) {
 
 // v1Delete handles POST /delete?user=: the ids given are deleted; unknown,
 // other users' and already deleted ids are no-ops.
-func (s *Server) v1Delete(w http.ResponseWriter, r *http.Request) error {
+func (a *API) v1Delete(w http.ResponseWriter, r *http.Request) error {
 	user, err := v1Query(r).user()
 	if err != nil {
 		return err
 	}
-	ids, err := s.decodeV1UUIDs(w, r)
+	ids, err := a.decodeV1UUIDs(w, r)
 	if err != nil {
 		return err
 	}
-	m, ok, err := s.v1Member(r, user)
+	m, ok, err := a.v1Member(r, user)
 	if err != nil {
 		return err
 	}
 	if ok {
-		if _, err := s.inbox.MarkInbox(r.Context(), m.ID, storage.ActionDelete, ids, false); err != nil {
+		if _, err := a.Inbox.MarkInbox(r.Context(), m.ID, storage.ActionDelete, ids, false); err != nil {
 			return fmt.Errorf("deleting messages: %w", err)
 		}
 	}
-	return writeJSON(w, http.StatusOK, v1Success{Success: true})
+	return httpapi.WriteJSON(w, http.StatusOK, v1Success{Success: true})
 }
 
 // v1DeleteAll handles DELETE /delete-all?user=: every message of the user is
 // deleted, or every one of filter's type. It answers the unseen messages left,
 // as a string.
-func (s *Server) v1DeleteAll(w http.ResponseWriter, r *http.Request) error {
+func (a *API) v1DeleteAll(w http.ResponseWriter, r *http.Request) error {
 	p := v1Query(r)
 	user, err := p.user()
 	if err != nil {
 		return err
 	}
-	m, ok, err := s.v1Member(r, user)
+	m, ok, err := a.v1Member(r, user)
 	if err != nil {
 		return err
 	}
@@ -454,12 +502,12 @@ func (s *Server) v1DeleteAll(w http.ResponseWriter, r *http.Request) error {
 	if ok {
 		var q storage.InboxQuery
 		p.applyFilter(&q) // "new" deletes every type, as the agent's get-filter drops it
-		if _, err := s.inbox.MarkAllInbox(r.Context(), m.ID, storage.ActionDelete, q.Type); err != nil {
+		if _, err := a.Inbox.MarkAllInbox(r.Context(), m.ID, storage.ActionDelete, q.Type); err != nil {
 			return fmt.Errorf("deleting messages: %w", err)
 		}
-		if left, err = s.v1UnseenCount(r, m.ID); err != nil {
+		if left, err = a.v1UnseenCount(r, m.ID); err != nil {
 			return err
 		}
 	}
-	return writeJSON(w, http.StatusOK, v1Deleted{Success: true, Count: strconv.Itoa(left)})
+	return httpapi.WriteJSON(w, http.StatusOK, v1Deleted{Success: true, Count: strconv.Itoa(left)})
 }
