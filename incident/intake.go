@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -57,6 +58,13 @@ func (e feedEvent) subject() string {
 		return "site:" + e.site
 	}
 	return "sensor:" + e.sensorID
+}
+
+// aboutSubject reports whether e is about a sensor or a site: operational
+// notices (endpoint_failing…) are the client's, not a subject's, and open no
+// incident.
+func (e feedEvent) aboutSubject() bool {
+	return !slices.Contains(event.Notices(), e.typ) && (e.sensorID != "" || e.site != "")
 }
 
 // clears reports whether e ends its subject's problem: the sensor is back,
@@ -118,7 +126,7 @@ func (p *PostgresStore) Intake(ctx context.Context, batch int) (IntakeResult, er
 // passes a seq still uncommitted.
 func readFeed(ctx context.Context, tx pgx.Tx, batch int) ([]feedEvent, error) {
 	rows, err := tx.Query(ctx, `
-		SELECT c.client_id::text, n.client_seq, n.event_id, n.type, n.sensor_id, n.data, n.event_at, coalesce(n.site, '')
+		SELECT c.client_id::text, n.client_seq, n.event_id, n.type, coalesce(n.sensor_id, ''), n.data, n.event_at, coalesce(n.site, '')
 		FROM (
 			SELECT q.client_id, coalesce(k.last_seq, 0) AS done
 			FROM client_event_seq q

@@ -66,6 +66,9 @@ func apply(events []feedEvent, open map[string]openIncident, policies map[string
 	fresh := map[string]*newIncident{} // opened by this batch and unresolved, by subjectKey
 	for _, e := range events {
 		p.cursors[e.clientID] = e.seq
+		if !e.aboutSubject() {
+			continue
+		}
 		key := subjectKey(e.clientID, e.subject())
 		severity := event.SeverityOf(e.typ, e.data)
 		detail := fmt.Sprintf("%s (event %s, seq %d)", e.typ, e.eventID, e.seq)

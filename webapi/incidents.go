@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lockstream/lockstream/domain"
+	"github.com/lockstream/lockstream/internal/httpapi"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -131,19 +132,19 @@ func incidentQuery(r *http.Request) (string, int, error) {
 	switch state {
 	case "", domain.IncidentOpen, domain.IncidentAcknowledged, domain.IncidentResolved:
 	default:
-		return "", 0, invalidParameter("state must be open, acknowledged or resolved, got %q", state)
+		return "", 0, httpapi.InvalidParameter("state must be open, acknowledged or resolved, got %q", state)
 	}
 	p, err := parsePage(r, func(string) bool { return false })
 	return state, p.limit, err
 }
 
 func (s *Server) writeIncidents(w http.ResponseWriter, list []domain.Incident) error {
-	now := time.Now()
+	now := s.cfg.Now()
 	items := make([]incidentBody, len(list))
 	for i, inc := range list {
 		items[i] = renderIncident(inc, now)
 	}
-	return writeJSON(w, http.StatusOK, pageBody[incidentBody]{Items: items})
+	return httpapi.WriteJSON(w, http.StatusOK, pageBody[incidentBody]{Items: items})
 }
 
 // listClientIncidents handles GET /v1/clients/{id}/incidents?state=.
@@ -188,7 +189,7 @@ func (s *Server) listMemberIncidents(w http.ResponseWriter, r *http.Request) err
 func incidentFromPath(r *http.Request) (string, error) {
 	id := chi.URLParam(r, "id")
 	if uuid.Validate(id) != nil {
-		return "", notFound("incident %q not found: an incident id is a UUID", id)
+		return "", httpapi.NotFound("incident %q not found: an incident id is a UUID", id)
 	}
 	return id, nil
 }
@@ -204,12 +205,12 @@ func (s *Server) getIncident(w http.ResponseWriter, r *http.Request) error {
 	}
 	inc, err := s.incidents.GetIncident(r.Context(), id, actingMember(r))
 	if errors.Is(err, storage.ErrNotFound) {
-		return notFound("incident %q not found", id)
+		return httpapi.NotFound("incident %q not found", id)
 	}
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, renderIncident(inc, time.Now()))
+	return httpapi.WriteJSON(w, http.StatusOK, renderIncident(inc, s.cfg.Now()))
 }
 
 // actOnIncident handles POST /v1/incidents/{id}/ack and /resolve: 200 with
@@ -223,14 +224,14 @@ func (s *Server) actOnIncident(action string) apiHandler {
 		if s.incidents == nil {
 			return incidentsDisabled()
 		}
-		inc, err := s.incidents.ActOnIncident(r.Context(), id, actingMember(r), action, "api", time.Now())
+		inc, err := s.incidents.ActOnIncident(r.Context(), id, actingMember(r), action, "api", s.cfg.Now())
 		if errors.Is(err, storage.ErrNotFound) {
-			return notFound("incident %q not found", id)
+			return httpapi.NotFound("incident %q not found", id)
 		}
 		if err != nil {
 			return err
 		}
-		return writeJSON(w, http.StatusOK, renderIncident(inc, time.Now()))
+		return httpapi.WriteJSON(w, http.StatusOK, renderIncident(inc, s.cfg.Now()))
 	}
 }
 
@@ -248,11 +249,11 @@ type policyRequest struct {
 
 // policy checks req and returns the policy; the 422 names every bad field.
 func (req policyRequest) policy() (domain.EscalationPolicy, error) {
-	var errs fieldErrors
+	var errs httpapi.FieldErrors
 	duration := func(field, raw string) domain.Duration {
 		d, err := time.ParseDuration(raw)
 		if err != nil {
-			errs.add(field, "must be a duration such as \"5m\" (from 1s), got %q", raw)
+			errs.Add(field, "must be a duration such as \"5m\" (from 1s), got %q", raw)
 		}
 		return domain.Duration(d)
 	}
@@ -272,10 +273,10 @@ func (req policyRequest) policy() (domain.EscalationPolicy, error) {
 	}
 	for _, fe := range pol.Check() {
 		if !named[fe.Field] {
-			errs.add(fe.Field, "%s", fe.Detail)
+			errs.Add(fe.Field, "%s", fe.Detail)
 		}
 	}
-	return pol, errs.err()
+	return pol, errs.Err()
 }
 
 type policyBody struct {
@@ -301,7 +302,7 @@ func (s *Server) getEscalationPolicy(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, policyBody{EscalationPolicy: pol, Default: !set})
+	return httpapi.WriteJSON(w, http.StatusOK, policyBody{EscalationPolicy: pol, Default: !set})
 }
 
 // putEscalationPolicy handles PUT /v1/clients/{id}/escalation-policy: 400
@@ -331,13 +332,13 @@ func (s *Server) putEscalationPolicy(w http.ResponseWriter, r *http.Request) err
 		return err
 	}
 	if len(bad) > 0 {
-		var errs fieldErrors
+		var errs httpapi.FieldErrors
 		for _, fe := range bad {
-			errs.add(fe.Field, "%s", fe.Detail)
+			errs.Add(fe.Field, "%s", fe.Detail)
 		}
-		return errs.err()
+		return errs.Err()
 	}
-	return writeJSON(w, http.StatusOK, policyBody{EscalationPolicy: pol})
+	return httpapi.WriteJSON(w, http.StatusOK, policyBody{EscalationPolicy: pol})
 }
 
 // deleteEscalationPolicy handles DELETE /v1/clients/{id}/escalation-policy:
@@ -405,7 +406,7 @@ func (s *Server) ackPage(w http.ResponseWriter, r *http.Request) error {
 	if s.incidents == nil {
 		return incidentsDisabled()
 	}
-	state, err := s.incidents.PeekAckToken(r.Context(), chi.URLParam(r, "token"), time.Now())
+	state, err := s.incidents.PeekAckToken(r.Context(), chi.URLParam(r, "token"), s.cfg.Now())
 	if err != nil {
 		return err
 	}
@@ -418,7 +419,7 @@ func (s *Server) ackByLink(w http.ResponseWriter, r *http.Request) error {
 	if s.incidents == nil {
 		return incidentsDisabled()
 	}
-	state, inc, err := s.incidents.AckByToken(r.Context(), chi.URLParam(r, "token"), time.Now())
+	state, inc, err := s.incidents.AckByToken(r.Context(), chi.URLParam(r, "token"), s.cfg.Now())
 	if err != nil {
 		return err
 	}

@@ -32,9 +32,10 @@ func (b *escalationBox) daemon(_ context.Context, n *node) (daemon, error) {
 	if err != nil {
 		return daemon{}, err
 	}
-	cfg := b.Incidents
-	cfg.Interval = b.Escalation.Interval // LOCKSTREAM_ESCALATION_INTERVAL for both
-	inc, err := incident.New(cfg, incident.NewPostgresStore(n.pg), n.reg, n.logger.With("daemon", "incident"))
+	icfg := b.Incidents
+	icfg.Interval = b.Escalation.Interval // LOCKSTREAM_ESCALATION_INTERVAL for both
+	icfg.Now = n.now
+	inc, err := incident.New(icfg, incident.NewPostgresStore(n.pg), n.reg, n.logger.With("daemon", "incident"))
 	if err != nil {
 		return daemon{}, err
 	}
