@@ -97,12 +97,22 @@ WITH due AS MATERIALIZED (
 	       i.type, i.opened_at, i.subject
 	FROM due d JOIN incidents i ON i.id = d.incident_id
 	WHERE i.state = 'open'
-), rcpt AS MATERIALIZED (
-	SELECT DISTINCT ON (inc.incident_id, m.id) inc.*, m.id AS member_id,
-	       replace(gen_random_uuid()::text, '-', '') || replace(gen_random_uuid()::text, '-', '') AS token
-	FROM inc JOIN members m ON m.client_id = inc.client_id AND (inc.members IS NULL OR m.id = ANY (inc.members))
+), listed AS (
+	-- A tier's members by primary key; a tier of every member by the client's
+	-- index (two branches, so neither scans what the other needs).
+	SELECT inc.*, m.id AS member_id
+	FROM inc CROSS JOIN LATERAL unnest(inc.members) AS u (id)
+	JOIN members m ON m.id = u.id AND m.client_id = inc.client_id
 	WHERE ` + memberHears + `
-	ORDER BY inc.incident_id, m.id, inc.tier
+	UNION ALL
+	SELECT inc.*, m.id AS member_id
+	FROM inc JOIN members m ON m.client_id = inc.client_id
+	WHERE inc.members IS NULL AND ` + memberHears + `
+), rcpt AS MATERIALIZED (
+	SELECT DISTINCT ON (incident_id, member_id) *,
+	       replace(gen_random_uuid()::text, '-', '') || replace(gen_random_uuid()::text, '-', '') AS token
+	FROM listed
+	ORDER BY incident_id, member_id, tier
 ), tokens AS (
 	INSERT INTO incident_ack_tokens (hash, incident_id, member_id, expires_at)
 	SELECT sha256(convert_to(token, 'UTF8')), incident_id, member_id, $4 FROM rcpt
