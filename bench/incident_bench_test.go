@@ -138,7 +138,8 @@ func seedIncidents(ctx context.Context, b *testing.B, pgURL string, pg *storage.
 		SELECT md5('i' || i)::uuid, 1, ARRAY[md5('m' || (i % $2))::uuid],
 		       CASE WHEN i < $4 THEN $5::timestamptz ELSE $5::timestamptz + interval '1 hour' END,
 		       interval '5 minutes', $5::timestamptz + interval '1 day'
-		FROM generate_series(0, $3 - 1) AS i`,
+		FROM generate_series(0, $3 - 1) AS i
+		WHERE $1::uuid IS NOT NULL`,
 	} {
 		if _, err := conn.Exec(ctx, q, client.ID, incidentMembers, open, due, now); err != nil {
 			b.Fatalf("seeding incidents: %v", err)

@@ -38,8 +38,9 @@ type RoundResult struct {
 // ReminderType is the inbox message type of a reminder.
 const ReminderType = "incident_reminder"
 
-// RemindRound runs one reminder round in one transaction of one statement
-// (three with BEGIN and COMMIT), whatever the number of incidents: remindSQL.
+// RemindRound runs one reminder round in one transaction of a fixed number
+// of statements whatever the number of incidents (four: BEGIN, the settings,
+// remindSQL, COMMIT).
 // Several processes may run rounds at once: each claims the due tiers no
 // other holds (SKIP LOCKED) and moves their next_at on before committing, so
 // no member is reminded twice for one due time; a crash rolls the claim back
@@ -48,9 +49,15 @@ func (p *PostgresStore) RemindRound(ctx context.Context, r Round) (RoundResult, 
 	if r.Limit <= 0 {
 		return RoundResult{}, fmt.Errorf("reminder round: limit %d must be positive", r.Limit)
 	}
-	res := RoundResult{Statements: 3}
+	res := RoundResult{Statements: 4}
 	var notified int
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		// The round's statement is planned once and runs once: compiling it
+		// (JIT) costs more than it saves, and a full round's sorts and hashes
+		// spill to disk under the default work_mem.
+		if _, err := tx.Exec(ctx, `SELECT set_config('jit', 'off', true), set_config('work_mem', '64MB', true)`); err != nil {
+			return err
+		}
 		return tx.QueryRow(ctx, remindSQL, r.Now, r.Limit, r.PublicURL, r.Now.Add(r.AckTTL)).
 			Scan(&res.Tiers, &res.Reminders, &notified)
 	})
@@ -110,7 +117,7 @@ WITH due AS MATERIALIZED (
 	WHERE inc.members IS NULL AND ` + memberHears + `
 ), rcpt AS MATERIALIZED (
 	SELECT DISTINCT ON (incident_id, member_id) *,
-	       replace(gen_random_uuid()::text, '-', '') || replace(gen_random_uuid()::text, '-', '') AS token
+	       replace(gen_random_uuid()::text, '-', '') AS token
 	FROM listed
 	ORDER BY incident_id, member_id, tier
 ), tokens AS (
