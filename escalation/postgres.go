@@ -92,7 +92,7 @@ func (p *PostgresStore) RunRound(ctx context.Context, r Round) (Result, error) {
 		res.Statements++
 		return tx.QueryRow(ctx, escalationRoundSQL,
 			r.Now, r.Now.Add(-r.EmailAfter), r.Now.Add(-r.PushAfter), r.Now.Add(-r.EmailAfter/4),
-			r.Now.Add(-r.PushAfter/4), r.Limit, storage.UnseenPushPrototype,
+			r.Now.Add(-r.PushAfter/4), r.Limit, (max(r.EmailAfter, r.PushAfter) + floorMargin).Seconds(),
 		).Scan(&res.Episodes, &res.Emails, &res.Pushes, &res.Digests, &res.DigestMembers)
 	})
 	if err != nil {
@@ -117,54 +117,75 @@ const escalationIDs = `SELECT lpad(to_hex(floor(extract(epoch FROM clock_timesta
 	       -9223372036854775808 + ('x' || substr(r.hex, 4, 15))::bit(60)::bigint AS base
 	FROM (SELECT replace(gen_random_uuid()::text, '-', '') AS hex) r`
 
+// floorMargin is how far a round's scan floor stays behind the longest wait:
+// an inbox write whose transaction began this long before a round and
+// committed after it would open an episode the rounds no longer scan. Inbox
+// writes are single statements; ten minutes is far beyond any of them. The
+// floor also never passes the database's own clock, so a round clock set ahead
+// (tests) does not hide the episodes opened later.
+const floorMargin = 10 * time.Minute
+
 // escalationRoundSQL is the round's one statement. $1 now, $2/$3 the latest
 // opening of a due email/push, $4/$5 the same from a critical message, $6 the
-// limit, $7 the push prototype. Its cost is the rows it writes (bench/RESULTS.md
-// "Escalation round"): two deliveries per episode, each in five indexes of the
-// outbox, and the episode's new version; so an episode about a sensor gets no
-// member_emails or pushes row (its delivery says what they would), and the ids
-// are made once per round rather than once per row (escalationIDs).
+// limit, $7 how far the scan floor stays behind now (the longest wait and
+// floorMargin, in seconds).
+//
+// It writes per member, not per episode (bench/RESULTS.md "Escalation round:
+// per member"): due episodes are those opened after the floor whose first_seq
+// is above their member's cursor for the channel (escalation_members); each
+// member with due episodes gets its cursors moved to the highest first_seq due,
+// which marks every episode up to it handled, and, when one of them still has
+// an unseen message its client may see, one email and one push per device,
+// each with a member_emails row naming the member and the range of first_seq
+// (kind 'round' or 'push'): the email lists, and the push counts, the
+// episodes of that range when sent, access checked again then. Episodes
+// handled by rounds before the cursors (email_at / push_at set) stay handled.
+// When the round was not cut by the limit, the floor moves up to where every
+// episode opened is due on both channels.
 const escalationRoundSQL = `
-WITH cand AS (
-	(SELECT member_id, key FROM escalation_episodes WHERE email_at IS NULL AND opened_at <= $2
-	 ORDER BY opened_at LIMIT $6)
-	UNION
-	(SELECT member_id, key FROM escalation_episodes WHERE push_at IS NULL AND opened_at <= $3
-	 ORDER BY opened_at LIMIT $6)
-	UNION
-	(SELECT member_id, key FROM escalation_episodes
-	 WHERE critical_at IS NOT NULL AND (email_at IS NULL OR push_at IS NULL)
-	   AND ((email_at IS NULL AND critical_at <= $4) OR (push_at IS NULL AND critical_at <= $5))
-	 ORDER BY critical_at LIMIT $6)
+WITH cand AS MATERIALIZED (
+	SELECT e.member_id, e.key, e.client_id, e.sensor_id, e.first_seq, e.opened_at,
+	       coalesce(c.email_seq, 0) AS old_email, coalesce(c.push_seq, 0) AS old_push,
+	       e.email_at IS NULL AND e.first_seq > coalesce(c.email_seq, 0)
+	           AND (e.opened_at <= $2 OR e.critical_at <= $4) AS email_due,
+	       e.push_at IS NULL AND e.first_seq > coalesce(c.push_seq, 0)
+	           AND (e.opened_at <= $3 OR e.critical_at <= $5) AS push_due
+	FROM escalation_episodes e
+	LEFT JOIN escalation_members c ON c.member_id = e.member_id
+	WHERE e.opened_at > (SELECT opened_after FROM escalation_floor)
 ), due AS MATERIALIZED (
-	SELECT e.member_id, e.key, e.client_id, e.sensor_id, e.type, e.first_seq,
-	       e.email_at IS NULL AND (e.opened_at <= $2 OR e.critical_at <= $4) AS email_due,
-	       e.push_at IS NULL AND (e.opened_at <= $3 OR e.critical_at <= $5) AS push_due,
-	       EXISTS (SELECT 1 FROM inbox_messages x
-	               WHERE x.member_id = e.member_id AND ` + storage.InboxEpisodeKey + ` = e.key AND x.seq >= e.first_seq
-	                 AND ` + storage.InboxEpisodeUnseen + `) AS unseen,
-	       (e.sensor_id IS NULL OR EXISTS (SELECT 1 FROM client_sensors l
-	                                       WHERE l.client_id = e.client_id AND l.sensor_id = e.sensor_id)) AS access
-	FROM escalation_episodes e JOIN cand c ON c.member_id = e.member_id AND c.key = e.key
-	ORDER BY e.opened_at LIMIT $6
+	SELECT * FROM cand WHERE email_due OR push_due ORDER BY opened_at LIMIT $6
+), judged AS (
+	-- Whether the episode is worth a message: an unseen message of it left,
+	-- about a sensor its client still watches (checked again when sent).
+	SELECT d.*, EXISTS (SELECT 1 FROM inbox_messages x
+	                    WHERE x.member_id = d.member_id AND ` + storage.InboxEpisodeKey + ` = d.key
+	                      AND x.seq >= d.first_seq AND ` + storage.InboxEpisodeUnseen + `)
+	            AND (d.sensor_id IS NULL OR l.sensor_id IS NOT NULL) AS live
+	FROM due d LEFT JOIN client_sensors l ON l.client_id = d.client_id AND l.sensor_id = d.sensor_id
+), per AS MATERIALIZED (
+	SELECT j.member_id, min(j.old_email) AS old_email, min(j.old_push) AS old_push,
+	       max(j.first_seq) FILTER (WHERE j.email_due) AS email_seq,
+	       max(j.first_seq) FILTER (WHERE j.push_due) AS push_seq,
+	       coalesce(bool_or(j.live) FILTER (WHERE j.email_due), false) AS email_live,
+	       coalesce(bool_or(j.live) FILTER (WHERE j.push_due), false) AS push_live
+	FROM judged j GROUP BY j.member_id
 ), ids AS MATERIALIZED (
 	` + escalationIDs + `
-), live AS (
-	-- Preferences are read once per member, not once per episode.
-	SELECT d.*, m.wants_email, m.wants_push FROM due d JOIN (
-		SELECT id, preferences ->> 'email' = 'once_per_unread' AND coalesce(email, '') <> '' AS wants_email,
-		       (preferences ->> 'push')::boolean IS NOT FALSE AS wants_push
-		FROM members
-	) m ON m.id = d.member_id
-	WHERE d.unseen AND d.access
+), live AS MATERIALIZED (
+	SELECT p.*, m.client_id,
+	       m.preferences ->> 'email' = 'once_per_unread' AND coalesce(m.email, '') <> '' AS wants_email,
+	       (m.preferences ->> 'push')::boolean IS NOT FALSE AS wants_push
+	FROM per p JOIN members m ON m.id = p.member_id
+	WHERE p.email_live OR p.push_live
 ), mail AS MATERIALIZED (
 	SELECT (i.prefix || to_hex(i.base + row_number() OVER ()))::uuid AS id, l.*
 	FROM live l, ids i
-	WHERE l.email_due AND l.wants_email
+	WHERE l.email_live AND l.wants_email
 ), push AS MATERIALIZED (
 	SELECT (i.prefix || to_hex(i.base + 2 * $6::bigint + row_number() OVER ()))::uuid AS id, l.*, t.platform, t.push_key
 	FROM live l JOIN member_push_targets t ON t.member_id = l.member_id, ids i
-	WHERE l.push_due AND l.wants_push
+	WHERE l.push_live AND l.wants_push
 ), dg AS MATERIALIZED (
 	SELECT m.id AS member_id, m.client_id, m.email, mi.last_seq, coalesce(md.digest_seq, 0) AS from_seq, s.slot
 	FROM members m
@@ -191,28 +212,28 @@ WITH cand AS (
 	ON CONFLICT (member_id) DO UPDATE SET digest_seq = excluded.digest_seq, slot = excluded.slot
 ), deliveries_added AS (
 	INSERT INTO deliveries (id, client_id, sensor_id, event_type, channel, target, state, next_attempt_at, event_at)
-	SELECT id, client_id, sensor_id, 'unseen', 'email', 'member:' || member_id, 'PENDING', $1, $1 FROM mail
+	SELECT id, client_id, NULL, 'unseen', 'email', 'member:' || member_id, 'PENDING', $1, $1 FROM mail
 	UNION ALL
-	SELECT id, client_id, sensor_id, 'unseen', 'swrve', platform || ':' || push_key, 'PENDING', $1, $1 FROM push
+	SELECT id, client_id, NULL, 'unseen', 'swrve', platform || ':' || push_key, 'PENDING', $1, $1 FROM push
 	UNION ALL
 	SELECT id, client_id, NULL, 'digest', 'email', 'member:' || member_id, 'PENDING', $1, $1 FROM dmail
 ), emails_added AS (
-	-- Only free-form episodes (their delivery has no sensor to name the key) and digests.
 	INSERT INTO member_emails (delivery_id, event_at, member_id, kind, key, from_seq, to_seq)
-	SELECT id, $1, member_id, 'unseen', key, first_seq - 1, NULL FROM mail WHERE sensor_id IS NULL
+	SELECT id, $1, member_id, 'round', NULL, old_email, email_seq FROM mail
+	UNION ALL
+	SELECT id, $1, member_id, 'push', NULL, old_push, push_seq FROM push
 	UNION ALL
 	SELECT id, $1, member_id, 'digest', NULL, from_seq, last_seq FROM dmail
-), pushes_added AS (
-	-- Only free-form episodes: PushRequests reads a sensor's from its delivery.
-	INSERT INTO pushes (delivery_id, platform, message_prototype_key, push_key, message, window_at, received_at)
-	SELECT id, platform, $7, push_key, 'You have unseen notifications: ' || type, $1, $1
-	FROM push WHERE sensor_id IS NULL
-), marked AS (
-	UPDATE escalation_episodes e
-	SET email_at = CASE WHEN d.email_due THEN $1 ELSE e.email_at END,
-	    push_at = CASE WHEN d.push_due THEN $1 ELSE e.push_at END
-	FROM due d
-	WHERE e.member_id = d.member_id AND e.key = d.key AND e.first_seq = d.first_seq
+), cursors AS (
+	INSERT INTO escalation_members AS c (member_id, email_seq, push_seq)
+	SELECT member_id, coalesce(email_seq, old_email), coalesce(push_seq, old_push) FROM per
+	ON CONFLICT (member_id) DO UPDATE
+	SET email_seq = greatest(c.email_seq, excluded.email_seq), push_seq = greatest(c.push_seq, excluded.push_seq)
+), floor AS (
+	UPDATE escalation_floor
+	SET opened_after = least($1::timestamptz, now()) - make_interval(secs => $7::float8)
+	WHERE opened_after < least($1::timestamptz, now()) - make_interval(secs => $7::float8)
+	  AND (SELECT count(*) FROM due) < $6
 )
 SELECT (SELECT count(*) FROM due), (SELECT count(*) FROM mail), (SELECT count(*) FROM push),
        (SELECT count(*) FROM dmail), (SELECT count(*) FROM dg)`
