@@ -14,9 +14,9 @@ import (
 // PostgresStore runs escalation rounds: the round's rules are its one
 // statement (escalationRoundSQL). The episodes it reads are kept by the inbox's
 // writes (storage), whose rules of an episode's key and of an unseen message it
-// shares (storage.InboxEpisodeKey, storage.InboxEpisodeUnseen); what an
-// email lists and a push says is read when sent (storage.MemberEmails,
-// PushRequests).
+// shares (storage.InboxEpisodeKey, storage.InboxEpisodeUnseen); what a round's
+// email lists and its push says is read when sent, access checked again then
+// (storage.MemberEmails, PushRequests).
 type PostgresStore struct {
 	pool *pgxpool.Pool
 }
@@ -59,23 +59,22 @@ type Result struct {
 // the whole database, so several processes never escalate twice.
 const escalationLock = 0x6c6b_7374_6573_6331 // "lkstesc1"
 
-// RunRound runs one escalation round in one transaction of a fixed
-// number of statements: it takes the round lock (or does nothing when another
-// process holds it), then in one statement finds the due episodes by index,
-// checks that each still has an unseen message and that its client still
-// watches its sensor, reads the members' preferences and push targets, inserts
-// an email delivery (once_per_unread) and a push delivery per target, marks the
-// episodes handled, and does the same for the digest members whose digest time
-// came. Deliveries and marks commit together: a crash loses or repeats none.
-// An episode about a sensor costs its deliveries alone: what its email lists
-// and what its push says are read from the delivery when it is sent
-// (MemberEmails, PushRequests); a free-form one's and a digest's also have a
-// member_emails or pushes row.
+// RunRound runs one escalation round in one transaction of a fixed number of
+// statements: it takes the round lock (or does nothing when another process
+// holds it), then in one statement finds the due episodes (opened after the
+// scan floor, first_seq above their member's cursor), moves each member's
+// email and push cursors over them — which marks them handled, one row per
+// member, none per episode — and, for a member with one of them still unseen
+// and watched, inserts one email delivery (once_per_unread) and one push
+// delivery per device listing all of them; and does the same for the digest
+// members whose digest time came. Deliveries and cursors commit together: a
+// crash loses or repeats none.
 func (p *PostgresStore) RunRound(ctx context.Context, r Round) (Result, error) {
 	if r.Limit <= 0 {
 		return Result{}, fmt.Errorf("escalation round: limit %d must be positive", r.Limit)
 	}
 	res := Result{Statements: 2} // BEGIN, COMMIT
+	var due int
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		res.Statements++
 		// The round's statement is planned once and runs once: compiling it
@@ -93,12 +92,12 @@ func (p *PostgresStore) RunRound(ctx context.Context, r Round) (Result, error) {
 		return tx.QueryRow(ctx, escalationRoundSQL,
 			r.Now, r.Now.Add(-r.EmailAfter), r.Now.Add(-r.PushAfter), r.Now.Add(-r.EmailAfter/4),
 			r.Now.Add(-r.PushAfter/4), r.Limit, (max(r.EmailAfter, r.PushAfter) + floorMargin).Seconds(),
-		).Scan(&res.Episodes, &res.Emails, &res.Pushes, &res.Digests, &res.DigestMembers)
+		).Scan(&due, &res.Episodes, &res.Emails, &res.Pushes, &res.Digests, &res.DigestMembers)
 	})
 	if err != nil {
 		return Result{}, fmt.Errorf("running an escalation round: %w", storage.MapError(err))
 	}
-	res.Full = res.Episodes >= r.Limit || res.DigestMembers >= r.Limit
+	res.Full = due >= r.Limit || res.DigestMembers >= r.Limit
 	return res, nil
 }
 
@@ -143,49 +142,53 @@ const floorMargin = 10 * time.Minute
 // When the round was not cut by the limit, the floor moves up to where every
 // episode opened is due on both channels.
 const escalationRoundSQL = `
-WITH cand AS MATERIALIZED (
-	SELECT e.member_id, e.key, e.client_id, e.sensor_id, e.first_seq, e.opened_at,
-	       coalesce(c.email_seq, 0) AS old_email, coalesce(c.push_seq, 0) AS old_push,
-	       e.email_at IS NULL AND e.first_seq > coalesce(c.email_seq, 0)
-	           AND (e.opened_at <= $2 OR e.critical_at <= $4) AS email_due,
-	       e.push_at IS NULL AND e.first_seq > coalesce(c.push_seq, 0)
-	           AND (e.opened_at <= $3 OR e.critical_at <= $5) AS push_due
-	FROM escalation_episodes e
-	LEFT JOIN escalation_members c ON c.member_id = e.member_id
-	WHERE e.opened_at > (SELECT opened_after FROM escalation_floor)
-), due AS MATERIALIZED (
-	SELECT * FROM cand WHERE email_due OR push_due ORDER BY opened_at LIMIT $6
-), judged AS (
-	-- Whether the episode is worth a message: an unseen message of it left,
-	-- about a sensor its client still watches (checked again when sent).
-	SELECT d.*, EXISTS (SELECT 1 FROM inbox_messages x
-	                    WHERE x.member_id = d.member_id AND ` + storage.InboxEpisodeKey + ` = d.key
-	                      AND x.seq >= d.first_seq AND ` + storage.InboxEpisodeUnseen + `)
-	            AND (d.sensor_id IS NULL OR l.sensor_id IS NOT NULL) AS live
-	FROM due d LEFT JOIN client_sensors l ON l.client_id = d.client_id AND l.sensor_id = d.sensor_id
+WITH due AS MATERIALIZED (
+	SELECT d.* FROM (
+		SELECT e.member_id, e.first_seq, e.opened_at,
+		       coalesce(c.email_seq, 0) AS old_email, coalesce(c.push_seq, 0) AS old_push,
+		       e.email_at IS NULL AND e.first_seq > coalesce(c.email_seq, 0)
+		           AND (e.opened_at <= $2 OR e.critical_at <= $4) AS email_due,
+		       e.push_at IS NULL AND e.first_seq > coalesce(c.push_seq, 0)
+		           AND (e.opened_at <= $3 OR e.critical_at <= $5) AS push_due
+		FROM escalation_episodes e
+		LEFT JOIN escalation_members c ON c.member_id = e.member_id
+		WHERE e.opened_at > (SELECT opened_after FROM escalation_floor)
+	) d
+	WHERE d.email_due OR d.push_due
+	ORDER BY d.opened_at LIMIT $6
 ), per AS MATERIALIZED (
-	SELECT j.member_id, min(j.old_email) AS old_email, min(j.old_push) AS old_push,
-	       max(j.first_seq) FILTER (WHERE j.email_due) AS email_seq,
-	       max(j.first_seq) FILTER (WHERE j.push_due) AS push_seq,
-	       coalesce(bool_or(j.live) FILTER (WHERE j.email_due), false) AS email_live,
-	       coalesce(bool_or(j.live) FILTER (WHERE j.push_due), false) AS push_live
-	FROM judged j GROUP BY j.member_id
+	SELECT member_id, min(old_email) AS old_email, min(old_push) AS old_push,
+	       max(first_seq) FILTER (WHERE email_due) AS email_seq, max(first_seq) FILTER (WHERE push_due) AS push_seq
+	FROM due GROUP BY member_id
+), judged AS MATERIALIZED (
+	-- Whether one of the episodes a member's email escalates still has an
+	-- unseen message its client may see (checked again when sent): one probe
+	-- per member, not per episode.
+	SELECT p.*, CASE WHEN p.email_seq IS NOT NULL THEN EXISTS (` + roundUnseenEmail + `) END AS email_unseen
+	FROM (
+		SELECT per.*, m.client_id,
+		       m.preferences ->> 'email' = 'once_per_unread' AND coalesce(m.email, '') <> '' AS wants_email,
+		       (m.preferences ->> 'push')::boolean IS NOT FALSE AS wants_push
+		FROM per JOIN members m ON m.id = per.member_id
+	) p
+), live AS MATERIALIZED (
+	-- The same for the push, which escalates the same episodes when both
+	-- channels are due at once.
+	SELECT p.*, coalesce(p.email_unseen AND p.wants_email, false) AS email_live,
+	       p.wants_push AND CASE WHEN p.push_seq IS NULL THEN false
+	                             WHEN p.push_seq = p.email_seq AND p.old_push = p.old_email THEN p.email_unseen
+	                             ELSE EXISTS (` + roundUnseenPush + `) END AS push_live
+	FROM judged p
 ), ids AS MATERIALIZED (
 	` + escalationIDs + `
-), live AS MATERIALIZED (
-	SELECT p.*, m.client_id,
-	       m.preferences ->> 'email' = 'once_per_unread' AND coalesce(m.email, '') <> '' AS wants_email,
-	       (m.preferences ->> 'push')::boolean IS NOT FALSE AS wants_push
-	FROM per p JOIN members m ON m.id = p.member_id
-	WHERE p.email_live OR p.push_live
 ), mail AS MATERIALIZED (
 	SELECT (i.prefix || to_hex(i.base + row_number() OVER ()))::uuid AS id, l.*
 	FROM live l, ids i
-	WHERE l.email_live AND l.wants_email
+	WHERE l.email_live
 ), push AS MATERIALIZED (
 	SELECT (i.prefix || to_hex(i.base + 2 * $6::bigint + row_number() OVER ()))::uuid AS id, l.*, t.platform, t.push_key
 	FROM live l JOIN member_push_targets t ON t.member_id = l.member_id, ids i
-	WHERE l.push_live AND l.wants_push
+	WHERE l.push_live
 ), dg AS MATERIALIZED (
 	SELECT m.id AS member_id, m.client_id, m.email, mi.last_seq, coalesce(md.digest_seq, 0) AS from_seq, s.slot
 	FROM members m
@@ -235,5 +238,30 @@ WITH cand AS MATERIALIZED (
 	WHERE opened_after < least($1::timestamptz, now()) - make_interval(secs => $7::float8)
 	  AND (SELECT count(*) FROM due) < $6
 )
-SELECT (SELECT count(*) FROM due), (SELECT count(*) FROM mail), (SELECT count(*) FROM push),
-       (SELECT count(*) FROM dmail), (SELECT count(*) FROM dg)`
+SELECT (SELECT count(*) FROM due),
+       -- Episodes handled: those due, and when the limit cut the round, also
+       -- the ones the moved cursors cover beyond them.
+       CASE WHEN (SELECT count(*) FROM due) < $6 THEN (SELECT count(*) FROM due) ELSE (
+           SELECT count(*) FROM per p JOIN escalation_episodes e ON e.member_id = p.member_id
+           WHERE e.first_seq > p.old_email AND e.first_seq <= p.email_seq AND e.email_at IS NULL
+              OR e.first_seq > p.old_push AND e.first_seq <= p.push_seq AND e.push_at IS NULL) END,
+       (SELECT count(*) FROM mail), (SELECT count(*) FROM push), (SELECT count(*) FROM dmail), (SELECT count(*) FROM dg)`
+
+// roundUnseenEmail and roundUnseenPush are the condition, over a member p
+// (of per, with its client_id), that one of the episodes its round's email or
+// push escalates (first_seq in (p.old_<channel>, p.<channel>_seq]) still has
+// an unseen message about a sensor its client watches, or a free-form one.
+const (
+	roundUnseenEmail = `SELECT 1 FROM inbox_messages x
+		JOIN escalation_episodes e ON e.member_id = x.member_id AND e.key = ` + storage.InboxEpisodeKey + `
+		LEFT JOIN client_sensors l ON l.client_id = p.client_id AND l.sensor_id = x.sensor_id
+		WHERE x.member_id = p.member_id AND ` + storage.InboxEpisodeUnseen + ` AND x.seq > p.old_email
+		  AND e.first_seq > p.old_email AND e.first_seq <= p.email_seq AND x.seq >= e.first_seq AND e.email_at IS NULL
+		  AND (x.sensor_id IS NULL OR l.sensor_id IS NOT NULL)`
+	roundUnseenPush = `SELECT 1 FROM inbox_messages x
+		JOIN escalation_episodes e ON e.member_id = x.member_id AND e.key = ` + storage.InboxEpisodeKey + `
+		LEFT JOIN client_sensors l ON l.client_id = p.client_id AND l.sensor_id = x.sensor_id
+		WHERE x.member_id = p.member_id AND ` + storage.InboxEpisodeUnseen + ` AND x.seq > p.old_push
+		  AND e.first_seq > p.old_push AND e.first_seq <= p.push_seq AND x.seq >= e.first_seq AND e.push_at IS NULL
+		  AND (x.sensor_id IS NULL OR l.sensor_id IS NOT NULL)`
+)
