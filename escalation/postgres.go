@@ -91,7 +91,7 @@ func (p *PostgresStore) RunRound(ctx context.Context, r Round) (Result, error) {
 		res.Statements++
 		return tx.QueryRow(ctx, escalationRoundSQL,
 			r.Now, r.Now.Add(-r.EmailAfter), r.Now.Add(-r.PushAfter), r.Now.Add(-r.EmailAfter/4),
-			r.Now.Add(-r.PushAfter/4), r.Limit, (max(r.EmailAfter, r.PushAfter) + floorMargin).Seconds(),
+			r.Now.Add(-r.PushAfter/4), r.Limit, (max(r.EmailAfter, r.PushAfter)+floorMargin).Seconds(),
 		).Scan(&due, &res.Episodes, &res.Emails, &res.Pushes, &res.Digests, &res.DigestMembers)
 	})
 	if err != nil {
