@@ -7,7 +7,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Go from its tarball and Debian's daemons (clickhouse-server) live outside some PATHs.
 export PATH := $(PATH):/usr/local/go/bin:/usr/sbin:/sbin
 
-.PHONY: services build migrate test lint demo bench docs clean
+.PHONY: services build migrate test soak lint demo bench docs clean
 
 ## services: install (apt-get) and start PostgreSQL, Redis, ClickHouse, RabbitMQ, Mosquitto and kcat on 127.0.0.1
 services:
@@ -23,14 +23,21 @@ migrate: services build
 
 # Tests that count requests against a wall-clock limit (Swrve's 300 starts in any
 # second) run alone, after the others: how late a loaded machine runs goroutines
-# moves what they measure.
-ALONE := ^(TestPushLoadThroughProcesses|TestSwrveRateSharedByRetriers)$$
+# moves what they measure. The chaos soak (90 s here) checks Swrve's rate too,
+# and runs 19 processes of its own.
+ALONE := ^(TestPushLoadThroughProcesses|TestSwrveRateSharedByRetriers|TestChaosSoak)$$
 
 ## test: start the services, then run every test with the race detector
 test: services
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 18m -skip '$(ALONE)' ./...
-	$(GO) test -race -count=1 -timeout 5m -run '$(ALONE)' ./cmd/lockstream/
+	$(GO) test -race -count=1 -timeout 10m -run '$(ALONE)' ./cmd/lockstream/
+
+## soak: the chaos soak for SOAK_DURATION (default 10m): the deploy/k8s topology as
+## processes, killed, stopped and restarted at random, then every promise checked
+SOAK_DURATION ?= 10m
+soak: services
+	SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -timeout 60m -run '^TestChaosSoak$$' -v ./cmd/lockstream/
 
 ## lint: gofmt, go vet and staticcheck
 lint:

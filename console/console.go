@@ -76,6 +76,10 @@ type Config struct {
 	// MemberTokenIdle: a member token unused for this long signs in no more, as
 	// the API refuses it. Defaults to storage.DefaultMemberTokenIdle (60 days).
 	MemberTokenIdle time.Duration
+	// Now is the clock that places the history pages' days and the sensor
+	// chart's hours, the live view's backlog and a session's start. Defaults
+	// to time.Now.
+	Now func() time.Time
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -88,6 +92,9 @@ func (c Config) WithDefaults() Config {
 	c.LiveLinger = cmp.Or(c.LiveLinger, DefaultLiveLinger)
 	c.MaxLiveViews = cmp.Or(c.MaxLiveViews, DefaultMaxLiveViews)
 	c.MemberTokenIdle = cmp.Or(c.MemberTokenIdle, storage.DefaultMemberTokenIdle)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	return c
 }
 

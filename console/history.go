@@ -61,7 +61,7 @@ func (c *Console) history(w http.ResponseWriter, r *http.Request, s *session) er
 	if err != nil {
 		return err
 	}
-	from, to := historyRange(time.Now())
+	from, to := historyRange(c.cfg.Now())
 	sum, err := c.deps.History.Summary(r.Context(), analytics.SummaryQuery{Scope: scope, From: from, To: to,
 		Bucket: analytics.Bucket1d, Location: time.UTC})
 	if err != nil {
@@ -99,7 +99,7 @@ func (c *Console) historyCSV(w http.ResponseWriter, r *http.Request, _ *session)
 	if err != nil {
 		return err
 	}
-	from, to := historyRange(time.Now())
+	from, to := historyRange(c.cfg.Now())
 	sum, err := c.deps.History.Summary(r.Context(), analytics.SummaryQuery{Scope: scope, From: from, To: to,
 		Bucket: analytics.Bucket1d, Location: time.UTC})
 	if err != nil {

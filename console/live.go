@@ -129,14 +129,14 @@ func (h *hub) stopIfIdle() {
 // follow runs the tail until ctx ends, starting again after failures.
 func (h *hub) follow(ctx context.Context, stopped chan struct{}) {
 	defer close(stopped)
-	since := time.Now().Add(-h.cfg.LiveBacklog)
+	since := h.cfg.Now().Add(-h.cfg.LiveBacklog)
 	for {
 		err := h.tail.TailEvents(ctx, since, h.broadcast)
 		if ctx.Err() != nil {
 			return
 		}
 		h.logger.WarnContext(ctx, "console: following the events topic failed; trying again", "err", err)
-		since = time.Now().Add(-tailRetry)
+		since = h.cfg.Now().Add(-tailRetry)
 		select {
 		case <-ctx.Done():
 			return

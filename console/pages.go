@@ -184,7 +184,7 @@ func (c *Console) sensor(w http.ResponseWriter, r *http.Request, s *session) err
 	}
 	d.Clients, d.MoreClient = clients[:min(len(clients), sensorEventsShown)], len(clients) > sensorEventsShown
 
-	now := time.Now().UTC()
+	now := c.cfg.Now().UTC()
 	from, to := chartRange(now)
 	hours, err := c.deps.History.Summary(ctx, analytics.SummaryQuery{Scope: analytics.Scope{Kind: analytics.ScopeSensor, ID: id},
 		From: from, To: to, Bucket: analytics.Bucket1h, Location: time.UTC})
@@ -261,7 +261,7 @@ func (c *Console) client(w http.ResponseWriter, r *http.Request, s *session) err
 		}
 		d.Members, d.MoreMembers = members[:min(len(members), c.cfg.PageSize)], len(members) > c.cfg.PageSize
 	}
-	since := time.Now().Add(-c.cfg.SummarySince)
+	since := c.cfg.Now().Add(-c.cfg.SummarySince)
 	if d.Summary, err = c.deps.Deliveries.ClientDeliverySummary(ctx, id, since, c.cfg.SummaryWindow); err != nil {
 		return err
 	}

@@ -175,7 +175,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cookie := randomToken(32)
-	s.CSRF, s.CreatedAt = randomToken(24), time.Now().UTC()
+	s.CSRF, s.CreatedAt = randomToken(24), c.cfg.Now().UTC()
 	if err := c.deps.Sessions.CreateConsoleSession(r.Context(), sessionKey(cookie), s, c.cfg.SessionTTL); err != nil {
 		c.fail(w, r, nil, err)
 		return

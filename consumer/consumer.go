@@ -129,6 +129,9 @@ type Config struct {
 	// (1m).
 	FlapChanges int
 	FlapWindow  time.Duration
+	// Now is the clock that says which hour a sighting of an unregistered id
+	// falls in and which summaries have expired. Defaults to time.Now.
+	Now func() time.Time
 }
 
 // Defaults of the flapping judgement.
@@ -140,6 +143,9 @@ const (
 // WithDefaults returns the config with every unset field set to its default.
 func (c Config) WithDefaults() Config {
 	c.Stream = c.Stream.WithDefaults()
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	if c.Group == "" {
 		c.Group = DefaultGroup
 	}

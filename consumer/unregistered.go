@@ -149,7 +149,7 @@ func (h *summaryHeap) Pop() any {
 // the next flush.
 func (c *Consumer) flushUnregistered(ctx context.Context) {
 	done, current := c.summary.take()
-	expired := time.Now().Add(-unregisteredRetention)
+	expired := c.cfg.Now().Add(-unregisteredRetention)
 	for i, hs := range done {
 		if err := c.unregistered.ReplaceUnregistered(ctx, hs.hour, c.cfg.Process, hs.counts, expired); err != nil {
 			c.metrics.unregisteredFlushErrors.Inc()

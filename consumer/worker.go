@@ -159,7 +159,7 @@ func (w *worker) process(ctx context.Context, recs []*kgo.Record, carried *[]eve
 		w.cache.reset()
 	}
 	if len(w.unreg) > 0 && w.c.unregistered != nil {
-		w.c.summary.add(time.Now(), w.unreg)
+		w.c.summary.add(w.c.cfg.Now(), w.unreg)
 	}
 
 	m := w.c.metrics

@@ -36,4 +36,12 @@ type ClientEvent struct {
 	// first of them.
 	Site    string   `json:"site,omitempty"`
 	Sensors []string `json:"sensors,omitempty"`
+	// LostSince and SilentSeconds, on a connection_restored, say how long the
+	// sensor was lost: its last reading before the loss, and the whole
+	// seconds from then to At.
+	LostSince     *time.Time `json:"lost_since,omitempty"`
+	SilentSeconds int64      `json:"silent_seconds,omitempty"`
+	// Detail says what an operational notice (endpoint_failing,
+	// endpoint_disabled, endpoint_recovered: feed only) is about.
+	Detail string `json:"detail,omitempty"`
 }

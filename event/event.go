@@ -41,12 +41,59 @@ const (
 	SensorStable Type = "sensor_stable"
 )
 
+// The operational notices of a client's webhook endpoint (DESIGN.md
+// "Operational notices"): on the client's feed, by email and in its members'
+// inboxes, never by webhook, so they are no subscribable event types.
+const (
+	// EndpointFailing: LOCKSTREAM_ENDPOINT_FAILING_AFTER consecutive attempts
+	// failed; once per failing streak.
+	EndpointFailing Type = "endpoint_failing"
+	// EndpointDisabled: the endpoint was disabled after failing too long.
+	EndpointDisabled Type = "endpoint_disabled"
+	// EndpointRecovered: an attempt succeeded after a notice (failing, or
+	// disabled and enabled since).
+	EndpointRecovered Type = "endpoint_recovered"
+)
+
 // Types returns every known event type: the one list that clients' subscriptions
 // (PATCH /v1/clients/{id} event_types) are checked against. A new type is added
 // here and as a constant above.
 func Types() []Type {
 	return []Type{StateChanged, ConnectionLost, ConnectionRestored, SensorOpenTooLong, SiteOutage, SiteRestored, MaintenanceEnded,
 		SensorUnstable, SensorStable}
+}
+
+// Notices returns the operational notice types (not in Types: no client
+// subscribes to them, and no webhook carries them).
+func Notices() []Type { return []Type{EndpointFailing, EndpointDisabled, EndpointRecovered} }
+
+// SilentSeconds is how long a restored sensor was silent, in whole seconds:
+// from lostSince (its last reading before the loss) to at; 0 when lostSince
+// is nil.
+func SilentSeconds(lostSince *time.Time, at time.Time) int64 {
+	if lostSince == nil {
+		return 0
+	}
+	return int64(max(at.Sub(*lostSince), 0) / time.Second)
+}
+
+// Outage says how long a sensor was silent for people: "45 s", "12 min",
+// "2 h 14 min", "3 d 4 h" (rounded down to its two largest units).
+func Outage(seconds int64) string {
+	d, h, m, s := seconds/86400, seconds%86400/3600, seconds%3600/60, seconds%60
+	switch {
+	case d > 0 && h > 0:
+		return fmt.Sprintf("%d d %d h", d, h)
+	case d > 0:
+		return fmt.Sprintf("%d d", d)
+	case h > 0 && m > 0:
+		return fmt.Sprintf("%d h %d min", h, m)
+	case h > 0:
+		return fmt.Sprintf("%d h", h)
+	case m > 0:
+		return fmt.Sprintf("%d min", m)
+	}
+	return fmt.Sprintf("%d s", s)
 }
 
 // Valid reports whether t is one of the known types.
@@ -82,7 +129,7 @@ func SeverityOf(t Type, data *int) Severity {
 			return Critical
 		}
 		return Warning
-	case SiteOutage:
+	case SiteOutage, EndpointFailing, EndpointDisabled:
 		return Warning
 	}
 	return Info

@@ -71,6 +71,7 @@ func TestSeverity(t *testing.T) {
 	}{
 		{ConnectionLost, &zero, Critical}, {ConnectionLost, &one, Warning}, {ConnectionLost, nil, Warning},
 		{SensorOpenTooLong, &zero, Critical}, {StateChanged, &zero, Info}, {ConnectionRestored, &zero, Info},
+		{EndpointFailing, nil, Warning}, {EndpointDisabled, nil, Warning}, {EndpointRecovered, nil, Info},
 	} {
 		if got := SeverityOf(c.t, c.data); got != c.want {
 			t.Errorf("SeverityOf(%s, %v) = %s, want %s", c.t, c.data, got, c.want)
@@ -105,5 +106,24 @@ func TestRestoredCarriesLostSince(t *testing.T) {
 	}
 	if out.LostSince == nil || !out.LostSince.Equal(since) || out.SilentFor != 8040 {
 		t.Fatalf("decoded %+v, want lost_since %v", out, since)
+	}
+}
+
+// An outage reads in its two largest units, rounded down.
+func TestOutage(t *testing.T) {
+	t.Parallel()
+	for secs, want := range map[int64]string{0: "0 s", 45: "45 s", 60: "1 min", 12*60 + 59: "12 min",
+		2*3600 + 14*60 + 5: "2 h 14 min", 3 * 3600: "3 h", 3*86400 + 4*3600 + 59: "3 d 4 h", 86400: "1 d"} {
+		if got := Outage(secs); got != want {
+			t.Errorf("Outage(%d) = %q, want %q", secs, got, want)
+		}
+	}
+	at := time.Date(2026, 11, 22, 12, 14, 0, 0, time.UTC)
+	since := at.Add(-8040 * time.Second)
+	if got := SilentSeconds(&since, at); got != 8040 {
+		t.Errorf("SilentSeconds = %d, want 8040", got)
+	}
+	if got := SilentSeconds(nil, at); got != 0 {
+		t.Errorf("SilentSeconds(nil) = %d, want 0", got)
 	}
 }

@@ -336,7 +336,7 @@ func (f *Fanout) decode(ctx context.Context, records []*kgo.Record) []storage.No
 		}
 		inputs = append(inputs, storage.NotificationInput{
 			EventID: e.ID, Type: string(e.Type), SensorID: e.SensorID, Data: e.Data, Previous: e.Previous, At: e.At,
-			Site: e.Site, Sensors: e.Sensors,
+			Site: e.Site, Sensors: e.Sensors, LostSince: e.LostSince,
 		})
 	}
 	return inputs

@@ -104,6 +104,9 @@ type Notification struct {
 	Sensors []string
 	// Attempt is this attempt's number, starting at 1.
 	Attempt int
+	// LostSince, on a connection_restored, is the sensor's last reading before
+	// the loss it ends; nil otherwise (event.SilentSeconds gives the outage).
+	LostSince *time.Time
 }
 
 // Unseen is an escalation email to a member: the messages it has not seen, of

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/lockstream/lockstream/storage"
 )
 
 // Defaults of Config.
@@ -30,6 +32,7 @@ const (
 	DefaultAttemptBatchSize     = 5000
 	DefaultDisableAfter         = 5 * 24 * time.Hour
 	DefaultDisableMinFailures   = 10
+	DefaultFailingAfter         = storage.DefaultEndpointFailingAfter
 	DefaultRateLimitWindow      = 1200 * time.Millisecond
 )
 
@@ -137,6 +140,11 @@ type Config struct {
 	// DefaultDisableMinFailures (10).
 	DisableMinFailures int
 
+	// FailingAfter is how many consecutive failed attempts make an endpoint
+	// failing: its client gets one endpoint_failing notice per streak
+	// (LOCKSTREAM_ENDPOINT_FAILING_AFTER). Defaults to DefaultFailingAfter (5).
+	FailingAfter int
+
 	// EndpointSweepInterval is how often endpoints are checked for disabling
 	// and their owners' emails sent. Defaults to a tenth of DisableAfter, at
 	// most a minute.
@@ -180,6 +188,7 @@ func (c Config) WithDefaults() Config {
 	c.AttemptBatchSize = cmp.Or(c.AttemptBatchSize, DefaultAttemptBatchSize)
 	c.DisableAfter = cmp.Or(c.DisableAfter, DefaultDisableAfter)
 	c.DisableMinFailures = cmp.Or(c.DisableMinFailures, DefaultDisableMinFailures)
+	c.FailingAfter = cmp.Or(c.FailingAfter, DefaultFailingAfter)
 	c.EndpointSweepInterval = cmp.Or(c.EndpointSweepInterval, min(maxEndpointSweepInterval, c.DisableAfter/10))
 	c.RateLimitWindow = cmp.Or(c.RateLimitWindow, DefaultRateLimitWindow)
 	if c.Now == nil {
@@ -226,6 +235,7 @@ func (c Config) Validate() error {
 	positive("EndpointSweepInterval", c.EndpointSweepInterval)
 	positive("RateLimitWindow", c.RateLimitWindow)
 	atLeastOne("DisableMinFailures", c.DisableMinFailures)
+	atLeastOne("FailingAfter", c.FailingAfter)
 	if c.BackoffMax < c.BackoffBase {
 		errs = append(errs, fmt.Errorf("retrier: BackoffMax %s is shorter than BackoffBase %s", c.BackoffMax, c.BackoffBase))
 	}

@@ -18,8 +18,9 @@ import (
 // EndpointStore keeps the health of webhook endpoints and disables dead ones
 // (storage.Postgres).
 type EndpointStore interface {
-	RecordWebhookHealth(ctx context.Context, outcomes []storage.WebhookOutcome) error
+	RecordWebhookHealth(ctx context.Context, outcomes []storage.WebhookOutcome, failingAfter int) (int, error)
 	DisableFailingEndpoints(ctx context.Context, now time.Time, failingFor time.Duration, minFailures int) (storage.EndpointSweep, error)
+	PublishEndpointNotices(ctx context.Context, limit int) (int, error)
 	MailEndpointNotices(ctx context.Context, limit int, send func(context.Context, storage.EndpointNotice) storage.NoticeResult) (int, error)
 }
 
@@ -134,7 +135,9 @@ func ownErrorType(t string) bool {
 }
 
 // recordHealth folds the recorded webhook attempts of a batch into their
-// endpoints' health (one statement).
+// endpoints' health (one statement, which also records the operational
+// notices the batch calls for); only when it recorded some, it publishes them
+// at once (one transaction more).
 func (r *Retrier) recordHealth(ctx context.Context, batch []outcome, states map[string]storage.DeliveryState) {
 	if r.deps.Endpoints == nil {
 		return
@@ -152,14 +155,39 @@ func (r *Retrier) recordHealth(ctx context.Context, batch []outcome, states map[
 	}
 	wctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
 	defer cancel()
-	if err := r.deps.Endpoints.RecordWebhookHealth(wctx, health); err != nil {
+	notices, err := r.deps.Endpoints.RecordWebhookHealth(wctx, health, r.cfg.FailingAfter)
+	if err != nil {
 		r.m.errors.WithLabelValues("health").Inc()
 		r.logger.ErrorContext(ctx, "recording webhook endpoint health failed", "attempts", len(health), "err", err)
+		return
+	}
+	if notices > 0 {
+		r.publishNotices(wctx)
+	}
+}
+
+// publishNotices puts the operational notices not published yet on their
+// clients' feeds and into their members' inboxes. The sweep calls it too,
+// so a notice whose publishing failed here goes out at the next sweep.
+func (r *Retrier) publishNotices(ctx context.Context) {
+	for {
+		n, err := r.deps.Endpoints.PublishEndpointNotices(ctx, noticeBatch)
+		if err != nil {
+			if !errors.Is(err, context.Canceled) {
+				r.m.errors.WithLabelValues("notice").Inc()
+				r.logger.ErrorContext(ctx, "publishing endpoint notices failed", "err", err)
+			}
+			return
+		}
+		r.m.endpointNoticesPublished.Add(float64(n))
+		if n < noticeBatch {
+			return
+		}
 	}
 }
 
 // sweepEndpoints disables the endpoints that failed for DisableAfter, then
-// mails their owners.
+// publishes and mails the operational notices.
 func (r *Retrier) sweepEndpoints(ctx context.Context) {
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
 	sweep, err := r.deps.Endpoints.DisableFailingEndpoints(sctx, r.cfg.Now(), r.cfg.DisableAfter, r.cfg.DisableMinFailures)
@@ -179,6 +207,9 @@ func (r *Retrier) sweepEndpoints(ctx context.Context) {
 	if sweep.Resumed > 0 {
 		r.signalWake()
 	}
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+	r.publishNotices(pctx)
+	cancel()
 	if r.deps.Notices == nil {
 		return
 	}
@@ -190,22 +221,12 @@ func (r *Retrier) sweepEndpoints(ctx context.Context) {
 	}
 }
 
-// mailNotice sends one endpoint_disabled email to the client's address.
+// mailNotice sends one operational notice's email to the client's address.
 func (r *Retrier) mailNotice(ctx context.Context, n storage.EndpointNotice) storage.NoticeResult {
 	if n.Email == "" {
 		return storage.NoticeResult{Done: true, Error: "the client has no email address"}
 	}
-	subject := fmt.Sprintf("lockstream: the webhook endpoint of %s was disabled", n.ClientName)
-	text := fmt.Sprintf(`The webhook endpoint of client %s (%s) was disabled at %s:
-%s.
-
-Its deliveries are kept (state PAUSED) and nothing more is sent to it. Once the
-endpoint works again, enable it with
-
-    POST /v1/clients/%s/endpoint/enable
-
-and the kept deliveries are sent, in order.
-`, n.ClientName, n.WebhookURL, n.At.UTC().Format(time.RFC3339), n.Detail, n.ClientID)
+	subject, text := noticeMail(n)
 	res := r.deps.Notices.SendText(ctx, n.Email, subject, text)
 	switch res.Outcome {
 	case notifier.Sent:
@@ -216,4 +237,36 @@ and the kept deliveries are sent, in order.
 	default:
 		return storage.NoticeResult{Error: errorText(res.Err)}
 	}
+}
+
+// noticeMail is the subject and text of a notice's email.
+func noticeMail(n storage.EndpointNotice) (subject, text string) {
+	at := n.At.UTC().Format(time.RFC3339)
+	switch n.Type {
+	case storage.EndpointFailingEvent:
+		return fmt.Sprintf("lockstream: the webhook endpoint of %s is failing", n.ClientName),
+			fmt.Sprintf(`The webhook endpoint of client %s (%s) is failing, as of %s:
+%s.
+
+lockstream keeps retrying. If every attempt goes on failing, the endpoint is
+disabled and its deliveries are kept until it is enabled again. The feed
+(GET /v1/clients/%s/events) has every event meanwhile.
+`, n.ClientName, n.WebhookURL, at, n.Detail, n.ClientID)
+	case storage.EndpointRecoveredEvent:
+		return fmt.Sprintf("lockstream: the webhook endpoint of %s recovered", n.ClientName),
+			fmt.Sprintf(`The webhook endpoint of client %s (%s) works again:
+%s.
+`, n.ClientName, n.WebhookURL, n.Detail)
+	}
+	return fmt.Sprintf("lockstream: the webhook endpoint of %s was disabled", n.ClientName),
+		fmt.Sprintf(`The webhook endpoint of client %s (%s) was disabled at %s:
+%s.
+
+Its deliveries are kept (state PAUSED) and nothing more is sent to it. Once the
+endpoint works again, enable it with
+
+    POST /v1/clients/%s/endpoint/enable
+
+and the kept deliveries are sent, in order.
+`, n.ClientName, n.WebhookURL, at, n.Detail, n.ClientID)
 }

@@ -3,6 +3,7 @@ package retrier_test
 import (
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,5 +111,46 @@ func TestRetrierHoldsBackAnEndpointThatAnswered429(t *testing.T) {
 	}
 	if c.WebhookFailures != 1 || c.WebhookFailingSince.IsZero() {
 		t.Errorf("endpoint health: failing since %v, %d failures; want the 429 counted", c.WebhookFailingSince, c.WebhookFailures)
+	}
+}
+
+// The retrier tells a client that its endpoint is failing (after
+// FailingAfter consecutive failures, once) and that it recovered (the next
+// success), on its feed, at once, and never by the webhook: the sink only
+// ever sees the sensor's event.
+func TestRetrierPublishesEndpointNotices(t *testing.T) {
+	t.Parallel()
+	s := newSink(t, 500, 500, 500, 200)
+	b := setup(t, setupOpts{sinkURL: s.srv.URL, noRetrier: true})
+	b.startControlled(retrier.Config{FailingAfter: 2})
+	d := b.flip("e1", 1, time.Now().Add(-time.Second))
+
+	feed := func() []string {
+		events, err := b.pg.ListClientEvents(b.ctx, b.client.ID, 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var types []string
+		for _, e := range events {
+			types = append(types, string(e.Type))
+		}
+		return types
+	}
+	for attempt := 1; attempt <= 3; attempt++ {
+		got := b.waitState(d.ID, storage.DeliveryRetry, attempt)
+		if attempt == 2 {
+			waitFor(t, "endpoint_failing on the feed", func() bool { return len(feed()) == 2 })
+		}
+		b.clock.Set(got.NextAttemptAt)
+	}
+	b.waitState(d.ID, storage.DeliverySent, 4)
+	waitFor(t, "endpoint_recovered on the feed", func() bool { return len(feed()) == 3 })
+	if got := strings.Join(feed(), ","); got != "state_changed,endpoint_failing,endpoint_recovered" {
+		t.Errorf("feed %s, want the event, endpoint_failing once, endpoint_recovered", got)
+	}
+	for _, r := range s.requests() {
+		if r.body.Type != "state_changed" {
+			t.Errorf("the webhook carried a %s", r.body.Type)
+		}
 	}
 }

@@ -23,7 +23,9 @@ type retrierMetrics struct {
 	endpointBlocks    prometheus.Counter
 	endpointsDisabled prometheus.Counter
 	endpointNotices   prometheus.Counter
-	listening         prometheus.Gauge
+	// endpointNoticesPublished counts notices put on clients' feeds.
+	endpointNoticesPublished prometheus.Counter
+	listening                prometheus.Gauge
 }
 
 func newRetrierMetrics(reg prometheus.Registerer) (*retrierMetrics, error) {
@@ -123,7 +125,13 @@ func (m *retrierMetrics) registerControls(reg prometheus.Registerer) error {
 	}
 	if m.endpointNotices, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Name: "endpoint_notices_mailed_total",
-		Help: "Emails sent to clients' owners about their disabled webhook endpoint.",
+		Help: "Emails sent to clients' owners about their webhook endpoint (failing, disabled, recovered).",
+	})); err != nil {
+		return err
+	}
+	if m.endpointNoticesPublished, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Name: "endpoint_notices_published_total",
+		Help: "Operational notices (endpoint_failing, endpoint_disabled, endpoint_recovered) put on clients' feeds and members' inboxes.",
 	})); err != nil {
 		return err
 	}

@@ -518,6 +518,7 @@ func (r *Retrier) send(ctx context.Context, d storage.Delivery, t storage.Delive
 		Seq:           d.Seq,
 		Site:          d.Site,
 		Sensors:       d.Sensors,
+		LostSince:     d.LostSince,
 	}
 	switch d.Channel {
 	case storage.ChannelWebhook:

@@ -15,4 +15,6 @@ func (c *Config) RegisterSettings(s *settings.Set) {
 		Doc: "a webhook endpoint whose every attempt failed for this long (with at least LOCKSTREAM_ENDPOINT_DISABLE_MIN_FAILURES failures) is disabled"})
 	s.Int(&c.DisableMinFailures, DefaultDisableMinFailures, settings.Decl{Name: "endpoint-disable-min-failures",
 		Doc: "the fewest failed attempts that disable a webhook endpoint"})
+	s.Int(&c.FailingAfter, DefaultFailingAfter, settings.Decl{Name: "endpoint-failing-after",
+		Doc: "consecutive failed attempts after which a client is told (feed, email, members' inboxes) that its webhook endpoint is failing: once per failing streak"})
 }

@@ -63,7 +63,11 @@ func (p *Postgres) ListClientEvents(ctx context.Context, clientID string, after 
 	var exists bool
 	rows, err := p.pool.Query(ctx, `
 		SELECT true, n.client_seq, n.event_id, n.type, n.sensor_id, coalesce(s.address, ''), n.data, n.previous, n.event_at,
-		       coalesce(n.site, ''), n.sensors
+		       coalesce(n.site, ''), n.sensors, n.lost_since,
+		       -- An operational notice's detail (its event id names its endpoint event).
+		       CASE WHEN n.event_id LIKE '`+noticeEventPrefix+`%' THEN (
+		           SELECT e.detail FROM endpoint_events e
+		           WHERE e.id = substr(n.event_id, length('`+noticeEventPrefix+`') + 1)::bigint) ELSE '' END
 		FROM clients c
 		LEFT JOIN LATERAL (
 			SELECT * FROM notifications n
@@ -87,7 +91,7 @@ func (p *Postgres) ListClientEvents(ctx context.Context, clientID string, after 
 			data, previous *int16
 			at             *time.Time
 		)
-		if err := rows.Scan(&exists, &seq, &eventID, &typ, &sensorID, &e.Sensor.Address, &data, &previous, &at, &e.Site, &e.Sensors); err != nil {
+		if err := rows.Scan(&exists, &seq, &eventID, &typ, &sensorID, &e.Sensor.Address, &data, &previous, &at, &e.Site, &e.Sensors, &e.LostSince, &e.Detail); err != nil {
 			return nil, fmt.Errorf("listing events of client %s: %w", clientID, err)
 		}
 		if seq == nil {
@@ -96,6 +100,7 @@ func (p *Postgres) ListClientEvents(ctx context.Context, clientID string, after 
 		e.Seq, e.ID, e.Type, e.Sensor.ID, e.At = *seq, *eventID, event.Type(*typ), *sensorID, at.UTC()
 		e.Data, e.Previous = outboxIntPtr(data), outboxIntPtr(previous)
 		e.Severity = event.SeverityOf(e.Type, e.Data)
+		e.SilentSeconds = event.SilentSeconds(e.LostSince, e.At)
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {

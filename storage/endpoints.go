@@ -15,71 +15,11 @@ import (
 
 // Endpoint event types (endpoint_events.type).
 const (
-	EndpointDisabledEvent = "endpoint_disabled"
-	EndpointEnabledEvent  = "endpoint_enabled"
+	EndpointDisabledEvent  = "endpoint_disabled"
+	EndpointEnabledEvent   = "endpoint_enabled"
+	EndpointFailingEvent   = "endpoint_failing"
+	EndpointRecoveredEvent = "endpoint_recovered"
 )
-
-// WebhookOutcome is one recorded webhook attempt, for its endpoint's health.
-type WebhookOutcome struct {
-	ClientID string
-	// OK reports whether the receiver accepted it.
-	OK bool
-	At time.Time
-}
-
-// RecordWebhookHealth folds a batch of webhook attempts into their endpoints'
-// health, in one statement: an accepted attempt makes the endpoint healthy
-// (failing since the first failure after it, if any), a failure starts the
-// failing period (webhook_failing_since) if none is running and counts. Client
-// rows are locked in id order, so concurrent batches never deadlock, and only
-// those whose health changes are locked and written.
-func (p *Postgres) RecordWebhookHealth(ctx context.Context, outcomes []WebhookOutcome) error {
-	if len(outcomes) == 0 {
-		return nil
-	}
-	ids := make([]string, 0, len(outcomes))
-	oks := make([]bool, 0, len(outcomes))
-	ats := make([]time.Time, 0, len(outcomes))
-	for _, o := range outcomes {
-		if uuid.Validate(o.ClientID) != nil {
-			continue
-		}
-		ids, oks, ats = append(ids, o.ClientID), append(oks, o.OK), append(ats, o.At)
-	}
-	_, err := p.pool.Exec(ctx, `
-		WITH o AS (
-			SELECT * FROM unnest($1::uuid[], $2::bool[], $3::timestamptz[]) AS o (client_id, ok, at)
-		), h AS (
-			SELECT client_id, max(at) FILTER (WHERE ok) AS last_ok
-			FROM o GROUP BY client_id
-		), agg AS (
-			-- Failures after the batch's last success (all of them when none).
-			SELECT h.client_id, h.last_ok,
-			       min(o.at) FILTER (WHERE NOT o.ok AND (h.last_ok IS NULL OR o.at > h.last_ok)) AS first_fail,
-			       count(*) FILTER (WHERE NOT o.ok AND (h.last_ok IS NULL OR o.at > h.last_ok)) AS fails
-			FROM h JOIN o ON o.client_id = h.client_id
-			GROUP BY h.client_id, h.last_ok
-		), locked AS (
-			-- Only the rows that change (an endpoint that stays healthy is not
-			-- written at every batch), in id order; NO KEY UPDATE leaves the
-			-- fan-out's KEY SHARE on the client free.
-			SELECT c.id FROM clients c JOIN agg ON agg.client_id = c.id
-			WHERE agg.last_ok IS NULL OR c.webhook_failing_since IS DISTINCT FROM agg.first_fail
-			   OR c.webhook_failures <> agg.fails
-			ORDER BY c.id FOR NO KEY UPDATE OF c
-		)
-		UPDATE clients c
-		SET webhook_failing_since = CASE WHEN agg.last_ok IS NOT NULL THEN agg.first_fail
-		                                 ELSE coalesce(c.webhook_failing_since, agg.first_fail) END,
-		    webhook_failures = CASE WHEN agg.last_ok IS NOT NULL THEN agg.fails
-		                            ELSE c.webhook_failures + agg.fails END
-		FROM agg JOIN locked ON locked.id = agg.client_id
-		WHERE c.id = agg.client_id`, ids, oks, ats)
-	if err != nil {
-		return fmt.Errorf("recording the health of %d webhook attempts: %w", len(ids), err)
-	}
-	return nil
-}
 
 // DisabledEndpoint is an endpoint DisableFailingEndpoints disabled.
 type DisabledEndpoint struct {
@@ -102,7 +42,9 @@ type EndpointSweep struct {
 // DisableFailingEndpoints disables, as of now, every enabled webhook endpoint
 // whose attempts have all failed since at least failingFor ago, with at least
 // minFailures failures, in one statement: each gets endpoint_disabled_at, an
-// endpoint_disabled event (whose email MailEndpointNotices sends), and its open
+// endpoint_disabled event (whose email MailEndpointNotices sends, and which
+// PublishEndpointNotices puts on the client's feed), notice state 'disabled',
+// and its open
 // webhook deliveries (SCHEDULED, PENDING, RETRY) become PAUSED. The same
 // statement repairs strays: open webhook deliveries of endpoints disabled before
 // are paused, and PAUSED ones of enabled endpoints resumed. Concurrent callers
@@ -110,7 +52,7 @@ type EndpointSweep struct {
 func (p *Postgres) DisableFailingEndpoints(ctx context.Context, now time.Time, failingFor time.Duration, minFailures int) (EndpointSweep, error) {
 	rows, err := p.pool.Query(ctx, `
 		WITH dis AS (
-			UPDATE clients SET endpoint_disabled_at = $1, updated_at = now()
+			UPDATE clients SET endpoint_disabled_at = $1, endpoint_notice = 'disabled', updated_at = now()
 			WHERE endpoint_disabled_at IS NULL AND webhook_failing_since IS NOT NULL
 			  AND webhook_failing_since <= $1::timestamptz - $2::interval AND webhook_failures >= $3
 			RETURNING id, webhook_failing_since, webhook_failures
@@ -235,10 +177,13 @@ func (p *Postgres) EndpointEvents(ctx context.Context, clientID string, limit in
 	return events, nil
 }
 
-// EndpointNotice is an endpoint_disabled event to mail to the client's owner.
+// EndpointNotice is an operational notice (endpoint_failing,
+// endpoint_disabled, endpoint_recovered) to mail to the client's owner.
 type EndpointNotice struct {
-	EventID    int64
-	ClientID   string
+	EventID  int64
+	ClientID string
+	// Type is the notice's endpoint event type.
+	Type       string
 	ClientName string
 	WebhookURL string
 	// Email is empty when the client has no address.
@@ -255,7 +200,8 @@ type NoticeResult struct {
 	Error string
 }
 
-// MailEndpointNotices hands up to limit endpoint_disabled events not mailed yet
+// MailEndpointNotices hands up to limit operational notices (endpoint events
+// other than endpoint_enabled) not mailed yet
 // to send, one at a time, and records each result, in one transaction that
 // holds them (FOR UPDATE SKIP LOCKED), so concurrent callers never mail one
 // twice. A crash between a send and the commit mails that notice again.
@@ -263,10 +209,10 @@ func (p *Postgres) MailEndpointNotices(ctx context.Context, limit int, send func
 	mailed := 0
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
-			SELECT e.id, e.client_id::text, coalesce(c.name, ''), coalesce(c.webhook_url, ''), coalesce(c.email, ''),
-			       e.detail, e.at
+			SELECT e.id, e.client_id::text, e.type, coalesce(c.name, ''), coalesce(c.webhook_url, ''),
+			       coalesce(c.email, ''), e.detail, e.at
 			FROM endpoint_events e LEFT JOIN clients c ON c.id = e.client_id
-			WHERE e.type = 'endpoint_disabled' AND e.emailed_at IS NULL
+			WHERE e.type <> 'endpoint_enabled' AND e.emailed_at IS NULL
 			ORDER BY e.id LIMIT $1
 			FOR UPDATE OF e SKIP LOCKED`, limit)
 		if err != nil {
@@ -274,7 +220,7 @@ func (p *Postgres) MailEndpointNotices(ctx context.Context, limit int, send func
 		}
 		notices, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (EndpointNotice, error) {
 			var n EndpointNotice
-			err := row.Scan(&n.EventID, &n.ClientID, &n.ClientName, &n.WebhookURL, &n.Email, &n.Detail, &n.At)
+			err := row.Scan(&n.EventID, &n.ClientID, &n.Type, &n.ClientName, &n.WebhookURL, &n.Email, &n.Detail, &n.At)
 			return n, err
 		})
 		if err != nil {

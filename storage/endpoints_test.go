@@ -60,7 +60,7 @@ func fail(t *testing.T, f *outboxFixture, clientID string, n int, at time.Time) 
 	for i := range n {
 		outcomes = append(outcomes, storage.WebhookOutcome{ClientID: clientID, At: at.Add(time.Duration(i) * time.Second)})
 	}
-	if err := f.pg.RecordWebhookHealth(f.ctx, outcomes); err != nil {
+	if _, err := f.pg.RecordWebhookHealth(f.ctx, outcomes, 0); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -78,7 +78,7 @@ func TestEndpointDisableAndEnable(t *testing.T) {
 
 	// A success resets the failing period; failures after it start a new one.
 	fail(t, f, dead.ID, 3, now.Add(-time.Hour))
-	if err := f.pg.RecordWebhookHealth(f.ctx, []storage.WebhookOutcome{{ClientID: dead.ID, OK: true, At: now.Add(-50 * time.Minute)}}); err != nil {
+	if _, err := f.pg.RecordWebhookHealth(f.ctx, []storage.WebhookOutcome{{ClientID: dead.ID, OK: true, At: now.Add(-50 * time.Minute)}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	fail(t, f, dead.ID, 2, now.Add(-40*time.Minute))

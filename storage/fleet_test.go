@@ -16,7 +16,7 @@ func TestInboxSeverityAgreesWithEvents(t *testing.T) {
 	t.Parallel()
 	pg := storagetest.New(t).Postgres
 	zero, one := 0, 1
-	for _, typ := range event.Types() {
+	for _, typ := range append(event.Types(), event.Notices()...) {
 		for _, data := range []*int{nil, &zero, &one} {
 			got, err := storage.EventSeverity(context.Background(), pg, string(typ), data)
 			if err != nil {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lockstream/lockstream/event"
 )
 
 // InboxChannel is the Postgres NOTIFY channel every inbox write announces its
@@ -153,10 +155,12 @@ SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM notified)`
 // eventSeverity is the severity of a sensor event's message, as
 // event.SeverityOf grades it (a test checks they agree): a connection lost
 // while unlocked, or an unlock longer than open_alert_after, is critical;
-// another loss a warning; anything else info.
+// another loss, a site outage, a failing or disabled endpoint a warning;
+// anything else info.
 const eventSeverity = `CASE WHEN %[1]s.type = 'sensor_open_too_long' THEN 'critical'
 	WHEN %[1]s.type = 'connection_lost' AND %[1]s.data = 0 THEN 'critical'
-	WHEN %[1]s.type IN ('connection_lost', 'site_outage') THEN 'warning' ELSE 'info' END`
+	WHEN %[1]s.type IN ('connection_lost', 'site_outage', 'endpoint_failing', 'endpoint_disabled') THEN 'warning'
+	ELSE 'info' END`
 
 // newNotification is a notification a fan-out batch created, for the inbox write
 // of its members.
@@ -183,28 +187,44 @@ func queueEventMessages(b *pgx.Batch, events []NotificationInput, created []newN
 		previous = make([]*int16, len(created))
 		times    = make([]time.Time, len(created))
 		ords     = make([]int, len(created))
+		subjects = make([]*string, len(created))
+		messages = make([]*string, len(created))
 	)
 	for i, n := range created {
 		e := events[n.event]
 		ids[i], clients[i], ords[i] = n.id, n.clientID, n.event
 		types[i], sensors[i], times[i] = e.Type, e.SensorID, e.At
 		data[i], previous[i] = outboxInt16Ptr(e.Data), outboxInt16Ptr(e.Previous)
+		subjects[i], messages[i] = outageMessage(e)
 	}
 	queueQuery(b, "inserting inbox messages", `
 		WITH nn AS (
 			SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::int2[], $6::int2[],
-			                     $7::timestamptz[], $8::int[])
-				AS x (notification_id, client_id, type, sensor_id, data, previous, event_at, ord)
+			                     $7::timestamptz[], $8::int[], $9::text[], $10::text[])
+				AS x (notification_id, client_id, type, sensor_id, data, previous, event_at, ord, subject, message)
 		), t AS (
 			SELECT m.id AS member_id, nn.client_id, nn.notification_id, nn.type, nn.sensor_id, nn.data, nn.previous,
 			       nn.event_at, `+fmt.Sprintf(eventSeverity, "nn")+` AS severity, 'event' AS cause,
-			       NULL::text AS subject, NULL::jsonb AS message, nn.ord
+			       nn.subject, nn.message::jsonb AS message, nn.ord
 			FROM nn JOIN members m ON m.client_id = nn.client_id
 		`+inboxWriteRows, func(rows pgx.Rows) error {
 		var err error
 		*added, err = collectAdded(rows)
 		return err
-	}, ids, clients, types, sensors, data, previous, times, ords)
+	}, ids, clients, types, sensors, data, previous, times, ords, subjects, messages)
+}
+
+// outageMessage is the subject and message (JSON) of a connection_restored's
+// inbox message that knows how long its sensor was lost: "back after 2 h
+// 14 min" and {"lost_since":…,"silent_seconds":…}; nil for other events.
+func outageMessage(e NotificationInput) (subject, message *string) {
+	if e.Type != string(event.ConnectionRestored) || e.LostSince == nil {
+		return nil, nil
+	}
+	silent := event.SilentSeconds(e.LostSince, e.At)
+	s := "back after " + event.Outage(silent)
+	m := fmt.Sprintf(`{"lost_since":%q,"silent_seconds":%d}`, e.LostSince.UTC().Format(time.RFC3339Nano), silent)
+	return &s, &m
 }
 
 // addedMessage is a message an inbox write added, with the notification it

@@ -88,6 +88,9 @@ type NotificationInput struct {
 	// any of Sensors (once each), not only SensorID's.
 	Site    string
 	Sensors []string
+	// LostSince, on a connection_restored, is the sensor's last reading
+	// before the loss; nil otherwise.
+	LostSince *time.Time
 }
 
 // NotificationsCreated counts what CreateNotifications did.
@@ -147,6 +150,9 @@ type Delivery struct {
 	// empty for other events.
 	Site    string
 	Sensors []string
+	// LostSince is a connection_restored's last reading before the loss; nil
+	// for other events.
+	LostSince *time.Time
 }
 
 // deliveryColumns are selected by every delivery query (d = deliveries, n =
@@ -155,7 +161,7 @@ const deliveryColumns = `d.id::text, coalesce(d.notification_id::text, ''), coal
 	coalesce(d.sensor_id, ''), d.channel, d.target, d.state, d.attempts, d.next_attempt_at, d.leased_until,
 	d.last_error, coalesce(d.last_http_status, 0), coalesce(n.event_id, ''), coalesce(d.event_type, ''),
 	n.data, n.previous, d.event_at, d.created_at, d.updated_at, coalesce(n.client_seq, 0),
-	coalesce(n.site, ''), n.sensors`
+	coalesce(n.site, ''), n.sensors, n.lost_since`
 
 func scanDelivery(row pgx.Row) (Delivery, error) {
 	var (
@@ -166,7 +172,7 @@ func scanDelivery(row pgx.Row) (Delivery, error) {
 	err := row.Scan(&d.ID, &d.NotificationID, &d.ClientID, &d.SensorID, &d.Channel, &d.Target, &d.State,
 		&d.Attempts, &d.NextAttemptAt, &leased, &d.LastError, &d.LastHTTPStatus, &d.EventID, &d.EventType,
 		&data, &previous, &d.EventAt, &d.CreatedAt, &d.UpdatedAt, &d.Seq,
-		&d.Site, &d.Sensors)
+		&d.Site, &d.Sensors, &d.LostSince)
 	if err != nil {
 		return Delivery{}, err
 	}
@@ -236,6 +242,7 @@ type fanoutBatch struct {
 	ids, types, sensors, audience, sites []string
 	data, previous                       []*int16
 	times                                []time.Time
+	lostSince                            []*time.Time
 }
 
 func newFanoutBatch(events []NotificationInput) fanoutBatch {
@@ -249,6 +256,7 @@ func newFanoutBatch(events []NotificationInput) fanoutBatch {
 		fb.ids, fb.types, fb.sensors = append(fb.ids, e.EventID), append(fb.types, e.Type), append(fb.sensors, e.SensorID)
 		fb.data, fb.previous = append(fb.data, outboxInt16Ptr(e.Data)), append(fb.previous, outboxInt16Ptr(e.Previous))
 		fb.times, fb.audience, fb.sites = append(fb.times, e.At), append(fb.audience, eventAudience(e)), append(fb.sites, e.Site)
+		fb.lostSince = append(fb.lostSince, e.LostSince)
 	}
 	return fb
 }
@@ -296,7 +304,7 @@ func (p *Postgres) writeFanout(ctx context.Context, fb fanoutBatch, created *Not
 	first := &pgx.Batch{}
 	first.BeginTx(pgx.TxOptions{})
 	first.Queue(createNotificationsSQL, fb.ids, fb.types, fb.sensors, fb.data, fb.previous, fb.times,
-		fb.audience, fb.sites).Query(func(rows pgx.Rows) error {
+		fb.audience, fb.sites, fb.lostSince).Query(func(rows pgx.Rows) error {
 		var scanErr error
 		r, scanErr = fb.scanCreated(rows, created, months)
 		return scanErr
@@ -403,15 +411,15 @@ const supersedeSQL = `
 	  AND d.event_type = 'state_changed' AND d.event_at < k.newest
 	RETURNING d.channel`
 
-// createNotificationsSQL is the fan-out's outbox insert: $1-$8 the events
-// (id, type, sensor, data, previous, time, audience, site). It returns a row
+// createNotificationsSQL is the fan-out's outbox insert: $1-$9 the events
+// (id, type, sensor, data, previous, time, audience, site, lost_since). It returns a row
 // per new delivery, each with the counts of new notifications and of those
 // not made for want of a subscription, or one row of counts alone.
 const createNotificationsSQL = `
 			WITH ev AS (
 				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::int2[], $6::timestamptz[],
-				                     $7::text[], $8::text[])
-					WITH ORDINALITY AS e (event_id, type, sensor_id, data, previous, at, audience, site, ord)
+				                     $7::text[], $8::text[], $9::timestamptz[])
+					WITH ORDINALITY AS e (event_id, type, sensor_id, data, previous, at, audience, site, lost_since, ord)
 			), linked AS (
 				-- Subscriptions: a client is told only of the types it chose (NULL: all).
 				-- The clients of the event's sensor; of a site event's sensors and of
@@ -426,8 +434,9 @@ const createNotificationsSQL = `
 				) cs ON true
 				JOIN clients c ON c.id = cs.client_id
 			), n AS (
-				INSERT INTO notifications (id, event_id, client_id, sensor_id, type, data, previous, event_at)
-				SELECT lockstream_uuid_v7(), l.event_id, l.client_id, l.sensor_id, l.type, l.data, l.previous, l.at
+				INSERT INTO notifications (id, event_id, client_id, sensor_id, type, data, previous, event_at, lost_since)
+				SELECT lockstream_uuid_v7(), l.event_id, l.client_id, l.sensor_id, l.type, l.data, l.previous, l.at,
+				       l.lost_since
 				FROM linked l WHERE l.subscribed
 				ON CONFLICT (event_id, client_id, event_at) DO NOTHING
 				RETURNING id, event_id, client_id, sensor_id, type, event_at

@@ -61,7 +61,7 @@ func (s *Server) parseAnalyticsQuery(r *http.Request, scope *analytics.Scope) (a
 		}
 		q.scope = sc
 	}
-	rq, err := parseRangeQuery(r, time.Now(), noLongestRange)
+	rq, err := parseRangeQuery(r, s.cfg.Now(), noLongestRange)
 	if err != nil {
 		return analyticsQuery{}, err
 	}
@@ -245,7 +245,7 @@ func (s *Server) clientReport(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if values := r.URL.Query(); values.Get("from") == "" && values.Get("to") == "" {
-		q.from, q.to = analytics.LastWeek(time.Now(), q.loc)
+		q.from, q.to = analytics.LastWeek(s.cfg.Now(), q.loc)
 	}
 	rep, err := s.analytics.Report(r.Context(), analytics.ReportQuery{ClientID: id, From: q.from, To: q.to, Location: q.loc})
 	if err != nil {

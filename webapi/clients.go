@@ -457,7 +457,7 @@ func (s *Server) rotateClientSecret(w http.ResponseWriter, r *http.Request) erro
 		return err
 	}
 	secret := webhook.NewSecret()
-	client, err := s.registry.RotateClientSecret(r.Context(), id, secret, time.Now().Add(s.cfg.SecretOverlap))
+	client, err := s.registry.RotateClientSecret(r.Context(), id, secret, s.cfg.Now().Add(s.cfg.SecretOverlap))
 	if errors.Is(err, storage.ErrNotFound) {
 		return clientNotFound(id)
 	}

@@ -185,7 +185,7 @@ func (s *Server) recoverDeliveries(w http.ResponseWriter, r *http.Request) error
 	}
 	since := req.Since.value
 	if s.retention > 0 {
-		since = maxTime(since, time.Now().Add(-s.retention))
+		since = maxTime(since, s.cfg.Now().Add(-s.retention))
 	}
 	res, err := s.controls.RecoverDeliveries(r.Context(), id, since, states)
 	if errors.Is(err, storage.ErrNotFound) {

@@ -81,7 +81,7 @@ func TestRecoverAndEndpointRoutes(t *testing.T) {
 		t.Fatalf("endpoint: %v", e)
 	}
 	ctx := context.Background()
-	if err := api.stores.Postgres.RecordWebhookHealth(ctx, []storage.WebhookOutcome{{ClientID: c.ID, At: time.Now().Add(-time.Hour)}}); err != nil {
+	if _, err := api.stores.Postgres.RecordWebhookHealth(ctx, []storage.WebhookOutcome{{ClientID: c.ID, At: time.Now().Add(-time.Hour)}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := api.stores.Postgres.DisableFailingEndpoints(ctx, time.Now(), time.Minute, 1); err != nil {

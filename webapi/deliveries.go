@@ -163,7 +163,7 @@ func (s *Server) listClientDeliveries(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
-	q, err := parseRangeQuery(r, time.Now(), maxDeliveriesRange)
+	q, err := parseRangeQuery(r, s.cfg.Now(), maxDeliveriesRange)
 	if err != nil {
 		return err
 	}

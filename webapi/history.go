@@ -155,7 +155,7 @@ func (s *Server) historyRequest(r *http.Request, events bool) (analytics.ListQue
 	if err != nil {
 		return analytics.ListQuery{}, err
 	}
-	q, err := parseHistoryQuery(r, time.Now(), events)
+	q, err := parseHistoryQuery(r, s.cfg.Now(), events)
 	if err != nil {
 		return analytics.ListQuery{}, err
 	}

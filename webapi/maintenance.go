@@ -80,7 +80,7 @@ func (s *Server) putMaintenance(w http.ResponseWriter, r *http.Request, win doma
 	switch {
 	case req.To == nil:
 		errs.Add("to", "is required")
-	case !req.To.After(time.Now()):
+	case !req.To.After(s.cfg.Now()):
 		errs.Add("to", "must be in the future, got %s", req.To.UTC().Format(time.RFC3339))
 	case req.From != nil && !req.To.After(*req.From):
 		errs.Add("to", "must be after from")

@@ -221,7 +221,7 @@ func checkPush(req pushRequestBody, received time.Time) (storage.PushRequest, er
 // receivePush decodes, validates and stores a push, and counts it. It is the
 // whole of POST /push and POST /v1/pushes but for the answer.
 func (s *Server) receivePush(w http.ResponseWriter, r *http.Request, route string) (storage.Push, error) {
-	received := time.Now()
+	received := s.cfg.Now()
 	defer func() { s.pushMetrics.receive.WithLabelValues(route).Observe(time.Since(received).Seconds()) }()
 	if s.pushes == nil {
 		return storage.Push{}, pushesDisabled()

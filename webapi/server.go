@@ -97,6 +97,10 @@ type Config struct {
 	// MaxBodyBytes is the largest request body accepted; larger ones get 413.
 	// Defaults to DefaultMaxBodyBytes (1 MiB).
 	MaxBodyBytes int64
+	// Now is the clock that ends the default ranges of the history, analytics
+	// and delivery routes, times a received push and a rotated secret's
+	// overlap, and judges maintenance windows. Defaults to time.Now.
+	Now func() time.Time
 	// MaxIngestBodyBytes is the largest body POST /v1/readings accepts; larger
 	// ones get 413. Defaults to DefaultMaxIngestBodyBytes (4 MiB).
 	MaxIngestBodyBytes int64
@@ -113,6 +117,9 @@ type Config struct {
 // WithDefaults returns a copy of c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
 	c.Addr = cmp.Or(c.Addr, DefaultAddr)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
 	c.ReadHeaderTimeout = cmp.Or(c.ReadHeaderTimeout, DefaultReadHeaderTimeout)
 	c.ReadTimeout = cmp.Or(c.ReadTimeout, DefaultReadTimeout)

@@ -48,7 +48,7 @@ func (s *Server) listUnregistered(w http.ResponseWriter, r *http.Request) error 
 		}
 		limit = n
 	}
-	top, err := s.unregistered.TopUnregistered(r.Context(), time.Now().Add(-unregisteredWindow), limit)
+	top, err := s.unregistered.TopUnregistered(r.Context(), s.cfg.Now().Add(-unregisteredWindow), limit)
 	if err != nil {
 		return fmt.Errorf("listing unregistered sensors: %w", err)
 	}

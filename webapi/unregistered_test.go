@@ -87,3 +87,35 @@ func TestUnregisteredSensorsSumsTheLastDay(t *testing.T) {
 		t.Errorf("after the replace: %+v, want quiet 41 and noisy 20", got.Items)
 	}
 }
+
+// TestServerJudgesTimeByItsClock: the last day is the last day of the server's
+// clock (Config.Now, the process's one clock), not of the machine's: a summary
+// of 2001 is listed by a server whose clock says it is that day, and not by one
+// an hour later than a day after it.
+func TestServerJudgesTimeByItsClock(t *testing.T) {
+	t.Parallel()
+	then := time.Date(2001, 2, 3, 12, 30, 0, 0, time.UTC)
+	for _, c := range []struct {
+		now  time.Time
+		want int
+	}{{then, 1}, {then.Add(25 * time.Hour), 0}} {
+		late := &lateUnregistered{}
+		api := newTestAPI(t, apiOptions{cfg: webapi.Config{Now: func() time.Time { return c.now }},
+			opts: []webapi.Option{webapi.WithUnregistered(late)}})
+		late.pg = consumer.NewPostgresStore(api.stores.Postgres)
+		hour := then.Truncate(time.Hour)
+		if err := late.pg.ReplaceUnregistered(context.Background(), hour, "a",
+			[]consumer.UnregisteredCount{{SensorID: "old-timer", Count: 5, LastSeen: then}}, hour.Add(-time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Items []struct {
+				SensorID string `json:"sensor_id"`
+			} `json:"items"`
+		}
+		api.request("GET", "/v1/sensors/unregistered", nil).expect(http.StatusOK).decode(&got)
+		if len(got.Items) != c.want {
+			t.Errorf("with the clock at %s the route listed %+v; want %d summaries", c.now, got.Items, c.want)
+		}
+	}
+}

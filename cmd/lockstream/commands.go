@@ -216,6 +216,11 @@ type node struct {
 	abandoned bool
 	// ready, when not nil, is called by run once every daemon is built.
 	ready func(*node)
+	// now is the process's one clock: every box that judges time (what is
+	// due, expired, late, which hour or day it is) reads it through its
+	// Config's Now. Durations measured for metrics use the monotonic clock
+	// directly.
+	now func() time.Time
 }
 
 // storeSet says which stores a command's daemons use.
@@ -244,7 +249,7 @@ const (
 // consumer must run while ClickHouse is down). Kafka is connected to by each daemon.
 func openNode(ctx context.Context, cfg *nodeSettings, logger *slog.Logger) (*node, error) {
 	need := cfg.need
-	n := &node{cfg: cfg, logger: logger, reg: newRegistry(), stream: cfg.Stream}
+	n := &node{cfg: cfg, logger: logger, reg: newRegistry(), stream: cfg.Stream, now: time.Now}
 	var err error
 	if need&usesPostgres != 0 {
 		var opts []storage.PostgresOption
@@ -456,7 +461,9 @@ func (b *apiBox) daemon(ctx context.Context, n *node) (daemon, error) {
 		d.close = closeBoth(d.close, client.Close)
 		opts = append(opts, webapi.WithReadingPublisher(stream.NewReadingPublisher(n.stream, client)))
 	}
-	srv, err := webapi.New(b.API, n.pg, nil, n.reg, n.reg, n.logger, opts...)
+	apiCfg := b.API
+	apiCfg.Now = n.now
+	srv, err := webapi.New(apiCfg, n.pg, nil, n.reg, n.reg, n.logger, opts...)
 	if err != nil {
 		if d.close != nil {
 			d.close()
@@ -496,7 +503,8 @@ func (b *consumerBox) daemon(_ context.Context, n *node) (daemon, error) {
 		return daemon{}, err
 	}
 	store := consumer.NewPostgresStore(n.pg)
-	c, err := consumer.New(consumer.Config{Stream: n.stream, FlapChanges: b.Flapping.Changes, FlapWindow: b.Flapping.Window},
+	c, err := consumer.New(consumer.Config{Stream: n.stream, FlapChanges: b.Flapping.Changes, FlapWindow: b.Flapping.Window,
+		Now: n.now},
 		consumer.Deps{States: store, Sightings: tracker, Unregistered: store}, n.reg, n.logger.With("daemon", "consumer"))
 	if err != nil {
 		return daemon{}, err

@@ -23,7 +23,7 @@ func newConsole(n *node, adminToken string, memberTokenIdle time.Duration, track
 	if len(n.stream.Brokers) > 0 {
 		deps.Events = eventTail{cfg: n.stream, logger: n.logger.With("daemon", "console")}
 	}
-	return console.New(console.Config{AdminToken: adminToken, MemberTokenIdle: memberTokenIdle}, deps, n.reg,
+	return console.New(console.Config{AdminToken: adminToken, MemberTokenIdle: memberTokenIdle, Now: n.now}, deps, n.reg,
 		n.logger.With("daemon", "console"))
 }
 

@@ -49,7 +49,9 @@ func (b *retrierBox) RegisterSettings(s *settings.Set) {
 
 func (b *retrierBox) daemon(_ context.Context, n *node) (daemon, error) {
 	logger := n.logger.With("daemon", "retrier")
-	webhooks, err := webhook.New(b.Webhook, logger)
+	webhookCfg := b.Webhook
+	webhookCfg.Now = n.now
+	webhooks, err := webhook.New(webhookCfg, logger)
 	if err != nil {
 		return daemon{}, err
 	}
@@ -74,7 +76,7 @@ func (b *retrierBox) daemon(_ context.Context, n *node) (daemon, error) {
 	// As many push workers as the Swrve pool has slots: the sender's rate and
 	// pool pace the requests, and no claimed push waits for a worker.
 	cfg := b.Retrier
-	cfg.PushWorkers = push.PoolSize()
+	cfg.PushWorkers, cfg.Now = push.PoolSize(), n.now
 	r, err := retrier.New(leaseConfig(cfg, cfg.Lease),
 		retrier.Deps{Store: n.pg, Attempts: n.ch, Webhook: webhooks, Email: mail, Push: push.Notifications(), StandalonePush: push,
 			Endpoints: n.pg, Limiter: n.redis, Notices: mail, Wakeups: n.pg},

@@ -17,7 +17,9 @@ type escalationBox struct {
 func (b *escalationBox) RegisterSettings(s *settings.Set) { b.Escalation.RegisterSettings(s) }
 
 func (b *escalationBox) daemon(_ context.Context, n *node) (daemon, error) {
-	e, err := escalation.New(b.Escalation, escalation.NewPostgresStore(n.pg), n.reg, n.logger.With("daemon", "escalation"))
+	cfg := b.Escalation
+	cfg.Now = n.now
+	e, err := escalation.New(cfg, escalation.NewPostgresStore(n.pg), n.reg, n.logger.With("daemon", "escalation"))
 	if err != nil {
 		return daemon{}, err
 	}

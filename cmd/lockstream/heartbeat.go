@@ -38,6 +38,7 @@ func (n *node) heartbeatTracker(cfg heartbeat.Config) (*heartbeat.Tracker, error
 		return n.tracker, nil
 	}
 	stores := n.heartbeatStores()
+	cfg.Now = n.now
 	t, err := heartbeat.NewTracker(cfg, stores.Redis, stores.Postgres, n.reg, n.logger.With("daemon", "heartbeat"))
 	if err != nil {
 		return nil, err
@@ -51,7 +52,7 @@ func (b *heartbeatBox) daemon(_ context.Context, n *node) (daemon, error) {
 		return daemon{}, err
 	}
 	cfg := b.Heartbeat
-	cfg.FlapWindow = b.Flapping.Window
+	cfg.FlapWindow, cfg.Now = b.Flapping.Window, n.now
 	client, err := kgo.NewClient(append(stream.ClientOpts(n.stream), stream.WithLogger(n.logger),
 		stream.ClientMetrics(n.reg, "heartbeat"))...)
 	if err != nil {

@@ -18,7 +18,9 @@ func (b *maintainBox) RegisterSettings(s *settings.Set) { b.Maintain.RegisterSet
 
 func (b *maintainBox) daemon(_ context.Context, n *node) (daemon, error) {
 	an := n.analytics()
-	m, err := maintain.New(b.Maintain,
+	cfg := b.Maintain
+	cfg.Now = n.now
+	m, err := maintain.New(cfg,
 		maintain.NewPostgresStore(n.pg), maintain.NewClickHouseStore(n.ch), n.reg, n.logger.With("daemon", "maintain"),
 		maintain.WithReports(maintain.NewPostgresStore(n.pg), an), maintain.WithRollupRepair(an))
 	if err != nil {

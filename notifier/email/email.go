@@ -370,6 +370,10 @@ type view struct {
 	// Site and Sensors are a site event's site and the sensors it lists.
 	Site    string
 	Sensors string
+	// Outage ("2 h 14 min") and LostSince say how long a restored sensor was
+	// lost; empty for other events.
+	Outage    string
+	LostSince string
 }
 
 // stateWord names a sensor state: 1 is locked, 0 unlocked.
@@ -405,6 +409,10 @@ func (s *Sender) message(to string, n notifier.Notification) (*mail.Msg, error) 
 		Severity:       string(cmp.Or(n.Severity, event.Info)),
 		Site:           n.Site,
 		Sensors:        strings.Join(n.Sensors, ", "),
+	}
+	if n.LostSince != nil {
+		v.Outage = event.Outage(event.SilentSeconds(n.LostSince, n.At))
+		v.LostSince = n.LostSince.UTC().Format("Mon, 02 Jan 2006 15:04:05 MST")
 	}
 	if n.Previous != nil {
 		v.PreviousState = stateWord(n.Previous)

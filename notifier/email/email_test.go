@@ -341,6 +341,19 @@ func TestSendConnectionEvents(t *testing.T) {
 	mustContain(t, "restored HTML", m.html, "<strong>restored</strong>", "It is <strong>unlocked</strong>.")
 	mustContain(t, "severity", m.text, "Severity: info")
 
+	// A restore that knows its loss says how long it lasted.
+	since := restored.At.Add(-(2*time.Hour + 14*time.Minute + 5*time.Second))
+	restored.ID, restored.LostSince = "restored-2", &since
+	if res := s.Send(t.Context(), "owner@example.com", restored); res.Outcome != notifier.Sent {
+		t.Fatalf("restored with lost_since: result = %+v", res)
+	}
+	m = parse(t, srv.next(t).data)
+	if m.subject != "Sensor xa7v9Dfadr7H is back online after 2 h 14 min" {
+		t.Errorf("restored subject = %q", m.subject)
+	}
+	mustContain(t, "restored text", m.text, "It was lost for 2 h 14 min", "before the loss was at Sun, 22 Nov 2026 07:45:55 UTC")
+	mustContain(t, "restored HTML", m.html, "lost for <strong>2 h 14 min</strong>")
+
 	open := stateChanged()
 	open.ID, open.Type, open.Data, open.Previous, open.Severity = "open-1", "sensor_open_too_long", intp(0), nil, "critical"
 	if res := s.Send(t.Context(), "owner@example.com", open); res.Outcome != notifier.Sent {

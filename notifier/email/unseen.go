@@ -99,7 +99,11 @@ func unseenTitle(m notifier.UnseenMessage) string {
 	case "connection_lost":
 		return fmt.Sprintf("Sensor %s (%s) lost its connection while %s", m.SensorID, where, stateWord(m.Data))
 	case "connection_restored":
-		return fmt.Sprintf("Sensor %s (%s) is back online, %s", m.SensorID, where, stateWord(m.Data))
+		title := fmt.Sprintf("Sensor %s (%s) is back online, %s", m.SensorID, where, stateWord(m.Data))
+		if subject := strings.TrimSpace(m.Subject); subject != "" {
+			title += "; " + subject // "back after 2 h 14 min"
+		}
+		return title
 	case "sensor_open_too_long":
 		return fmt.Sprintf("Sensor %s (%s) has been unlocked too long", m.SensorID, where)
 	// A site event's message is kept under its first sensor, whose site names it.

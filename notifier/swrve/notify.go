@@ -65,6 +65,9 @@ func message(n notifier.Notification) string {
 		return msg
 	case event.ConnectionRestored:
 		msg := sensor + " is reporting again"
+		if n.LostSince != nil {
+			msg += " after " + event.Outage(event.SilentSeconds(n.LostSince, n.At))
+		}
 		if n.Data != nil {
 			msg += "; it is " + stateWord(n.Data)
 		}

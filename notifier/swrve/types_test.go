@@ -33,6 +33,10 @@ func TestNotificationsEveryEventType(t *testing.T) {
 		{event.StateChanged, nil, "Sensor s1 (Gate) is now unlocked"},
 		{event.ConnectionLost, nil, "Critical: Sensor s1 (Gate) lost its connection; last known state: unlocked"},
 		{event.ConnectionRestored, nil, "Sensor s1 (Gate) is reporting again; it is unlocked"},
+		{event.ConnectionRestored, func(n *notifier.Notification) {
+			since := n.At.Add(-(2*time.Hour + 14*time.Minute))
+			n.LostSince = &since
+		}, "Sensor s1 (Gate) is reporting again after 2 h 14 min; it is unlocked"},
 		{event.SensorOpenTooLong, nil, "Critical: Sensor s1 (Gate) has been unlocked for too long"},
 		{event.SiteOutage, site, "Site Yard B is out: 3 sensors lost their connection"},
 		{event.SiteOutage, func(n *notifier.Notification) { n.Site, n.Sensors = "Shed", []string{"s1"} },

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/notifier"
@@ -91,5 +93,30 @@ func TestBodyOfEveryEventType(t *testing.T) {
 		if !reflect.DeepEqual(body, want) {
 			t.Errorf("%s: body = %v\nwant      %v", tc.typ, body, want)
 		}
+	}
+}
+
+// A connection_restored's body says how long the sensor was lost: lost_since
+// and silent_seconds; other bodies carry neither.
+func TestRestoredBodyCarriesTheOutage(t *testing.T) {
+	t.Parallel()
+	n := testNotification()
+	n.Type = event.ConnectionRestored
+	since := n.At.Add(-(2*time.Hour + 14*time.Minute))
+	n.LostSince = &since
+	raw, err := json.Marshal(webhook.NewBody(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body map[string]any
+	if err := json.Unmarshal(raw, &body); err != nil {
+		t.Fatal(err)
+	}
+	if body["lost_since"] != "2026-11-22T07:46:00Z" || body["silent_seconds"] != float64(8040) {
+		t.Errorf("body %s: want lost_since 2026-11-22T07:46:00Z and silent_seconds 8040", raw)
+	}
+	n.Type, n.LostSince = event.StateChanged, nil
+	if raw, _ := json.Marshal(webhook.NewBody(n)); strings.Contains(string(raw), "lost_since") || strings.Contains(string(raw), "silent_seconds") {
+		t.Errorf("state_changed body %s carries an outage", raw)
 	}
 }

@@ -136,7 +136,19 @@ func NewBody(n notifier.Notification) Body {
 		Seq:      n.Seq,
 		Site:     n.Site,
 		Sensors:  n.Sensors,
+		// The outage a connection_restored ends.
+		LostSince:     utcPtr(n.LostSince),
+		SilentSeconds: event.SilentSeconds(n.LostSince, n.At),
 	}, Attempt: n.Attempt}
+}
+
+// utcPtr is t in UTC, or nil.
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
 }
 
 // Sender posts notifications to webhooks. It is safe for concurrent use.
@@ -297,7 +309,7 @@ func (s *Sender) post(ctx context.Context, u *url.URL, keys [][]byte, id string,
 	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests, code >= 500:
 		res.Outcome = notifier.Retry
 		res.ErrorType = ErrorTypeHTTPStatus
-		res.RetryAfter = notifier.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		res.RetryAfter = notifier.ParseRetryAfter(resp.Header.Get("Retry-After"), s.cfg.Now())
 	case code >= 300 && code < 400:
 		res.Outcome = notifier.Failed
 		res.ErrorType = ErrorTypeRedirect

@@ -1,0 +1,517 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/fanout"
+	"github.com/lockstream/lockstream/reading"
+	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/storage/storagetest"
+	"github.com/lockstream/lockstream/stream/streamtest"
+)
+
+// soakDelivery is a row of the outbox, with its notification's event id.
+type soakDelivery struct {
+	id, client, sensor, eventType, channel, target, state, event string
+}
+
+// soakAttempt is a row of the attempt log.
+type soakAttempt struct {
+	attempt   int
+	errorType string
+}
+
+func (n *soakNode) deliveries() []soakDelivery {
+	n.t.Helper()
+	rows, err := n.stores.Postgres.Pool().Query(context.Background(), `
+		SELECT d.id::text, coalesce(d.client_id::text, ''), coalesce(d.sensor_id, ''), coalesce(d.event_type, ''),
+		       d.channel, d.target, d.state, coalesce(nt.event_id, '')
+		FROM deliveries d LEFT JOIN notifications nt ON nt.id = d.notification_id`)
+	if err != nil {
+		n.t.Fatalf("reading the outbox: %v", err)
+	}
+	defer rows.Close()
+	var out []soakDelivery
+	for rows.Next() {
+		var d soakDelivery
+		if err := rows.Scan(&d.id, &d.client, &d.sensor, &d.eventType, &d.channel, &d.target, &d.state, &d.event); err != nil {
+			n.t.Fatalf("reading the outbox: %v", err)
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		n.t.Fatalf("reading the outbox: %v", err)
+	}
+	return out
+}
+
+func (n *soakNode) attempts() map[string][]soakAttempt {
+	n.t.Helper()
+	rows, err := n.stores.Postgres.Pool().Query(context.Background(),
+		`SELECT delivery_id::text, attempt, error_type FROM delivery_attempts`)
+	if err != nil {
+		n.t.Fatalf("reading the attempt log: %v", err)
+	}
+	defer rows.Close()
+	out := map[string][]soakAttempt{}
+	for rows.Next() {
+		var id string
+		var a soakAttempt
+		if err := rows.Scan(&id, &a.attempt, &a.errorType); err != nil {
+			n.t.Fatalf("reading the attempt log: %v", err)
+		}
+		out[id] = append(out[id], a)
+	}
+	if err := rows.Err(); err != nil {
+		n.t.Fatalf("reading the attempt log: %v", err)
+	}
+	return out
+}
+
+// openState reports whether a delivery state can still change.
+func openState(state string) bool {
+	return !slices.Contains([]string{"SENT", "FAILED", "GIVEN_UP", "SUPERSEDED"}, state)
+}
+
+// quiesce waits, with the harness's generous deadline per step, until the
+// processes are ready, every sensor is in its last published state, every
+// reading published through a bridge reached Kafka, the fan-out has consumed
+// every event, the outbox holds nothing open, and the lazy member's
+// escalations were all made.
+func (n *soakNode) quiesce(f *soakFleet) map[string]int {
+	n.t.Helper()
+	n.h.waitFor("every process to be ready after the chaos", n.allReady)
+	final := f.final()
+	n.h.waitFor("every sensor to be in its last published state", func() (bool, string) {
+		got := map[string]int{}
+		for _, s := range storagetest.AllSensorStates(n.t, n.stores.PostgresURL) {
+			got[s.SensorID] = s.Data
+		}
+		for id, want := range final {
+			if d, ok := got[id]; !ok || d != want {
+				return false, fmt.Sprintf("%s is %d (known %v), last published %d", id, d, ok, want)
+			}
+		}
+		return true, ""
+	})
+	n.h.waitFor("every reading published through a bridge to be on the readings topic", func() (bool, string) {
+		missing := f.missingBridged(n.readings())
+		return len(missing) == 0, fmt.Sprintf("%d missing, e.g. %v", len(missing), missing[:min(5, len(missing))])
+	})
+	o := offsets{t: n.t, client: n.admin}
+	lazy := f.members["lazy"]
+	n.h.waitFor("the fan-out to catch up, the outbox to settle and the escalations to be made", func() (bool, string) {
+		if ok, still := o.caughtUp(fanout.DefaultGroup, n.kafka.EventsTopic()); !ok {
+			return false, still
+		}
+		escalated := 0
+		for _, d := range n.deliveries() {
+			if openState(d.state) {
+				return false, fmt.Sprintf("delivery %s (%s %s) is %s", d.id, d.channel, d.eventType, d.state)
+			}
+			if d.eventType == "unseen" && (d.target == "member:"+lazy.id || d.target == "IOS:"+lazy.device) {
+				escalated++
+			}
+		}
+		want := 2 * len(f.linked["all"])
+		return escalated >= want, fmt.Sprintf("%d of the lazy member's %d escalations made", escalated, want)
+	})
+	return final
+}
+
+// readings reads the readings topic back as produced records, each valid one
+// with its sensor and data, each invalid one with a reason.
+func (n *soakNode) readings() []produced {
+	var out []produced
+	for _, r := range streamtest.ReadAll(n.t, n.kafka, n.kafka.ReadingsTopic()) {
+		p := produced{record: record{key: r.Key, value: r.Value}, partition: r.Partition, offset: r.Offset}
+		// Validated as the consumer validates a record of the topic.
+		if rd, err := reading.ParseKeyed(r.Key, r.Value); err != nil {
+			p.reason = err.Error()
+		} else {
+			p.sensor, p.data = string(rd.ID), rd.Data
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// missingBridged returns the bridged readings (sensor and device time) not
+// on the readings topic.
+func (f *soakFleet) missingBridged(records []produced) []string {
+	on := map[string]bool{}
+	for _, r := range records {
+		if rd, err := reading.ParseKeyed(r.key, r.value); err == nil && !rd.TS.IsZero() {
+			on[fmt.Sprintf("%s %d", rd.ID, rd.TS.UnixMilli())] = true
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var missing []string
+	for k := range f.bridged {
+		if !on[k] {
+			missing = append(missing, k)
+		}
+	}
+	sort.Strings(missing)
+	return missing
+}
+
+// soakReport collects the figures the soak prints.
+type soakReport struct{ lines []string }
+
+func (r *soakReport) add(format string, args ...any) {
+	r.lines = append(r.lines, fmt.Sprintf(format, args...))
+}
+
+func (r *soakReport) String() string { return "  " + strings.Join(r.lines, "\n  ") }
+
+// check checks every invariant, each as a subtest named after it, and returns
+// the figures.
+func (n *soakNode) check(f *soakFleet, sinks *soakSinks, final map[string]int) *soakReport {
+	r := &soakReport{}
+	records := n.readings()
+	want := expectOutcome(records, readingTimes(n.t, n.kafka), streamtest.TopicID(n.t, n.kafka, n.kafka.ReadingsTopic()))
+	events := n.events()
+	deliveries := n.deliveries()
+	f.mu.Lock()
+	r.add("published: %v good readings by intake, %d bad to Kafka, %d bad through the bridges, %d bad over HTTP; %d pushes",
+		f.published, len(f.badKafka), len(f.badBridge), f.badHTTP, f.pushes)
+	r.add("readings topic: %d records, %d valid, %d changes of state", len(records), len(want.valid), len(want.byID))
+	f.mu.Unlock()
+
+	n.t.Run("sensor_state is each sensor's last reading", func(t *testing.T) {
+		checkState(t, n.stores.PostgresURL, want)
+		for id, data := range final {
+			if got, ok := want.final[id]; !ok || got.Data != data {
+				t.Errorf("%s ends in %+v on the topic, last published %d", id, got, data)
+			}
+		}
+	})
+	n.t.Run("every change reached every linked client, in order", func(t *testing.T) {
+		n.checkChanges(t, f, sinks, want, events, deliveries, r)
+	})
+	n.t.Run("lost and restored once per silence, no false loss", func(t *testing.T) {
+		n.checkSilences(t, f, events, r)
+	})
+	n.t.Run("no escalation twice", func(t *testing.T) {
+		n.checkEscalations(t, f, deliveries, r)
+	})
+	n.t.Run("Swrve under its rate in every second", func(t *testing.T) {
+		st := sinks.swrve.Stats()
+		r.add("Swrve: %d requests, %d OK, %d × 429, at most %d starts in a sliding second (rate %d)",
+			st.Total, st.OK, st.TooMany, st.MaxPerSecond, n.cfg.swrveRate)
+		if st.TooMany != 0 || st.MaxPerSecond > int64(n.cfg.swrveRate) {
+			t.Errorf("Swrve answered %d requests 429 and saw %d starts within one second; want none and at most %d",
+				st.TooMany, st.MaxPerSecond, n.cfg.swrveRate)
+		}
+	})
+	n.t.Run("the attempt log equals what the sinks received", func(t *testing.T) {
+		n.checkAttempts(t, f, sinks, deliveries, r)
+	})
+	n.t.Run("the DLQ holds exactly the bad inputs", func(t *testing.T) {
+		n.checkSoakDLQ(t, f, r)
+	})
+	return r
+}
+
+// events returns lockstream.events' records, decoded, in order per partition.
+func (n *soakNode) events() []event.Event {
+	var out []event.Event
+	for _, rec := range streamtest.ReadAll(n.t, n.kafka, n.kafka.EventsTopic()) {
+		e, err := event.Decode(rec.Value)
+		if err != nil {
+			n.t.Fatalf("lockstream.events holds %q: %v", rec.Value, err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// checkChanges: lockstream.events holds exactly the changes the readings
+// topic implies (copies allowed), and each client linked to a sensor received
+// each of its changes at least once — or its delivery was SUPERSEDED by a
+// newer one, which DESIGN.md promises instead — with the first receipts in
+// the order of the changes, the last change of every sensor received, and
+// each loss before its restore.
+func (n *soakNode) checkChanges(t *testing.T, f *soakFleet, sinks *soakSinks, want outcome, events []event.Event,
+	deliveries []soakDelivery, r *soakReport) {
+	seen := map[string]bool{}
+	for _, e := range events {
+		if e.Type != event.StateChanged {
+			continue
+		}
+		w, ok := want.byID[e.ID]
+		switch {
+		case !ok:
+			t.Errorf("unexpected event on lockstream.events: %s", describeEvent(e))
+		case !sameEvent(e, w):
+			t.Errorf("event %s is %s, want %s", e.ID, describeEvent(e), describeEvent(w))
+		}
+		seen[e.ID] = true
+	}
+	if len(seen) != len(want.byID) {
+		t.Fatalf("lockstream.events holds %d of %d changes", len(seen), len(want.byID))
+	}
+	state := map[string]string{} // "<client id> <event id>" → webhook delivery state
+	for _, d := range deliveries {
+		if d.channel == "webhook" {
+			state[d.client+" "+d.event] = d.state
+		}
+	}
+	for name, sensors := range f.linked {
+		client := f.clients[name]
+		got, bad := sinks.hooks.received(name)
+		if len(bad) > 0 {
+			t.Errorf("webhooks that failed verification: %v", bad[:min(5, len(bad))])
+		}
+		first := map[string][]string{} // sensor → event ids in order of first receipt
+		received := map[string]bool{}
+		for _, h := range got {
+			if !received[h.id] {
+				received[h.id] = true
+				first[h.sensor] = append(first[h.sensor], h.typ+" "+h.id)
+			}
+		}
+		superseded := 0
+		for _, s := range sensors {
+			changes := want.changes[s]
+			var order []string
+			for i, c := range changes {
+				switch {
+				case received[c.ID]:
+					order = append(order, c.ID)
+				case i < len(changes)-1 && state[client+" "+c.ID] == "SUPERSEDED":
+					superseded++
+				default:
+					t.Errorf("client %s never received change %s (delivery %q)", name, describeEvent(c), state[client+" "+c.ID])
+				}
+			}
+			var changed []string
+			lost := -1
+			for i, fr := range first[s] {
+				typ, id, _ := strings.Cut(fr, " ")
+				switch event.Type(typ) {
+				case event.StateChanged:
+					changed = append(changed, id)
+				case event.ConnectionLost:
+					lost = i
+				case event.ConnectionRestored:
+					if lost < 0 {
+						t.Errorf("client %s received %s's restore %s before any loss", name, s, id)
+					}
+					lost = -1
+				}
+			}
+			if !slices.Equal(changed, order) {
+				t.Errorf("client %s received %s's changes in the order %v, want %v", name, s, changed, order)
+			}
+		}
+		r.add("client %q (%d sensors): %d webhook requests, %d distinct; %d changes superseded rather than sent",
+			name, len(sensors), len(got), len(received), superseded)
+	}
+}
+
+// checkSilences: each silent sensor lost and restored exactly once per
+// silence, every other sensor never lost.
+func (n *soakNode) checkSilences(t *testing.T, f *soakFleet, events []event.Event, r *soakReport) {
+	lost, restored := map[string]map[string]bool{}, map[string]map[string]bool{}
+	for _, e := range events {
+		var m map[string]map[string]bool
+		switch e.Type {
+		case event.ConnectionLost:
+			m = lost
+		case event.ConnectionRestored:
+			m = restored
+		case event.StateChanged:
+			continue
+		default:
+			t.Errorf("unexpected %s event: %s", e.Type, describeEvent(e))
+			continue
+		}
+		if m[e.SensorID] == nil {
+			m[e.SensorID] = map[string]bool{}
+		}
+		m[e.SensorID][e.ID] = true
+	}
+	f.mu.Lock()
+	silences := f.silences
+	f.mu.Unlock()
+	for _, s := range f.sensors {
+		want := 0
+		if f.silent[s] {
+			want = silences
+		}
+		if len(lost[s]) != want || len(restored[s]) != want {
+			t.Errorf("%s: %d connection_lost and %d connection_restored, want %d each (silent: %v)",
+				s, len(lost[s]), len(restored[s]), want, f.silent[s])
+		}
+	}
+	r.add("silences: %d sensors silent %d times each (%v, heartbeat timeout %v); %d sensors lost, %d restored",
+		len(f.silent), silences, n.cfg.silence, n.cfg.timeout, len(lost), len(restored))
+}
+
+// checkEscalations: the lazy member, who never reads, has exactly one email
+// and one push escalation per sensor of its client (its episodes never end),
+// all SENT.
+func (n *soakNode) checkEscalations(t *testing.T, f *soakFleet, deliveries []soakDelivery, r *soakReport) {
+	lazy, reader := f.members["lazy"], f.members["reader"]
+	count := map[string]int{}
+	readerEscalations := 0
+	for _, d := range deliveries {
+		if d.eventType != "unseen" {
+			continue
+		}
+		switch d.target {
+		case "member:" + lazy.id, "IOS:" + lazy.device:
+			count[d.channel+" "+d.sensor]++
+			if d.state != "SENT" {
+				t.Errorf("the lazy member's %s escalation about %s is %s, want SENT", d.channel, d.sensor, d.state)
+			}
+		case "member:" + reader.id, "IOS:" + reader.device:
+			readerEscalations++
+		}
+	}
+	for _, s := range f.linked["all"] {
+		for _, ch := range []string{"email", "swrve"} {
+			if c := count[ch+" "+s]; c != 1 {
+				t.Errorf("the lazy member has %d %s escalations about %s, want exactly 1", c, ch, s)
+			}
+		}
+	}
+	f.mu.Lock()
+	r.add("escalations: lazy member %d (email and push per sensor); reader (saw its inbox %d times) %d",
+		len(count), f.readRuns, readerEscalations)
+	f.mu.Unlock()
+}
+
+// checkAttempts: for each webhook delivery, every attempt a client received is
+// logged and every logged attempt was received exactly once — but for one
+// logged at its lease's expiry (its retrier was killed), received at most
+// once (DESIGN.md "Delivery states"); for email and Swrve, whose receivers do
+// not see the attempt number, the same by count per recipient.
+func (n *soakNode) checkAttempts(t *testing.T, f *soakFleet, sinks *soakSinks, deliveries []soakDelivery, r *soakReport) {
+	attempts := n.attempts()
+	received := map[string]map[int]int{} // "<client id> <event id>" → attempt → times
+	for name, id := range f.clients {
+		got, _ := sinks.hooks.received(name)
+		for _, h := range got {
+			k := id + " " + h.id
+			if received[k] == nil {
+				received[k] = map[int]int{}
+			}
+			received[k][h.attempt]++
+		}
+	}
+	type span struct{ low, high int } // what a recipient must have received
+	byRecipient := map[string]*span{}
+	emails := map[string]string{"member:" + f.members["lazy"].id: f.members["lazy"].email,
+		"member:" + f.members["reader"].id: f.members["reader"].email}
+	logged, expired := 0, 0
+	for _, d := range deliveries {
+		as := attempts[d.id]
+		logged += len(as)
+		if d.channel != "webhook" {
+			recipient := d.target
+			if d.channel == "email" {
+				recipient = "email " + emails[d.target]
+			}
+			s := byRecipient[recipient]
+			if s == nil {
+				s = &span{}
+				byRecipient[recipient] = s
+			}
+			for _, a := range as {
+				s.high++
+				if a.errorType != storage.ErrorTypeLeaseExpired {
+					s.low++
+				}
+			}
+			continue
+		}
+		got := maps.Clone(received[d.client+" "+d.event])
+		if got == nil {
+			got = map[int]int{}
+		}
+		for _, a := range as {
+			switch {
+			case a.errorType == storage.ErrorTypeLeaseExpired:
+				expired++
+				if got[a.attempt] > 1 {
+					t.Errorf("webhook delivery %s: attempt %d (lease expired) received %d times, want at most once", d.id, a.attempt, got[a.attempt])
+				}
+			case got[a.attempt] != 1:
+				t.Errorf("webhook delivery %s: logged attempt %d received %d times, want once", d.id, a.attempt, got[a.attempt])
+			}
+			delete(got, a.attempt)
+		}
+		if len(got) > 0 {
+			t.Errorf("webhook delivery %s (event %s): attempts %v received but not logged", d.id, d.event, got)
+		}
+	}
+	devices := sinks.devices()
+	for recipient, s := range byRecipient {
+		var got int
+		if addr, ok := strings.CutPrefix(recipient, "email "); ok {
+			got = sinks.mail.count(addr)
+		} else {
+			_, device, _ := strings.Cut(recipient, ":")
+			got = devices[device]
+		}
+		if got < s.low || got > s.high {
+			t.Errorf("%s received %d requests; the attempt log has %d, %d of them at a lease's expiry", recipient, got, s.high, s.high-s.low)
+		}
+	}
+	r.add("attempt log: %d attempts of %d deliveries, %d logged at a lease's expiry (a killed retrier's)", logged, len(deliveries), expired)
+}
+
+// checkSoakDLQ: the DLQ holds every bad input — those produced to Kafka by
+// their place, those sent through a bridge by source and value — and nothing
+// else (copies allowed: a replayed batch or a redelivered message is rejected
+// again).
+func (n *soakNode) checkSoakDLQ(t *testing.T, f *soakFleet, r *soakReport) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	seenKafka, seenBridge := map[pos]bool{}, map[string]bool{}
+	records := streamtest.ReadAll(t, n.kafka, n.kafka.DLQTopic())
+	for _, rec := range records {
+		var reason, source string
+		for _, h := range rec.Headers {
+			switch h.Key {
+			case reading.HeaderError:
+				reason = string(h.Value)
+			case reading.HeaderSource:
+				source = string(h.Value)
+			}
+		}
+		if where, ok := parseSource(source, n.kafka.ReadingsTopic()); ok {
+			w, ok := f.badKafka[where]
+			switch {
+			case !ok:
+				t.Errorf("the DLQ holds %s (%s, %q), which is not a bad input", source, reason, rec.Value)
+			case w.reason != reason || !bytes.Equal(w.value, rec.Value):
+				t.Errorf("DLQ record of %s: reason %q value %q, want %q %q", source, reason, rec.Value, w.reason, w.value)
+			}
+			seenKafka[where] = true
+			continue
+		}
+		k := source + " " + string(rec.Value)
+		if !f.badBridge[k] {
+			t.Errorf("the DLQ holds %q from %s (%s), which is not a bad input", rec.Value, source, reason)
+		}
+		seenBridge[k] = true
+	}
+	if len(seenKafka) != len(f.badKafka) || len(seenBridge) != len(f.badBridge) {
+		t.Errorf("the DLQ holds %d of the %d bad Kafka records and %d of the %d bad bridge messages",
+			len(seenKafka), len(f.badKafka), len(seenBridge), len(f.badBridge))
+	}
+	r.add("DLQ: %d records, %d distinct bad inputs (%d expected)", len(records), len(seenKafka)+len(seenBridge), len(f.badKafka)+len(f.badBridge))
+}
