@@ -13,6 +13,7 @@ import (
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/reading"
+	"github.com/lockstream/lockstream/retrier"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream/streamtest"
@@ -463,7 +464,14 @@ func (n *soakNode) checkAttempts(t *testing.T, f *soakFleet, sinks *soakSinks, d
 			}
 			for _, a := range as {
 				s.high++
-				if a.errorType != storage.ErrorTypeLeaseExpired {
+				// An attempt at a lease's expiry may or may not have
+				// reached the sink; one the retrier decided without
+				// sending (nothing left unseen, access lost, no address,
+				// the store unreadable) did not.
+				switch a.errorType {
+				case storage.ErrorTypeLeaseExpired, retrier.ErrorTypeNothingUnseen, retrier.ErrorTypeNotOwned,
+					retrier.ErrorTypeNoAddress, retrier.ErrorTypeStore:
+				default:
 					s.low++
 				}
 			}
