@@ -12,8 +12,10 @@ import (
 
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/fanout"
+	"github.com/lockstream/lockstream/notifier/email"
+	"github.com/lockstream/lockstream/notifier/swrve"
+	"github.com/lockstream/lockstream/notifier/webhook"
 	"github.com/lockstream/lockstream/reading"
-	"github.com/lockstream/lockstream/retrier"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream/streamtest"
@@ -120,6 +122,9 @@ func (n *soakNode) quiesce(f *soakFleet) map[string]int {
 		}
 		escalated := len(n.escalatedEpisodes(lazy.id))
 		want := 2 * len(f.linked["all"])
+		if f.noteCount() > 0 {
+			want += 2 // the episode of the notifications' type
+		}
 		return escalated >= want, fmt.Sprintf("%d of the lazy member's %d escalations made", escalated, want)
 	})
 	return final
@@ -199,6 +204,9 @@ func (n *soakNode) check(f *soakFleet, sinks *soakSinks, final map[string]int) *
 	})
 	n.t.Run("lost and restored once per silence, no false loss", func(t *testing.T) {
 		n.checkSilences(t, f, events, r)
+	})
+	n.t.Run("every AMQP notification recorded once", func(t *testing.T) {
+		n.checkNotes(t, f, deliveries, r)
 	})
 	n.t.Run("no escalation twice", func(t *testing.T) {
 		n.checkEscalations(t, f, deliveries, r)
@@ -379,12 +387,19 @@ func (n *soakNode) checkEscalations(t *testing.T, f *soakFleet, deliveries []soa
 		}
 	}
 	count := n.escalatedEpisodes(lazy.id)
-	for _, s := range f.linked["all"] {
+	keys := slices.Clone(f.linked["all"])
+	if f.noteCount() > 0 {
+		keys = append(keys, "#alert") // the free-form notifications' episode: '#' and their type
+	}
+	for _, s := range keys {
 		for _, ch := range []string{"email", "swrve"} {
 			if c := count[ch+" "+s]; c != 1 {
-				t.Errorf("the lazy member has %s escalated %d times by %s, want exactly 1", s, c, ch)
+				t.Errorf("the lazy member has %q escalated %d times by %s, want exactly 1", s, c, ch)
 			}
 		}
+	}
+	if len(count) != 2*len(keys) {
+		t.Errorf("the lazy member has escalations about %d keys, want %d: %v", len(count)/2, len(keys), count)
 	}
 	f.mu.Lock()
 	r.add("escalations: lazy member %d (email and push per sensor) in %d deliveries; reader (saw its inbox %d times) %d",
@@ -426,11 +441,31 @@ func (n *soakNode) escalatedEpisodes(memberID string) map[string]int {
 	return out
 }
 
+// attemptReach says what an attempt's error type tells of whether its
+// receiver got it: an answer (none, or the receiver's own error status) means
+// it did, once; a lease that expired (the retrier was killed), a timeout, a
+// broken connection or a cancelled attempt may have reached it or not; any
+// other error type was decided before a request went out (BUSY: no Swrve turn
+// came while Redis was away; NOTHING_UNSEEN: the member saw everything first;
+// STORE, NOT_OWNED…), so nothing reached the receiver.
+func attemptReach(errorType string) (low, high int) {
+	switch errorType {
+	case "", webhook.ErrorTypeHTTPStatus, webhook.ErrorTypeRedirect, webhook.ErrorTypeAborted,
+		swrve.ErrorTypeSwrve, email.ErrorTypeSMTPTransient, email.ErrorTypeSMTPPermanent:
+		return 1, 1
+	// The three senders spell TIMEOUT, CONNECTION and CANCELED alike.
+	case storage.ErrorTypeLeaseExpired, webhook.ErrorTypeTimeout, webhook.ErrorTypeConnection, webhook.ErrorTypeCanceled,
+		swrve.ErrorTypeOther:
+		return 0, 1
+	}
+	return 0, 0
+}
+
 // checkAttempts: for each webhook delivery, every attempt a client received is
-// logged and every logged attempt was received exactly once — but for one
-// logged at its lease's expiry (its retrier was killed), received at most
-// once (DESIGN.md "Delivery states"); for email and Swrve, whose receivers do
-// not see the attempt number, the same by count per recipient.
+// logged, and every logged attempt was received as often as its error type
+// says (attemptReach; DESIGN.md "Delivery states": a LEASE_EXPIRED one at
+// most once); for email and Swrve, whose receivers do not see the attempt
+// number, the same by count per recipient.
 func (n *soakNode) checkAttempts(t *testing.T, f *soakFleet, sinks *soakSinks, deliveries []soakDelivery, r *soakReport) {
 	attempts := n.attempts()
 	received := map[string]map[int]int{} // "<client id> <event id>" → attempt → times
@@ -448,10 +483,18 @@ func (n *soakNode) checkAttempts(t *testing.T, f *soakFleet, sinks *soakSinks, d
 	byRecipient := map[string]*span{}
 	emails := map[string]string{"member:" + f.members["lazy"].id: f.members["lazy"].email,
 		"member:" + f.members["reader"].id: f.members["reader"].email}
-	logged, expired := 0, 0
+	logged, uncertain, unsent := 0, 0, map[string]int{}
 	for _, d := range deliveries {
 		as := attempts[d.id]
 		logged += len(as)
+		for _, a := range as {
+			switch low, high := attemptReach(a.errorType); {
+			case high == 0:
+				unsent[a.errorType]++
+			case low == 0:
+				uncertain++
+			}
+		}
 		if d.channel != "webhook" {
 			recipient := d.target
 			if d.channel == "email" {
@@ -463,17 +506,8 @@ func (n *soakNode) checkAttempts(t *testing.T, f *soakFleet, sinks *soakSinks, d
 				byRecipient[recipient] = s
 			}
 			for _, a := range as {
-				s.high++
-				// An attempt at a lease's expiry may or may not have
-				// reached the sink; one the retrier decided without
-				// sending (nothing left unseen, access lost, no address,
-				// the store unreadable) did not.
-				switch a.errorType {
-				case storage.ErrorTypeLeaseExpired, retrier.ErrorTypeNothingUnseen, retrier.ErrorTypeNotOwned,
-					retrier.ErrorTypeNoAddress, retrier.ErrorTypeStore:
-				default:
-					s.low++
-				}
+				low, high := attemptReach(a.errorType)
+				s.low, s.high = s.low+low, s.high+high
 			}
 			continue
 		}
@@ -482,14 +516,9 @@ func (n *soakNode) checkAttempts(t *testing.T, f *soakFleet, sinks *soakSinks, d
 			got = map[int]int{}
 		}
 		for _, a := range as {
-			switch {
-			case a.errorType == storage.ErrorTypeLeaseExpired:
-				expired++
-				if got[a.attempt] > 1 {
-					t.Errorf("webhook delivery %s: attempt %d (lease expired) received %d times, want at most once", d.id, a.attempt, got[a.attempt])
-				}
-			case got[a.attempt] != 1:
-				t.Errorf("webhook delivery %s: logged attempt %d received %d times, want once", d.id, a.attempt, got[a.attempt])
+			if low, high := attemptReach(a.errorType); got[a.attempt] < low || got[a.attempt] > high {
+				t.Errorf("webhook delivery %s: logged attempt %d (error type %q) received %d times, want %d to %d",
+					d.id, a.attempt, a.errorType, got[a.attempt], low, high)
 			}
 			delete(got, a.attempt)
 		}
@@ -507,10 +536,11 @@ func (n *soakNode) checkAttempts(t *testing.T, f *soakFleet, sinks *soakSinks, d
 			got = devices[device]
 		}
 		if got < s.low || got > s.high {
-			t.Errorf("%s received %d requests; the attempt log has %d, %d of them at a lease's expiry", recipient, got, s.high, s.high-s.low)
+			t.Errorf("%s received %d requests; its attempt log says %d to %d", recipient, got, s.low, s.high)
 		}
 	}
-	r.add("attempt log: %d attempts of %d deliveries, %d logged at a lease's expiry (a killed retrier's)", logged, len(deliveries), expired)
+	r.add("attempt log: %d attempts of %d deliveries; %d that may or may not have reached the receiver (lease expired, timeout, connection); decided before any request: %v",
+		logged, len(deliveries), uncertain, unsent)
 }
 
 // checkSoakDLQ: the DLQ holds every bad input — those produced to Kafka by
@@ -554,4 +584,41 @@ func (n *soakNode) checkSoakDLQ(t *testing.T, f *soakFleet, r *soakReport) {
 			len(seenKafka), len(f.badKafka), len(seenBridge), len(f.badBridge))
 	}
 	r.add("DLQ: %d records, %d distinct bad inputs (%d expected)", len(records), len(seenKafka)+len(seenBridge), len(f.badKafka)+len(f.badBridge))
+}
+
+func (f *soakFleet) noteCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.notes
+}
+
+// checkNotes: each free-form notification, published twice with one
+// message-id (and redelivered when a bridge died holding it), is one message
+// in the lazy member's inbox and one email delivery.
+func (n *soakNode) checkNotes(t *testing.T, f *soakFleet, deliveries []soakDelivery, r *soakReport) {
+	notes := f.noteCount()
+	dn := &deliveryNode{t: t, h: n.h, api: n.apis[0]}
+	total, ms := dn.inbox(f.members["lazy"].token, "?seen=true&message-type=alert")
+	subjects := map[string]int{}
+	for _, m := range ms {
+		subjects[m.Subject]++
+	}
+	for k := range notes {
+		if c := subjects[fmt.Sprintf("soak note %d", k)]; c != 1 {
+			t.Errorf("the lazy member's inbox holds notification %d %d times, want once", k, c)
+		}
+	}
+	if total != notes || len(ms) != notes {
+		t.Errorf("the lazy member's inbox holds %d alert messages (%d listed), want %d", total, len(ms), notes)
+	}
+	emails := 0
+	for _, d := range deliveries {
+		if d.channel == "email" && d.eventType == "alert" && d.target == "member:"+f.members["lazy"].id {
+			emails++
+		}
+	}
+	if emails != notes {
+		t.Errorf("%d email deliveries of alert notifications, want %d", emails, notes)
+	}
+	r.add("AMQP notifications: %d published twice each; %d inbox messages, %d email deliveries", notes, total, emails)
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lockstream/lockstream/bridge/bridgetest"
@@ -55,6 +56,7 @@ type soakFleet struct {
 	badKafka  map[pos]produced
 	badBridge map[string]bool
 	badHTTP   int // bad readings posted, each answered with a 4xx
+	notes     int // free-form notifications to the lazy member, each published twice
 	pushes    int // standalone pushes created
 	silences  int // silences each silent sensor kept
 	readRuns  int // times the reader marked its inbox seen
@@ -212,6 +214,9 @@ func (f *soakFleet) publishLoop(ctx context.Context, ch string, rng *rand.Rand, 
 		if chaos && round%5 == 4 && !f.publishBad(ctx, ch, round/5) {
 			return
 		}
+		if chaos && ch == "amq" && round%5 == 2 && !f.publishNote(round/5) {
+			return
+		}
 	}
 }
 
@@ -340,6 +345,24 @@ func (f *soakFleet) publishBad(ctx context.Context, ch string, k int) bool {
 		}
 		f.addBadBridge("amqp:"+key, value)
 	}
+	return true
+}
+
+// publishNote publishes the k-th free-form notification to the lazy member
+// over AMQP twice, with one message-id: it must be recorded once.
+func (f *soakFleet) publishNote(k int) bool {
+	body := fmt.Appendf(nil, `{"member_id":%q,"type":"alert","subject":"soak note %d","message":"note %d","email":true}`,
+		f.members["lazy"].id, k, k)
+	msg := amqp091.Publishing{ContentType: "application/json", DeliveryMode: amqp091.Persistent,
+		MessageId: fmt.Sprintf("soak-note-%d", k), Body: body}
+	for range 2 {
+		if !f.amqp.PublishMessage("events.notification.update.alert", msg) {
+			return false
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.notes++
 	return true
 }
 
