@@ -145,12 +145,20 @@ const inboxRowColumns = `coalesce(m.notification_id::text, ''), ` + inboxColumns
 // inboxWriteCount ends an inbox write by NOTIFYing pointers (<member id>:<newest
 // seq>, 120 a payload) in SQL and answering how many messages it added; the
 // count of notified forces the NOTIFYs to run.
-const inboxWriteCount = inboxWrite + `, notified AS (
+const inboxWriteCount = InboxWriteNotified + `
+SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM notified)`
+
+// InboxWriteNotified is an inbox write (inboxWrite: seqs, messages, episodes)
+// for a statement of another box that puts messages in inboxes (the incident
+// reminders): it follows the statement's CTE t (inboxWrite's columns) and ends
+// with the CTE notified, which NOTIFYs pointers (<member id>:<newest seq>, 120
+// a payload) on InboxChannel. The statement's final SELECT must read notified
+// (count(*)) for the NOTIFYs to run, and may count ins, the messages added.
+const InboxWriteNotified = inboxWrite + `, notified AS (
 	SELECT pg_notify('` + InboxChannel + `', string_agg(member_id::text || ':' || last_seq, ','))
 	FROM (SELECT member_id, last_seq, (row_number() OVER () - 1) / 120 AS chunk FROM bumped) x
 	GROUP BY chunk
-)
-SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM notified)`
+)`
 
 // eventSeverity is the severity of a sensor event's message, as
 // event.SeverityOf grades it (a test checks they agree): a connection lost

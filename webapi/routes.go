@@ -119,6 +119,7 @@ func (s *Server) routes() *chi.Mux {
 		r.Get("/v1/analytics/export", s.handle(s.analyticsExport))
 	})
 	s.inboxRoutes(r)
+	s.incidentRoutes(r)
 	s.cyverseV1Routes(r)
 	return r
 }

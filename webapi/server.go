@@ -337,6 +337,9 @@ type Server struct {
 	pushAttempts DeliveryAttempts
 	pushMetrics  *pushMetrics
 
+	// incidents serves the incident routes; see WithIncidents.
+	incidents IncidentStore
+
 	// console serves /console; see WithConsole.
 	console http.Handler
 

@@ -22,6 +22,7 @@ import (
 	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/history"
+	"github.com/lockstream/lockstream/incident"
 	"github.com/lockstream/lockstream/internal/settings"
 	"github.com/lockstream/lockstream/maintain"
 	"github.com/lockstream/lockstream/migrations"
@@ -443,6 +444,7 @@ func (b *apiBox) daemon(ctx context.Context, n *node) (daemon, error) {
 		webapi.WithSensorObserver(tracker), webapi.WithLostSensors(tracker), webapi.WithConsole(con.Handler()),
 		webapi.WithInbox(n.pg, n.pg, n.redis, b.Inbox), webapi.WithUnregistered(consumer.NewPostgresStore(n.pg))}
 	opts = append(opts, webapi.WithDeliveryControls(n.pg, b.Retention))
+	opts = append(opts, webapi.WithIncidents(incident.NewAPIStore(incident.NewPostgresStore(n.pg))))
 	d := daemon{name: "api"}
 	publisher, err := notificationPublisher(b.AMQP, n.stream)
 	if err != nil {

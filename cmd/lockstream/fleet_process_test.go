@@ -205,36 +205,58 @@ func TestProcessReceiverPullsMissedEventsBySeq(t *testing.T) {
 		return len(refused) == missed, fmt.Sprintf("%d refused", len(refused))
 	})
 
-	// Pull from the last seq it has, a page of 7 at a time.
+	// Pull from the last seq it has, a page of 7 at a time. The feed also holds
+	// the operational notice of the failing streak (endpoint_failing, after
+	// LOCKSTREAM_ENDPOINT_FAILING_AFTER consecutive failures), written with
+	// the attempts' outcomes: pull until it is there too.
+	var pulled, events []fleetBody
+	notices := 0
+	n.h.waitFor(fmt.Sprintf("the feed to hold the %d missed events and one endpoint_failing", missed), func() (bool, string) {
+		pulled = n.pullFeed(id, last, 7)
+		events, notices = events[:0], 0
+		for _, b := range pulled {
+			if b.Type == "endpoint_failing" {
+				notices++
+				continue
+			}
+			events = append(events, b)
+		}
+		return len(events) >= missed && notices >= 1, fmt.Sprintf("%d events and %d notices", len(events), notices)
+	})
+	if len(events) != missed || notices != 1 {
+		t.Fatalf("pulled %d events and %d endpoint_failing notices, want the %d missed and one: %+v", len(events), notices, missed, pulled)
+	}
+	for i, b := range pulled {
+		if b.Seq != last+int64(i)+1 {
+			t.Errorf("pulled item %d has seq %d, want %d", i, b.Seq, last+int64(i)+1)
+		}
+	}
+	for _, b := range events {
+		if !refused[b.ID] || b.Type != "state_changed" || b.Severity != "info" {
+			t.Errorf("pulled %+v: not one of the refused webhooks", b)
+		}
+	}
+}
+
+// pullFeed reads the client's feed after seq, limit items a page, to its end.
+func (n *deliveryNode) pullFeed(clientID string, after int64, limit int) []fleetBody {
 	var pulled []fleetBody
-	after := last
 	for {
-		page := n.call("GET", fmt.Sprintf("/v1/clients/%s/events?after=%d&limit=7", id, after), deliveryAdminToken, nil, http.StatusOK)
+		page := n.call("GET", fmt.Sprintf("/v1/clients/%s/events?after=%d&limit=%d", clientID, after, limit), deliveryAdminToken, nil, http.StatusOK)
 		raw, err := json.Marshal(page["items"])
 		if err != nil {
-			t.Fatal(err)
+			n.t.Fatal(err)
 		}
 		var items []fleetBody
 		if err := json.Unmarshal(raw, &items); err != nil {
-			t.Fatal(err)
+			n.t.Fatal(err)
 		}
 		pulled = append(pulled, items...)
 		next, ok := page["next_after"].(float64)
 		if !ok {
-			break
+			return pulled
 		}
 		after = int64(next)
-	}
-	if len(pulled) != missed {
-		t.Fatalf("pulled %d events, want the %d missed: %+v", len(pulled), missed, pulled)
-	}
-	for i, b := range pulled {
-		if b.Seq != last+int64(i)+1 {
-			t.Errorf("pulled event %d has seq %d, want %d", i, b.Seq, last+int64(i)+1)
-		}
-		if !refused[b.ID] || b.Type != "state_changed" || b.Severity != "info" {
-			t.Errorf("pulled %+v: not one of the refused webhooks", b)
-		}
 	}
 }
 

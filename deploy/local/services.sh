@@ -92,6 +92,16 @@ if [ "$(pg_admin -c "SELECT 1 FROM pg_database WHERE datname='lockstream'")" != 
   log "creating database lockstream"
   pg_admin -c "CREATE DATABASE lockstream OWNER lockstream"
 fi
+# The suite runs two packages at once, each with parallel tests on pools of their
+# own, and the chaos soak runs the shipped topology (18 processes): Debian's 100
+# connections run out. 400 is set once (ALTER SYSTEM) and takes a restart.
+if [ "$(pg_admin -c 'SHOW max_connections')" -lt 400 ]; then
+  log "raising PostgreSQL's max_connections to 400 (a restart)"
+  pg_admin -c "ALTER SYSTEM SET max_connections = 400"
+  read -r ver cluster _ < <(pg_lsclusters -h | head -1)
+  $SUDO pg_ctlcluster --skip-systemctl-redirect "$ver" "$cluster" restart
+  wait_for PostgreSQL port_open 127.0.0.1 5432
+fi
 # A password login over TCP must work whatever the cluster's pg_hba says (trust or md5/scram).
 wait_for "PostgreSQL login as lockstream" env PGPASSWORD=lockstream psql -h 127.0.0.1 -U lockstream -d lockstream -c 'SELECT 1'
 

@@ -1,0 +1,17 @@
+package incident
+
+import "github.com/lockstream/lockstream/internal/settings"
+
+// RegisterSettings declares the incidents' settings. Their interval is the
+// escalation rounds' (LOCKSTREAM_ESCALATION_INTERVAL), which the escalation
+// command sets in Interval.
+func (c *Config) RegisterSettings(s *settings.Set) {
+	s.String(&c.PublicURL, "", settings.Decl{Name: "public-url",
+		Doc: "incidents: where the API is reachable from outside; reminders carry one-click ack links <public-url>/ack/<token> (empty: no links)"})
+	s.Duration(&c.AckTTL, DefaultAckTTL, settings.Decl{Name: "incident-ack-ttl",
+		Doc: "incidents: how long a one-click ack link works"})
+	s.Int(&c.Batch, DefaultBatch, settings.Decl{Name: "incident-batch",
+		Doc: "incidents: client feed events one intake transaction reads at most"})
+	s.Int(&c.Limit, DefaultLimit, settings.Decl{Name: "incident-limit",
+		Doc: "incidents: due escalation tiers one reminder round claims at most; a full round is followed by another at once"})
+}
