@@ -7,13 +7,14 @@
 // inbox writes keep the episodes (package storage); this daemon runs rounds.
 //
 // A round is one transaction of a fixed number of statements whatever the
-// number of members, episodes or messages: due episodes found by index,
-// preferences and access read for all of them at once, every delivery
-// inserted into the outbox and every episode marked handled in one statement.
-// The retrier sends the deliveries as any other (retries, attempt log,
-// delivery API). An advisory lock lets one round run at a time, so any number
-// of processes may run the daemon without escalating twice; a crash rolls a
-// round back whole.
+// number of members, episodes or messages, and it writes per member, not per
+// episode: the due episodes are found by index, each member's cursors move
+// over its due episodes (marking them handled), and each member gets one
+// email and one push per device listing every episode of it the round
+// escalated, expanded and checked again for access when sent. The retrier
+// sends the deliveries as any other (retries, attempt log, delivery API). An
+// advisory lock lets one round run at a time, so any number of processes may
+// run the daemon without escalating twice; a crash rolls a round back whole.
 package escalation
 
 import (

@@ -1,12 +1,16 @@
 package escalation_test
 
 import (
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/escalation"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -217,13 +221,24 @@ func TestConcurrentRoundsEscalateOnce(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	// One email and one push per member (the rounds ran at one time: the
+	// first handled every due episode), each listing its 5 episodes.
 	got := byTarget(f.escalations(t, c.ID))
-	if len(got) != 8 { // 4 members × (email + device), 5 sensors each
+	if len(got) != 8 { // 4 members × (email + device)
 		t.Fatalf("escalations %v", got)
 	}
 	for k, n := range got {
-		if n != len(sensors) {
-			t.Fatalf("%s: %d escalations, want %d (one per sensor's episode)", k, n, len(sensors))
+		if n != 1 {
+			t.Fatalf("%s: %d deliveries, want 1 (one per member and channel per round)", k, n)
+		}
+	}
+	episodes := f.escalated(t, c.ID)
+	if len(episodes) != 8*len(sensors) {
+		t.Fatalf("episodes escalated %v, want %d (4 members × 5 sensors × 2 channels)", episodes, 8*len(sensors))
+	}
+	for k, n := range episodes {
+		if n != 1 {
+			t.Fatalf("%s: escalated %d times", k, n)
 		}
 	}
 }
@@ -250,26 +265,23 @@ func TestRoundBackfillAndFreeForm(t *testing.T) {
 	}
 	now := time.Now().Add(time.Hour)
 	e := f.escalator(t, &now)
-	if res := f.round(t, e); res.Emails != 3 || res.Episodes != 3 {
-		t.Fatalf("round: %+v, want 3 episodes (door1 backfilled, invoice, news) and 3 emails", res)
+	if res := f.round(t, e); res.Emails != 1 || res.Episodes != 3 {
+		t.Fatalf("round: %+v, want 3 episodes (door1 backfilled, invoice, news) and 1 email", res)
 	}
-	var invoice string
-	for _, d := range f.escalations(t, c.ID) {
-		if d.SensorID == "" {
-			emails, err := f.pg.MemberEmails(f.ctx, []string{d.ID})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if me := emails[d.ID]; len(me.Messages) == 2 {
-				invoice = d.ID
-				if me.Messages[0].Subject != "about invoice" || me.Messages[0].Cause != storage.CauseEvent {
-					t.Fatalf("invoice email lists %+v", me.Messages)
-				}
-			}
-		}
+	ds := f.escalations(t, c.ID)
+	if len(ds) != 1 {
+		t.Fatalf("escalations %+v, want one email", ds)
 	}
-	if invoice == "" {
-		t.Fatal("no email lists the two invoices")
+	emails, err := f.pg.MemberEmails(f.ctx, []string{ds[0].ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Newest first: news, the two invoices, then door1's backfilled flip.
+	me := emails[ds[0].ID]
+	if len(me.Messages) != 4 || me.Messages[0].Type != "news" || me.Messages[1].Subject != "about invoice" ||
+		me.Messages[2].Subject != "about invoice" || me.Messages[1].Cause != storage.CauseEvent ||
+		me.Messages[3].SensorID != "door1" || me.Messages[3].Cause != storage.CauseNewMember {
+		t.Fatalf("the email lists %+v", me.Messages)
 	}
 }
 
@@ -291,8 +303,8 @@ func TestRoundDeliveriesSayWhatToSend(t *testing.T) {
 	now := time.Now().Add(time.Hour)
 	e := f.escalator(t, &now)
 	before := time.Now().Truncate(time.Millisecond)
-	if res := f.round(t, e); res.Emails != 2 || res.Pushes != 2 {
-		t.Fatalf("round: %+v, want an email and a push for door1 and for the invoice", res)
+	if res := f.round(t, e); res.Episodes != 2 || res.Emails != 1 || res.Pushes != 1 {
+		t.Fatalf("round: %+v, want one email and one push for door1 and the invoice", res)
 	}
 	after := time.Now()
 	var emailIDs, pushIDs []string
@@ -318,12 +330,14 @@ func TestRoundDeliveriesSayWhatToSend(t *testing.T) {
 	}
 	listed := map[string]bool{}
 	for _, me := range emails {
-		if me.Email != "hana@example.com" || len(me.Messages) != 1 {
-			t.Fatalf("email %+v, want one message to hana", me)
+		if me.Email != "hana@example.com" || len(me.Messages) != 2 {
+			t.Fatalf("email %+v, want two messages to hana", me)
 		}
-		listed[me.Messages[0].SensorID+me.Messages[0].Type] = true
+		for _, m := range me.Messages {
+			listed[m.SensorID+m.Type] = true
+		}
 	}
-	if len(emails) != 2 || !listed["door1state_changed"] || !listed["invoice"] {
+	if len(emails) != 1 || !listed["door1state_changed"] || !listed["invoice"] {
 		t.Fatalf("emails list %v, want door1's flip and the invoice", listed)
 	}
 	reqs, err := f.pg.PushRequests(f.ctx, pushIDs)
@@ -337,8 +351,108 @@ func TestRoundDeliveriesSayWhatToSend(t *testing.T) {
 		}
 		said[r.Message] = true
 	}
-	if len(reqs) != 2 || !said["You have unseen notifications about sensor door1"] ||
-		!said["You have unseen notifications: invoice"] {
+	if len(reqs) != 1 || !said["You have unseen notifications about 2 subjects"] {
 		t.Fatalf("pushes say %v", said)
+	}
+}
+
+// A member prefers one mail to ten: a round sends each member one email and
+// one push per device for all its due episodes, the email listing every one of
+// them; an episode opened later gets the next round's email, which lists it
+// alone, and a message joining an episode already escalated escalates nothing.
+// Rounds cut by a small limit hand each episode to exactly one of them.
+func TestRoundOneEmailPerMemberListsEveryEpisode(t *testing.T) {
+	t.Parallel()
+	sensors := []string{"d1", "d2", "d3", "d4"}
+	f := newFixture(t, sensors...)
+	c := f.client(t, sensors...)
+	jo := f.member(t, c.ID, "jo", nil)
+	kim := f.member(t, c.ID, "kim", nil)
+	f.flip(t, "state_changed", 1, "d1", "d2", "d3")
+	now := time.Now().Add(time.Hour)
+	e := f.escalator(t, &now)
+	if res := f.round(t, e); res.Episodes != 6 || res.Emails != 2 || res.Pushes != 2 {
+		t.Fatalf("round: %+v, want 6 episodes, an email and a push per member", res)
+	}
+	listed := func(memberID string) [][]string {
+		var out [][]string
+		for _, d := range f.escalations(t, c.ID) {
+			if d.Target != "member:"+memberID {
+				continue
+			}
+			emails, err := f.pg.MemberEmails(f.ctx, []string{d.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ss []string
+			for _, m := range emails[d.ID].Messages {
+				ss = append(ss, m.SensorID)
+			}
+			out = append(out, ss)
+		}
+		return out
+	}
+	if got := listed(jo.ID); len(got) != 1 || strings.Join(got[0], ",") != "d3,d2,d1" {
+		t.Fatalf("jo's emails list %v, want one listing d3, d2, d1", got)
+	}
+	reqs := map[string]string{}
+	for _, d := range f.escalations(t, c.ID) {
+		if d.Channel == storage.ChannelSwrve {
+			r, err := f.pg.PushRequests(f.ctx, []string{d.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reqs[r[d.ID].PushKey] = r[d.ID].Message
+		}
+	}
+	if reqs["dev-jo"] != "You have unseen notifications about 3 sensors" {
+		t.Fatalf("pushes say %v", reqs)
+	}
+
+	f.flip(t, "state_changed", 0, "d1") // joins d1's escalated episodes
+	f.flip(t, "state_changed", 1, "d4") // opens new ones
+	if res := f.round(t, e); res.Episodes != 2 || res.Emails != 2 || res.Pushes != 2 {
+		t.Fatalf("second round: %+v, want d4's 2 episodes, an email and a push per member", res)
+	}
+	if got := listed(kim.ID); len(got) != 2 || strings.Join(got[1], ",") != "d4" && strings.Join(got[0], ",") != "d4" {
+		t.Fatalf("kim's emails list %v, want a second one listing d4 alone", got)
+	}
+	if res := f.round(t, e); res.Episodes+res.Emails+res.Pushes != 0 {
+		t.Fatalf("third round: %+v, want nothing", res)
+	}
+	for k, n := range f.escalated(t, c.ID) {
+		if n != 1 {
+			t.Fatalf("%s: escalated %d times", k, n)
+		}
+	}
+
+	// Ten members, rounds of at most 3 episodes.
+	g := newFixture(t, sensors...)
+	gc := g.client(t, sensors...)
+	for i := range 10 {
+		g.member(t, gc.ID, fmt.Sprintf("n%d", i), nil)
+	}
+	g.flip(t, "state_changed", 1, sensors...)
+	small, err := escalation.New(escalation.Config{Limit: 3, Now: func() time.Time { return now }},
+		escalation.NewPostgresStore(g.pg), prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handled := 0
+	for range 100 {
+		res := g.round(t, small)
+		if res.Episodes == 0 {
+			break
+		}
+		handled += res.Episodes
+	}
+	got := g.escalated(t, gc.ID)
+	if len(got) != 10*len(sensors)*2 {
+		t.Fatalf("%d (channel, target, episode) escalated over rounds handling %d, want %d", len(got), handled, 10*len(sensors)*2)
+	}
+	for k, n := range got {
+		if n != 1 {
+			t.Fatalf("%s: escalated %d times", k, n)
+		}
 	}
 }

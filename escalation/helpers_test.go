@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockstream/lockstream/escalation"
@@ -145,4 +146,40 @@ func (f *fixture) markAll(t *testing.T, memberID string, action storage.InboxAct
 	if _, err := f.pg.MarkInbox(f.ctx, memberID, action, nil, true); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// escalatedSQL expands a client's round deliveries into the episodes they
+// escalate: "<channel> <target> <episode key>" and how many deliveries
+// escalated that episode on that channel and target (a round's email or push
+// names its member and the range of first_seq of its episodes).
+const escalatedSQL = `
+	SELECT d.channel || ' ' || d.target || ' ' || e.key, count(*)
+	FROM deliveries d
+	JOIN member_emails me ON me.delivery_id = d.id AND me.event_at = d.event_at AND me.kind IN ('round', 'push')
+	JOIN escalation_episodes e ON e.member_id = me.member_id AND e.first_seq > me.from_seq AND e.first_seq <= me.to_seq
+	WHERE d.client_id = $1
+	GROUP BY 1`
+
+// escalated returns escalatedSQL's counts.
+func (f *fixture) escalated(t *testing.T, clientID string) map[string]int {
+	t.Helper()
+	rows, err := f.pg.Pool().Query(f.ctx, escalatedSQL, clientID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (kv struct {
+		k string
+		n int
+	}, err error) {
+		err = r.Scan(&kv.k, &kv.n)
+		return kv, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]int{}
+	for _, kv := range out {
+		m[kv.k] = kv.n
+	}
+	return m
 }

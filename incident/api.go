@@ -341,3 +341,15 @@ func (p *PostgresStore) DeletePolicy(ctx context.Context, clientID string) error
 	}
 	return nil
 }
+
+// PurgeTokens deletes up to limit ack tokens that expired before before (a
+// used or expired link answers 410 until then, 404 after), and returns how
+// many it deleted.
+func (p *PostgresStore) PurgeTokens(ctx context.Context, before time.Time, limit int) (int, error) {
+	tag, err := p.pool.Exec(ctx, `DELETE FROM incident_ack_tokens WHERE hash IN (
+		SELECT hash FROM incident_ack_tokens WHERE expires_at < $1 ORDER BY expires_at LIMIT $2)`, before, limit)
+	if err != nil {
+		return 0, fmt.Errorf("purging expired ack tokens: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}

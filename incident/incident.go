@@ -154,7 +154,8 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 }
 
-// Step runs one intake batch and one reminder round, each within Timeout and
+// Step runs one intake batch, one reminder round and a purge of expired ack
+// tokens, each within Timeout and
 // not cut short by ctx (each is one transaction: cutting it would only roll it
 // back); full reports that either may have left work behind.
 func (r *Runner) Step(ctx context.Context) (full bool, err error) {
@@ -166,8 +167,18 @@ func (r *Runner) Step(ctx context.Context) (full bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	// Expired links are kept a day (a late click still hears "expired"),
+	// then deleted a batch at a time.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Timeout)
+	defer cancel()
+	if _, err := r.store.PurgeTokens(pctx, r.cfg.Now().Add(-tokenKeep), r.cfg.Batch); err != nil {
+		return false, err
+	}
 	return in.Full || rem.Full, nil
 }
+
+// tokenKeep is how long an expired ack token is kept before it is deleted.
+const tokenKeep = 24 * time.Hour
 
 // Intake runs one intake batch now.
 func (r *Runner) Intake(ctx context.Context) (IntakeResult, error) {

@@ -242,3 +242,31 @@ func TestAckTokenSingleUse(t *testing.T) {
 		t.Fatalf("unknown: %s %v", st, err)
 	}
 }
+
+// Expired ack tokens are purged once they are a day past their expiry, and
+// only those.
+func TestPurgeTokens(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "door1")
+	c := f.client(t, "door1")
+	alice := f.member(t, c.ID, "alice")
+	f.event(t, "connection_lost", 0, 0, "door1")
+	f.intake(t)
+	f.round(t, 0)              // a token expiring at t0+1h
+	f.round(t, 15*time.Minute) // the default policy's next reminder: t0+1h15m
+	rs := f.reminders(t, alice.ID)
+	if len(rs) != 2 {
+		t.Fatalf("%d reminders, want 2", len(rs))
+	}
+	n, err := f.store.PurgeTokens(f.ctx, t0.Add(time.Hour+time.Minute), 100)
+	if err != nil || n != 1 {
+		t.Fatalf("purged %d %v, want 1", n, err)
+	}
+	token := func(r reminder) string { return r.AckURL[strings.LastIndex(r.AckURL, "/")+1:] }
+	if st, err := f.store.PeekToken(f.ctx, token(rs[0]), t0); err != nil || st != incident.TokenUnknown {
+		t.Fatalf("purged token: %s %v", st, err)
+	}
+	if st, err := f.store.PeekToken(f.ctx, token(rs[1]), t0); err != nil || st != incident.TokenValid {
+		t.Fatalf("kept token: %s %v", st, err)
+	}
+}

@@ -37,9 +37,11 @@ func (u *unseenEmails) SendUnseen(_ context.Context, to string, e notifier.Unsee
 }
 
 // Escalations go out through the usual outbox, and access is checked again
-// when they are sent: an escalation about a sensor the member's client stopped
-// watching after the round is not sent (the email has nothing left to list,
-// the push is not owned); the other one lists its unseen message.
+// when they are sent. A round gives each member one email and one push for all
+// its due episodes: Ann's lists (and her push names) only the sensor her
+// client still watches, the other having been unlinked after the round; Bo,
+// deleted after the round, gets nothing (his email is not owned, his push has
+// nothing left to say).
 func TestEscalationsCheckedWhenSent(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{noRetrier: true})
@@ -50,12 +52,17 @@ func TestEscalationsCheckedWhenSent(t *testing.T) {
 	if err := b.pg.LinkSensor(b.ctx, b.client.ID, other); err != nil {
 		t.Fatal(err)
 	}
-	hash := sha256.Sum256([]byte("lsm_escalation"))
-	if _, _, err := b.pg.CreateMember(b.ctx, storage.Member{ClientID: b.client.ID, Name: "Ann", Email: "ann@example.com",
-		Timezone: "UTC", Preferences: storage.DefaultMemberPreferences(),
-		PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "ann-phone"}}},
-		hash[:], storage.Backfill{}); err != nil {
-		t.Fatal(err)
+	members := map[string]string{}
+	for _, name := range []string{"Ann", "Bo"} {
+		hash := sha256.Sum256([]byte("lsm_escalation" + name))
+		m, _, err := b.pg.CreateMember(b.ctx, storage.Member{ClientID: b.client.ID, Name: name,
+			Email: strings.ToLower(name) + "@example.com", Timezone: "UTC", Preferences: storage.DefaultMemberPreferences(),
+			PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: strings.ToLower(name) + "-phone"}}},
+			hash[:], storage.Backfill{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		members[name] = m.ID
 	}
 	one := 1
 	if _, err := b.pg.CreateNotifications(b.ctx, []storage.NotificationInput{
@@ -67,10 +74,13 @@ func TestEscalationsCheckedWhenSent(t *testing.T) {
 	now := time.Now().Add(time.Hour)
 	res, err := escalation.NewPostgresStore(b.pg).RunRound(b.ctx, escalation.Round{Now: now, EmailAfter: 15 * time.Minute,
 		PushAfter: 2 * time.Minute, Limit: 100})
-	if err != nil || res.Emails != 2 || res.Pushes != 2 {
-		t.Fatalf("round: %+v, %v", res, err)
+	if err != nil || res.Episodes != 4 || res.Emails != 2 || res.Pushes != 2 {
+		t.Fatalf("round: %+v, %v; want 4 episodes, one email and one push per member", res, err)
 	}
 	if err := b.pg.UnlinkSensor(b.ctx, b.client.ID, other); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.pg.DeleteMember(b.ctx, members["Bo"]); err != nil {
 		t.Fatal(err)
 	}
 	b.clock.Set(now)
@@ -91,14 +101,14 @@ func TestEscalationsCheckedWhenSent(t *testing.T) {
 		if d.EventType != "unseen" {
 			continue
 		}
-		if d.SensorID == sensorID {
+		if d.Target == "member:"+members["Ann"] || d.Target == "IOS:ann-phone" {
 			b.waitState(d.ID, storage.DeliverySent, 1)
 			continue
 		}
 		got := b.waitState(d.ID, storage.DeliveryFailed, 1)
-		want := map[storage.Channel]string{storage.ChannelEmail: "nothing left unseen", storage.ChannelSwrve: "no longer owns"}[d.Channel]
+		want := map[storage.Channel]string{storage.ChannelEmail: "member was deleted", storage.ChannelSwrve: "nothing left unseen"}[d.Channel]
 		if !strings.Contains(got.LastError, want) {
-			t.Errorf("%s escalation about the unlinked sensor: %q, want %q", d.Channel, got.LastError, want)
+			t.Errorf("%s escalation to deleted Bo: %q, want %q", d.Channel, got.LastError, want)
 		}
 	}
 	emails.mu.Lock()
@@ -108,7 +118,8 @@ func TestEscalationsCheckedWhenSent(t *testing.T) {
 		t.Fatalf("escalation emails sent: %+v to %v", emails.sent, emails.to)
 	}
 	if calls := pushes.sent(); len(calls) != 1 || calls[0].push.PushKey != "ann-phone" ||
-		calls[0].push.MessagePrototypeKey != storage.UnseenPushPrototype {
+		calls[0].push.MessagePrototypeKey != storage.UnseenPushPrototype ||
+		calls[0].push.Message != "You have unseen notifications about sensor "+sensorID {
 		t.Fatalf("pushes sent: %+v", calls)
 	}
 }
@@ -172,5 +183,76 @@ func TestNotificationEmailsGoOutThroughTheOutbox(t *testing.T) {
 	if len(emails.sent) != 1 || emails.to[0] != "ann@example.com" || !emails.sent[0].Notification ||
 		len(emails.sent[0].Messages) != 1 || emails.sent[0].Messages[0].Subject != "Your invoice is ready" {
 		t.Fatalf("emails sent: %+v to %v", emails.sent, emails.to)
+	}
+}
+
+// A member's quiet hours hold its non-critical email (a free-form
+// notification's) until they end, on the retrier's clock, without using up an
+// attempt, while an email about a critical message it has not seen goes at
+// once. The window is set around the test's clock, so the hour of day the
+// test runs at does not matter.
+func TestQuietHoursHoldNonCriticalMemberEmails(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{noRetrier: true})
+	now := time.Now().Add(time.Minute).UTC() // the deliveries are due
+	b.clock.Set(now)
+	hash := sha256.Sum256([]byte("lsm_quiet"))
+	ann, _, err := b.pg.CreateMember(b.ctx, storage.Member{ClientID: b.client.ID, Name: "Ann", Email: "ann@example.com",
+		Timezone: "UTC", Preferences: storage.DefaultMemberPreferences()}, hash[:], storage.Backfill{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := storage.QuietHours{From: now.Add(-time.Hour).Format("15:04"), To: now.Add(time.Hour).Format("15:04")}
+	if _, err := b.pg.UpdateMember(b.ctx, ann.ID, storage.MemberUpdate{QuietHours: &quiet}); err != nil {
+		t.Fatal(err)
+	}
+	// A critical message about the sensor (lost while unlocked), and an
+	// escalation email about it as the escalation round queues one.
+	unlocked := 0
+	if _, err := b.pg.CreateNotifications(b.ctx, []storage.NotificationInput{{EventID: "lost", Type: "connection_lost",
+		SensorID: sensorID, Data: &unlocked, At: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	var critical string
+	if err := b.pg.Pool().QueryRow(b.ctx, `
+		INSERT INTO deliveries (id, client_id, sensor_id, event_type, channel, target, state, next_attempt_at, event_at)
+		VALUES (gen_random_uuid(), $1, $2, 'unseen', 'email', 'member:' || $3, 'PENDING', now(), now())
+		RETURNING id::text`, b.client.ID, sensorID, ann.ID).Scan(&critical); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pg.RecordNotification(b.ctx, storage.FreeFormNotification{MemberID: ann.ID, Type: "billing",
+		Subject: "Your invoice is ready", Email: true}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := b.pg.ListClientDeliveries(b.ctx, b.client.ID, storage.DeliveryFilter{}, storage.Page{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var billing string
+	for _, d := range ds {
+		if d.EventType == "billing" {
+			billing = d.ID
+		}
+	}
+	emails := &unseenEmails{}
+	r, err := retrier.New(b.testConfig(retrier.Config{}), retrier.Deps{Store: b.pg, Attempts: b.stores.ClickHouse,
+		Email: emails}, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.run(r)
+
+	b.waitState(critical, storage.DeliverySent, 1)
+	held := b.waitState(billing, storage.DeliveryRetry, 0)
+	if end := now.Add(time.Hour).Truncate(time.Minute); !held.NextAttemptAt.Equal(end) ||
+		!strings.Contains(held.LastError, "quiet hours") {
+		t.Fatalf("held email: due %v (%q), want due at the end of the quiet hours, %v", held.NextAttemptAt, held.LastError, end)
+	}
+	b.clock.Set(held.NextAttemptAt)
+	b.waitState(billing, storage.DeliverySent, 1)
+	emails.mu.Lock()
+	defer emails.mu.Unlock()
+	if len(emails.sent) != 2 {
+		t.Fatalf("emails sent: %+v", emails.sent)
 	}
 }

@@ -137,8 +137,9 @@ const (
 	ErrorTypeUnsupported = "UNSUPPORTED"
 	// ErrorTypeNoOutcome: the channel returned a result without an outcome; retried.
 	ErrorTypeNoOutcome = "NO_OUTCOME"
-	// ErrorTypeNothingUnseen: an escalation email found nothing left to list
-	// (the member saw it all, or lost access, after the round).
+	// ErrorTypeNothingUnseen: an escalation email or a round's push found
+	// nothing left to list (the member saw it all, or lost access, after the
+	// round).
 	ErrorTypeNothingUnseen = "NOTHING_UNSEEN"
 )
 
@@ -375,12 +376,18 @@ func (r *Retrier) claim(ctx, work context.Context, l *lane, limit int, outcomes 
 	// The deliveries are ours now: read their targets even if shutdown begins.
 	targets, pushes, emails, reports, targetErr, pushErr := r.readClaimed(ctx, work, claimed)
 	var held map[string]time.Duration
+	var quiet map[string]time.Duration
 	if targetErr == nil {
 		held = r.admitWebhooks(ctx, claimed, targets)
+		quiet = r.quietHolds(claimed, targets)
 	}
 	for _, d := range claimed {
 		if wait, ok := held[d.ID]; ok {
 			outcomes <- r.heldBack(d, wait)
+			continue
+		}
+		if wait, ok := quiet[d.ID]; ok {
+			outcomes <- r.quietBack(d, wait)
 			continue
 		}
 		target, found := targets[d.ID]
@@ -402,6 +409,10 @@ func (r *Retrier) claim(ctx, work context.Context, l *lane, limit int, outcomes 
 			case isPush && d.SensorID != "" && found && !target.Owned:
 				// An escalation push: access is checked when sending.
 				res = failed(ErrorTypeNotOwned, fmt.Errorf("client %s no longer owns sensor %s", d.ClientID, d.SensorID))
+			case isPush && d.NotificationID == "" && push.Message == "":
+				// A round's push whose episodes were all seen, or lost their
+				// access, or whose member was deleted, since the round.
+				res = failed(ErrorTypeNothingUnseen, errors.New("nothing left unseen to push about"))
 			default:
 				actx, cancel := context.WithTimeout(work, r.cfg.AttemptTimeout)
 				switch me, isEmail := emails[d.ID]; {

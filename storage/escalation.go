@@ -80,16 +80,41 @@ const episodeWrite = `, g AS (
 const UnseenPushPrototype = "sensor.unseen"
 
 // escalationPushRequests selects (delivery id, then pushColumns' order) the
-// requests of the escalation pushes about a sensor among the deliveries $1,
-// which have no pushes row: the device is the delivery's target, $2 the
-// prototype. NOT EXISTS skips the ones queued before the round stopped
-// writing those rows.
+// requests of the escalation pushes among the deliveries $1, which have no
+// pushes row: the device is the delivery's target, $2 the prototype. An
+// episode's push (before rounds wrote per member) names its sensor; a round's
+// push (a member_emails row of kind 'push': the member and the range of the
+// episodes' first_seq) says what is left of its episodes when sent — those
+// with an unseen message about a sensor the member's client still watches (or
+// free-form): one sensor or type by name, else how many; nothing left (seen
+// meanwhile, access lost, member deleted) gives an empty message, which the
+// retrier fails as NOTHING_UNSEEN. NOT EXISTS skips the ones queued before the
+// round stopped writing pushes rows.
 const escalationPushRequests = `
 	SELECT d.id::text, split_part(d.target, ':', 1), $2::text, substr(d.target, strpos(d.target, ':') + 1),
-	       'You have unseen notifications about sensor ' || d.sensor_id, '', d.event_at, d.event_at
+	       CASE WHEN d.sensor_id IS NOT NULL THEN 'You have unseen notifications about sensor ' || d.sensor_id
+	            WHEN r.n = 1 AND r.k LIKE '#%' THEN 'You have unseen notifications: ' || substr(r.k, 2)
+	            WHEN r.n = 1 THEN 'You have unseen notifications about sensor ' || r.k
+	            WHEN r.n > 1 AND NOT r.free THEN 'You have unseen notifications about ' || r.n || ' sensors'
+	            WHEN r.n > 1 THEN 'You have unseen notifications about ' || r.n || ' subjects'
+	            ELSE '' END,
+	       '', d.event_at, d.event_at
 	FROM deliveries d
+	LEFT JOIN member_emails me ON me.delivery_id = d.id AND me.event_at = d.event_at AND me.kind = 'push'
+	LEFT JOIN members mb ON mb.id = me.member_id
+	LEFT JOIN LATERAL (
+		SELECT count(*) AS n, min(e.key) AS k, bool_or(e.sensor_id IS NULL) AS free
+		FROM escalation_episodes e
+		WHERE e.member_id = me.member_id AND e.first_seq > me.from_seq AND e.first_seq <= me.to_seq
+		  AND e.push_at IS NULL
+		  AND (e.sensor_id IS NULL OR EXISTS (SELECT 1 FROM client_sensors l
+		                                      WHERE l.client_id = mb.client_id AND l.sensor_id = e.sensor_id))
+		  AND EXISTS (SELECT 1 FROM inbox_messages x
+		              WHERE x.member_id = e.member_id AND ` + episodeKeyX + ` = e.key AND x.seq >= e.first_seq
+		                AND ` + episodeUnseen + `)
+	) r ON true
 	WHERE d.id = ANY ($1::uuid[]) AND d.channel = 'swrve' AND d.notification_id IS NULL
-	  AND d.event_type = 'unseen' AND d.sensor_id IS NOT NULL
+	  AND d.event_type = 'unseen' AND (d.sensor_id IS NOT NULL OR me.delivery_id IS NOT NULL)
 	  AND NOT EXISTS (SELECT 1 FROM pushes p WHERE p.delivery_id = d.id)`
 
 // memberEmailRows is what the member emails among the deliveries $1 list, as
@@ -100,7 +125,7 @@ const escalationPushRequests = `
 // marked unseen by the member are left out either way).
 const memberEmailRows = `(
 		SELECT delivery_id, kind, member_id, key, from_seq, to_seq FROM member_emails
-		WHERE delivery_id = ANY ($1::uuid[])
+		WHERE delivery_id = ANY ($1::uuid[]) AND kind <> 'push'
 		UNION ALL
 		SELECT d.id, 'unseen', substr(d.target, length('member:') + 1)::uuid, d.sensor_id, 0, NULL
 		FROM deliveries d
@@ -119,13 +144,18 @@ const (
 	// MemberEmailMessage mails one free-form notification as it arrives
 	// (POST /v1/notifications with "email": true), seen or not.
 	MemberEmailMessage MemberEmailKind = "message"
+	// MemberEmailRound is a round's one email to a member: it lists the
+	// member's episodes the round escalated by email (first_seq in the row's
+	// range), as an episode's email lists one.
+	MemberEmailRound MemberEmailKind = "round"
 )
 
 // Bounds of what a member email lists.
 const (
 	// MaxUnseenListed is the most messages an episode's email lists (newest first).
 	MaxUnseenListed = 20
-	// MaxDigestListed is the most messages a digest lists (newest first).
+	// MaxDigestListed is the most messages a digest or a round's email lists
+	// (newest first).
 	MaxDigestListed = 100
 )
 
@@ -165,13 +195,18 @@ func (p *Postgres) MemberEmails(ctx context.Context, deliveryIDs []string) (map[
 		LEFT JOIN members mb ON mb.id = me.member_id
 		LEFT JOIN LATERAL (
 			SELECT x.* FROM inbox_messages x
-			WHERE x.member_id = me.member_id AND x.seq > me.from_seq AND (me.to_seq IS NULL OR x.seq <= me.to_seq)
-			  AND (me.key IS NULL OR `+episodeKeyX+` = me.key)
+			WHERE x.member_id = me.member_id
+			  AND (me.kind = 'round' AND EXISTS (
+			           SELECT 1 FROM escalation_episodes e
+			           WHERE e.member_id = x.member_id AND e.key = `+episodeKeyX+` AND e.first_seq > me.from_seq
+			             AND e.first_seq <= me.to_seq AND x.seq >= e.first_seq AND e.email_at IS NULL)
+			       OR me.kind <> 'round' AND x.seq > me.from_seq AND (me.to_seq IS NULL OR x.seq <= me.to_seq)
+			          AND (me.key IS NULL OR `+episodeKeyX+` = me.key))
 			  AND (me.kind = 'message' AND x.deleted_at IS NULL OR `+episodeUnseen+`)
 			  AND (x.sensor_id IS NULL OR EXISTS (SELECT 1 FROM client_sensors l
 			                                      WHERE l.client_id = mb.client_id AND l.sensor_id = x.sensor_id))
 			ORDER BY x.seq DESC
-			LIMIT CASE WHEN me.kind = 'digest' THEN $2::int ELSE $3::int END
+			LIMIT CASE WHEN me.kind IN ('digest', 'round') THEN $2::int ELSE $3::int END
 		) m ON true
 		LEFT JOIN sensors s ON s.id = m.sensor_id
 		ORDER BY me.delivery_id, m.seq DESC`, ids, MaxDigestListed, MaxUnseenListed)
