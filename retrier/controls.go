@@ -128,7 +128,8 @@ func (r *Retrier) webhookAnswered(ctx context.Context, d storage.Delivery, res n
 // reaching the endpoint: it says nothing of its health.
 func ownErrorType(t string) bool {
 	switch t {
-	case ErrorTypeNotOwned, ErrorTypeNoAddress, ErrorTypeStore, ErrorTypeUnsupported, ErrorTypeNoOutcome, ErrorTypeRateLimited:
+	case ErrorTypeNotOwned, ErrorTypeNoAddress, ErrorTypeStore, ErrorTypeUnsupported, ErrorTypeNoOutcome, ErrorTypeRateLimited,
+		ErrorTypeQuietHours:
 		return true
 	}
 	return false
@@ -269,4 +270,39 @@ endpoint works again, enable it with
 
 and the kept deliveries are sent, in order.
 `, n.ClientName, n.WebhookURL, at, n.Detail, n.ClientID)
+}
+
+// ErrorTypeQuietHours is the last_error class of a member's push or email
+// held back by the member's quiet hours: no attempt was made or used up.
+const ErrorTypeQuietHours = "QUIET_HOURS"
+
+// quietHolds decides which claimed member pushes and emails wait for the end
+// of their member's quiet hours (on the retrier's clock), and how long: every
+// non-critical one that falls in them. Critical ones go at once.
+func (r *Retrier) quietHolds(claimed []storage.Delivery, targets map[string]storage.DeliveryTarget) map[string]time.Duration {
+	var held map[string]time.Duration
+	now := r.cfg.Now()
+	for _, d := range claimed {
+		t, ok := targets[d.ID]
+		if !ok || t.Quiet == nil || t.QuietCritical {
+			continue
+		}
+		if end, quiet := storage.QuietUntil(now, *t.Quiet, t.MemberTimezone); quiet {
+			if held == nil {
+				held = map[string]time.Duration{}
+			}
+			held[d.ID] = end.Sub(now)
+		}
+	}
+	return held
+}
+
+// quietBack is the outcome of a delivery held for its member's quiet hours:
+// due when they end, its attempt given back.
+func (r *Retrier) quietBack(d storage.Delivery, wait time.Duration) outcome {
+	r.m.quietHeld.Inc()
+	at := r.cfg.Now()
+	return outcome{d: d, state: storage.DeliveryRetry, next: at.Add(wait), at: at, since: d.EventAt, notSent: true,
+		held: true, res: notifier.Result{Outcome: notifier.Retry, ErrorType: ErrorTypeQuietHours,
+			Err: fmt.Errorf("the member's quiet hours last until %s", at.Add(wait).UTC().Format(time.RFC3339))}}
 }

@@ -185,3 +185,74 @@ func TestNotificationEmailsGoOutThroughTheOutbox(t *testing.T) {
 		t.Fatalf("emails sent: %+v to %v", emails.sent, emails.to)
 	}
 }
+
+// A member's quiet hours hold its non-critical email (a free-form
+// notification's) until they end, on the retrier's clock, without using up an
+// attempt, while an email about a critical message it has not seen goes at
+// once. The window is set around the test's clock, so the hour of day the
+// test runs at does not matter.
+func TestQuietHoursHoldNonCriticalMemberEmails(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{noRetrier: true})
+	now := time.Now().Add(time.Minute).UTC() // the deliveries are due
+	b.clock.Set(now)
+	hash := sha256.Sum256([]byte("lsm_quiet"))
+	ann, _, err := b.pg.CreateMember(b.ctx, storage.Member{ClientID: b.client.ID, Name: "Ann", Email: "ann@example.com",
+		Timezone: "UTC", Preferences: storage.DefaultMemberPreferences()}, hash[:], storage.Backfill{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := storage.QuietHours{From: now.Add(-time.Hour).Format("15:04"), To: now.Add(time.Hour).Format("15:04")}
+	if _, err := b.pg.UpdateMember(b.ctx, ann.ID, storage.MemberUpdate{QuietHours: &quiet}); err != nil {
+		t.Fatal(err)
+	}
+	// A critical message about the sensor (lost while unlocked), and an
+	// escalation email about it as the escalation round queues one.
+	unlocked := 0
+	if _, err := b.pg.CreateNotifications(b.ctx, []storage.NotificationInput{{EventID: "lost", Type: "connection_lost",
+		SensorID: sensorID, Data: &unlocked, At: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	var critical string
+	if err := b.pg.Pool().QueryRow(b.ctx, `
+		INSERT INTO deliveries (id, client_id, sensor_id, event_type, channel, target, state, next_attempt_at, event_at)
+		VALUES (gen_random_uuid(), $1, $2, 'unseen', 'email', 'member:' || $3, 'PENDING', now(), now())
+		RETURNING id::text`, b.client.ID, sensorID, ann.ID).Scan(&critical); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pg.RecordNotification(b.ctx, storage.FreeFormNotification{MemberID: ann.ID, Type: "billing",
+		Subject: "Your invoice is ready", Email: true}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := b.pg.ListClientDeliveries(b.ctx, b.client.ID, storage.DeliveryFilter{}, storage.Page{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var billing string
+	for _, d := range ds {
+		if d.EventType == "billing" {
+			billing = d.ID
+		}
+	}
+	emails := &unseenEmails{}
+	r, err := retrier.New(b.testConfig(retrier.Config{}), retrier.Deps{Store: b.pg, Attempts: b.stores.ClickHouse,
+		Email: emails}, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.run(r)
+
+	b.waitState(critical, storage.DeliverySent, 1)
+	held := b.waitState(billing, storage.DeliveryRetry, 0)
+	if end := now.Add(time.Hour).Truncate(time.Minute); !held.NextAttemptAt.Equal(end) ||
+		!strings.Contains(held.LastError, "quiet hours") {
+		t.Fatalf("held email: due %v (%q), want due at the end of the quiet hours, %v", held.NextAttemptAt, held.LastError, end)
+	}
+	b.clock.Set(held.NextAttemptAt)
+	b.waitState(billing, storage.DeliverySent, 1)
+	emails.mu.Lock()
+	defer emails.mu.Unlock()
+	if len(emails.sent) != 2 {
+		t.Fatalf("emails sent: %+v", emails.sent)
+	}
+}

@@ -25,7 +25,9 @@ type retrierMetrics struct {
 	endpointNotices   prometheus.Counter
 	// endpointNoticesPublished counts notices put on clients' feeds.
 	endpointNoticesPublished prometheus.Counter
-	listening                prometheus.Gauge
+	// quietHeld counts member pushes and emails held for quiet hours.
+	quietHeld prometheus.Counter
+	listening prometheus.Gauge
 }
 
 func newRetrierMetrics(reg prometheus.Registerer) (*retrierMetrics, error) {
@@ -126,6 +128,12 @@ func (m *retrierMetrics) registerControls(reg prometheus.Registerer) error {
 	if m.endpointNotices, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Name: "endpoint_notices_mailed_total",
 		Help: "Emails sent to clients' owners about their webhook endpoint (failing, disabled, recovered).",
+	})); err != nil {
+		return err
+	}
+	if m.quietHeld, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Name: "deliveries_quiet_held_total",
+		Help: "Members' non-critical pushes and emails held back until their quiet hours end.",
 	})); err != nil {
 		return err
 	}

@@ -376,12 +376,18 @@ func (r *Retrier) claim(ctx, work context.Context, l *lane, limit int, outcomes 
 	// The deliveries are ours now: read their targets even if shutdown begins.
 	targets, pushes, emails, reports, targetErr, pushErr := r.readClaimed(ctx, work, claimed)
 	var held map[string]time.Duration
+	var quiet map[string]time.Duration
 	if targetErr == nil {
 		held = r.admitWebhooks(ctx, claimed, targets)
+		quiet = r.quietHolds(claimed, targets)
 	}
 	for _, d := range claimed {
 		if wait, ok := held[d.ID]; ok {
 			outcomes <- r.heldBack(d, wait)
+			continue
+		}
+		if wait, ok := quiet[d.ID]; ok {
+			outcomes <- r.quietBack(d, wait)
 			continue
 		}
 		target, found := targets[d.ID]

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -43,6 +44,21 @@ func DefaultMemberPreferences() MemberPreferences {
 	return MemberPreferences{Email: EmailOncePerUnread, Push: true, DigestTimes: []string{"09:00", "17:00"}}
 }
 
+// MemberRouting says what a member hears of (docs/DESIGN.md "Routing per
+// member"): the zero value lets everything through. A message about a sensor
+// reaches the member when its severity is at least MinSeverity and, when Sites
+// or Sensors is set, the sensor is one of Sensors or lies in one of Sites; a
+// message about no sensor (an operational notice) on its severity alone. The
+// SQL function lockstream_routes(member, sensor, site, severity) is the same
+// rule for statements (migration 00172).
+type MemberRouting struct {
+	// Sites and Sensors are nil for every site and sensor.
+	Sites   []string `json:"sites"`
+	Sensors []string `json:"sensors"`
+	// MinSeverity is info (the default: everything), warning or critical.
+	MinSeverity string `json:"min_severity"`
+}
+
 // Member is a person of a client: it reads the client's notifications in an inbox
 // of its own.
 type Member struct {
@@ -57,6 +73,10 @@ type Member struct {
 	// Timezone is an IANA name ("Europe/Paris"); UTC by default.
 	Timezone    string
 	Preferences MemberPreferences
+	// Routing is what the member hears of: inbox, stream, escalation.
+	Routing MemberRouting
+	// QuietHours hold the member's non-critical pushes and emails; nil: none.
+	QuietHours  *QuietHours
 	PushTargets []PushTarget
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
@@ -73,6 +93,10 @@ type MemberUpdate struct {
 	Timezone    *string
 	Preferences *MemberPreferences
 	PushTargets *[]PushTarget
+	// Routing replaces the member's routing whole.
+	Routing *MemberRouting
+	// QuietHours sets the quiet hours; a zero QuietHours removes them.
+	QuietHours *QuietHours
 }
 
 // Backfill says which of a client's recent messages a new member receives: those
@@ -88,7 +112,8 @@ const memberColumns = `m.id::text, m.client_id::text, m.name, coalesce(m.email, 
 	(SELECT coalesce(json_agg(json_build_object('platform', t.platform, 'push_key', t.push_key)
 	                          ORDER BY t.platform, t.push_key), '[]')
 	   FROM member_push_targets t WHERE t.member_id = m.id),
-	coalesce(m.username, '')`
+	coalesce(m.username, ''), m.routing_sites, m.routing_sensors, m.routing_min_severity,
+	coalesce(m.quiet_from, ''), coalesce(m.quiet_to, '')`
 
 // scanMember scans memberColumns, after extra.
 func scanMember(row pgx.Row, extra ...any) (Member, error) {
@@ -96,11 +121,16 @@ func scanMember(row pgx.Row, extra ...any) (Member, error) {
 		m       Member
 		prefs   []byte
 		targets []byte
+		quiet   QuietHours
 	)
 	dest := append(extra, &m.ID, &m.ClientID, &m.Name, &m.Email, &m.Timezone, &prefs, &m.CreatedAt, &m.UpdatedAt,
-		&targets, &m.Username)
+		&targets, &m.Username, &m.Routing.Sites, &m.Routing.Sensors, &m.Routing.MinSeverity,
+		&quiet.From, &quiet.To)
 	if err := row.Scan(dest...); err != nil {
 		return Member{}, err
+	}
+	if quiet.From != "" {
+		m.QuietHours = &quiet
 	}
 	if err := json.Unmarshal(prefs, &m.Preferences); err != nil {
 		return Member{}, fmt.Errorf("decoding preferences: %w", err)
@@ -291,6 +321,11 @@ func (p *Postgres) UpdateMember(ctx context.Context, id string, u MemberUpdate) 
 			return Member{}, fmt.Errorf("encoding preferences: %w", err)
 		}
 	}
+	rt := newRoutingArgs(u.Routing)
+	var quiet QuietHours
+	if u.QuietHours != nil {
+		quiet = *u.QuietHours
+	}
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
 			UPDATE members SET
@@ -299,8 +334,14 @@ func (p *Postgres) UpdateMember(ctx context.Context, id string, u MemberUpdate) 
 				timezone = coalesce($4, timezone),
 				preferences = coalesce($5::jsonb, preferences),
 				username = CASE WHEN $6::text IS NULL THEN username ELSE nullif($6, '') END,
+				routing_sites = CASE WHEN $7 THEN $8::text[] ELSE routing_sites END,
+				routing_sensors = CASE WHEN $7 THEN $9::text[] ELSE routing_sensors END,
+				routing_min_severity = CASE WHEN $7 THEN $10 ELSE routing_min_severity END,
+				quiet_from = CASE WHEN $11 THEN nullif($12, '') ELSE quiet_from END,
+				quiet_to = CASE WHEN $11 THEN nullif($13, '') ELSE quiet_to END,
 				updated_at = now()
-			WHERE id = $1`, id, u.Name, u.Email, u.Timezone, prefs, u.Username)
+			WHERE id = $1`, id, u.Name, u.Email, u.Timezone, prefs, u.Username, rt.set, rt.sites, rt.sensors, rt.minSeverity,
+			u.QuietHours != nil, quiet.From, quiet.To)
 		if err != nil {
 			return mapError(err)
 		}
@@ -393,4 +434,76 @@ func deleteMembers(ctx context.Context, tx pgx.Tx, which, key string) (int, erro
 		return 0, fmt.Errorf("deleting the members' inbox messages: %w", err)
 	}
 	return len(ids), nil
+}
+
+// routingArgs are a routing update's parameters; set is false when routing
+// is left as it is.
+type routingArgs struct {
+	set            bool
+	sites, sensors []string
+	minSeverity    string
+}
+
+func newRoutingArgs(r *MemberRouting) routingArgs {
+	if r == nil {
+		return routingArgs{}
+	}
+	return routingArgs{set: true, sites: r.Sites, sensors: r.Sensors, minSeverity: cmp.Or(r.MinSeverity, "info")}
+}
+
+// MemberRoutes returns the SQL condition that the member row member (a
+// members alias) hears a message about sensor (NULL or ” for none) in site
+// with severity (each an SQL expression): the routing rule of MemberRouting,
+// as the SQL function lockstream_routes (migration 00172), which the planner
+// inlines so that a statement choosing who hears something (the fan-out's
+// inbox write, notices, incident reminders) filters set-based. The message's
+// site is a site event's, or its sensor's (sensors.site).
+func MemberRoutes(member, sensor, site, severity string) string {
+	return fmt.Sprintf("lockstream_routes(%s, %s, %s, %s)", member, sensor, site, severity)
+}
+
+// QuietHours are a member's quiet hours: wall-clock times "HH:MM" in its
+// timezone; From after To spans midnight ("22:00" to "07:00"). While they
+// last, its non-critical pushes and emails wait for their end.
+type QuietHours struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// QuietUntil reports whether now falls in the quiet hours q of a member in
+// the IANA zone tz (UTC when unknown), and when they end. The end is the next
+// To on the member's wall clock (a day with a DST change keeps the wall time).
+func QuietUntil(now time.Time, q QuietHours, tz string) (time.Time, bool) {
+	from, okFrom := clockMinutes(q.From)
+	to, okTo := clockMinutes(q.To)
+	if !okFrom || !okTo || from == to {
+		return time.Time{}, false
+	}
+	loc, err := time.LoadLocation(tz)
+	if err != nil {
+		loc = time.UTC
+	}
+	local := now.In(loc)
+	m := local.Hour()*60 + local.Minute()
+	endOn := func(days int) time.Time {
+		return time.Date(local.Year(), local.Month(), local.Day()+days, to/60, to%60, 0, 0, loc)
+	}
+	switch {
+	case from < to && m >= from && m < to:
+		return endOn(0), true
+	case from > to && m >= from:
+		return endOn(1), true
+	case from > to && m < to:
+		return endOn(0), true
+	}
+	return time.Time{}, false
+}
+
+// clockMinutes reads "HH:MM" as minutes after midnight.
+func clockMinutes(hm string) (int, bool) {
+	t, err := time.Parse("15:04", hm)
+	if err != nil || len(hm) != 5 {
+		return 0, false
+	}
+	return t.Hour()*60 + t.Minute(), true
 }

@@ -210,7 +210,7 @@ const publishNoticesSQL = `
 		ORDER BY e.id`
 
 // queueNoticeMessages queues the statement that puts each new notice in the
-// inbox of every member of its client: severity as event.SeverityOf grades the
+// inbox of every member of its client whose routing lets its severity through: severity as event.SeverityOf grades the
 // notice, no sensor, the notice's detail as the subject.
 func queueNoticeMessages(b *pgx.Batch, events []NotificationInput, created []newNotification, details []string, added *[]addedMessage) {
 	ids := make([]string, len(created))
@@ -232,6 +232,7 @@ func queueNoticeMessages(b *pgx.Batch, events []NotificationInput, created []new
 			       `+fmt.Sprintf(eventSeverity, "nn")+` AS severity, 'event' AS cause,
 			       nn.subject, NULL::jsonb AS message, nn.ord
 			FROM nn JOIN members m ON m.client_id = nn.client_id
+			WHERE `+MemberRoutes("m", "NULL", "NULL", fmt.Sprintf(eventSeverity, "nn"))+`
 		`+inboxWriteRows, func(rows pgx.Rows) error {
 		var err error
 		*added, err = collectAdded(rows)

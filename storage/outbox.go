@@ -844,6 +844,14 @@ type DeliveryTarget struct {
 	// EndpointDisabled reports whether the client's webhook endpoint is
 	// disabled: a webhook delivery must not be attempted.
 	EndpointDisabled bool
+	// Quiet, for a member's push or email (no notification of its own), are
+	// the member's quiet hours and MemberTimezone its zone; nil when it has
+	// none. QuietCritical reports that the delivery is about a critical
+	// message the member has not seen (a sensor's, or any for a digest): it
+	// goes at once, quiet hours or not.
+	Quiet          *QuietHours
+	MemberTimezone string
+	QuietCritical  bool
 }
 
 // DeliveryTargets reads the current receiver of each of the claimed
@@ -876,12 +884,40 @@ func (p *Postgres) deliveryTargets(ctx context.Context, ids []string, ats []*tim
 		       c.previous_secret_until, coalesce(c.email, ''),
 		       EXISTS (SELECT 1 FROM push_targets t
 		               WHERE t.client_id = d.client_id AND t.platform || ':' || t.push_key = d.target),
-		       coalesce(s.address, ''), coalesce(c.rate_limit, 0), c.endpoint_disabled_at IS NOT NULL
+		       coalesce(s.address, ''), coalesce(c.rate_limit, 0), c.endpoint_disabled_at IS NOT NULL,
+		       coalesce(q.quiet_from, ''), coalesce(q.quiet_to, ''), coalesce(q.timezone, ''),
+		       q.id IS NOT NULL AND CASE
+		           WHEN d.sensor_id IS NOT NULL THEN EXISTS (
+		               SELECT 1 FROM inbox_messages x
+		               WHERE x.member_id = q.id AND `+episodeKeyX+` = d.sensor_id AND `+episodeUnseen+`
+		                 AND x.severity = 'critical')
+		           WHEN d.event_type = 'digest' THEN EXISTS (
+		               SELECT 1 FROM inbox_messages x
+		               WHERE x.member_id = q.id AND `+episodeUnseen+` AND x.severity = 'critical')
+		           ELSE false END
 		FROM unnest($1::uuid[], $2::timestamptz[]) AS k (id, at)
 		JOIN deliveries d ON d.id = k.id AND (k.at IS NULL OR d.event_at = k.at)
 		LEFT JOIN clients c ON c.id = d.client_id
 		LEFT JOIN client_sensors l ON l.client_id = d.client_id AND l.sensor_id = d.sensor_id
-		LEFT JOIN sensors s ON s.id = d.sensor_id`, ids, ats)
+		LEFT JOIN sensors s ON s.id = d.sensor_id
+		-- A member's email (target member:<id>) or push (a device of a member
+		-- of the client) with quiet hours: escalations and notification emails,
+		-- which have no notification of their own.
+		-- The cast is inside CASE: SQL does not order the conditions of a
+		-- WHERE, and a push's target is no member id.
+		LEFT JOIN LATERAL (
+			SELECT mm.id, mm.quiet_from, mm.quiet_to, mm.timezone FROM members mm
+			WHERE mm.quiet_from IS NOT NULL AND mm.id = CASE
+			    WHEN d.notification_id IS NULL AND d.channel = 'email' AND d.target LIKE 'member:%'
+			    THEN substr(d.target, length('member:') + 1)::uuid END
+			UNION ALL
+			SELECT mm.id, mm.quiet_from, mm.quiet_to, mm.timezone
+			FROM members mm JOIN member_push_targets t ON t.member_id = mm.id
+			WHERE d.notification_id IS NULL AND d.channel = 'swrve' AND mm.client_id = d.client_id
+			  AND mm.quiet_from IS NOT NULL
+			  AND t.platform = split_part(d.target, ':', 1) AND t.push_key = substr(d.target, strpos(d.target, ':') + 1)
+			LIMIT 1
+		) q ON true`, ids, ats)
 	if err != nil {
 		return nil, fmt.Errorf("reading delivery targets: %w", err)
 	}
@@ -891,10 +927,15 @@ func (p *Postgres) deliveryTargets(ctx context.Context, ids []string, ats []*tim
 			t        DeliveryTarget
 			clientID string
 			until    *time.Time
+			quiet    QuietHours
 		)
 		if err := rows.Scan(&t.DeliveryID, &clientID, &t.Owned, &t.ClientExists, &t.WebhookURL, &t.Secret, &t.PreviousSecret,
-			&until, &t.Email, &t.PushTargetExists, &t.SensorAddress, &t.RateLimit, &t.EndpointDisabled); err != nil {
+			&until, &t.Email, &t.PushTargetExists, &t.SensorAddress, &t.RateLimit, &t.EndpointDisabled,
+			&quiet.From, &quiet.To, &t.MemberTimezone, &t.QuietCritical); err != nil {
 			return nil, fmt.Errorf("reading delivery targets: %w", err)
+		}
+		if quiet.From != "" {
+			t.Quiet = &quiet
 		}
 		if err := p.openSecrets(clientID, &t); err != nil {
 			return nil, fmt.Errorf("reading delivery targets: %w", err)

@@ -69,6 +69,15 @@ type memberJSON struct {
 		Push        bool     `json:"push"`
 		DigestTimes []string `json:"digest_times"`
 	} `json:"preferences"`
+	Routing struct {
+		Sites       []string `json:"sites"`
+		Sensors     []string `json:"sensors"`
+		MinSeverity string   `json:"min_severity"`
+	} `json:"routing"`
+	QuietHours *struct {
+		From string `json:"from"`
+		To   string `json:"to"`
+	} `json:"quiet_hours"`
 	PushTargets []pushTargetJSON `json:"push_targets"`
 	Token       string           `json:"token"`
 	Backfilled  *int             `json:"backfilled"`
@@ -183,6 +192,36 @@ func TestMemberRoutes(t *testing.T) {
 		t.Fatalf("patched: %+v", patched)
 	}
 	a.request("PATCH", "/v1/members/"+m.ID, map[string]any{"timezone": "Nowhere/Land"}).expectInvalid("timezone")
+
+	// Routing: everything by default; set whole; bad fields named; null resets.
+	if patched.Routing.Sites != nil || patched.Routing.Sensors != nil || patched.Routing.MinSeverity != "info" {
+		t.Fatalf("default routing: %+v", patched.Routing)
+	}
+	a.request("PATCH", "/v1/members/"+m.ID, map[string]any{"routing": map[string]any{"sites": []string{"north"},
+		"min_severity": "warning"}}).expect(http.StatusOK).decode(&patched)
+	if !slices.Equal(patched.Routing.Sites, []string{"north"}) || patched.Routing.Sensors != nil ||
+		patched.Routing.MinSeverity != "warning" || patched.Preferences.Email != "digest" {
+		t.Fatalf("routed: %+v", patched)
+	}
+	a.request("PATCH", "/v1/members/"+m.ID, map[string]any{"routing": map[string]any{"sites": []string{""},
+		"min_severity": "loud"}}).expectInvalid("routing.sites[0]", "routing.min_severity")
+	a.request("PATCH", "/v1/members/"+m.ID, map[string]any{"routing": nil}).expect(http.StatusOK).decode(&patched)
+	if patched.Routing.Sites != nil || patched.Routing.MinSeverity != "info" {
+		t.Fatalf("routing reset: %+v", patched.Routing)
+	}
+
+	// Quiet hours: set, bad times named, null removes them.
+	a.request("PATCH", "/v1/members/"+m.ID, map[string]any{"quiet_hours": map[string]any{"from": "22:00", "to": "07:00"}}).
+		expect(http.StatusOK).decode(&patched)
+	if patched.QuietHours == nil || patched.QuietHours.From != "22:00" || patched.QuietHours.To != "07:00" {
+		t.Fatalf("quiet hours: %+v", patched.QuietHours)
+	}
+	a.request("PATCH", "/v1/members/"+m.ID, map[string]any{"quiet_hours": map[string]any{"from": "25:00", "to": "7"}}).
+		expectInvalid("quiet_hours.from", "quiet_hours.to")
+	a.request("PATCH", "/v1/members/"+m.ID, map[string]any{"quiet_hours": nil}).expect(http.StatusOK).decode(&patched)
+	if patched.QuietHours != nil {
+		t.Fatalf("quiet hours after null: %+v", patched.QuietHours)
+	}
 
 	// The token works, a rotated one replaces it at once.
 	a.messages(m.Token, "")

@@ -1,6 +1,7 @@
 package webapi
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -63,6 +64,8 @@ type memberBody struct {
 	Email       *string          `json:"email"`
 	Timezone    string           `json:"timezone"`
 	Preferences preferencesBody  `json:"preferences"`
+	Routing     routingBody      `json:"routing"`
+	QuietHours  *quietHoursBody  `json:"quiet_hours"`
 	PushTargets []pushTargetBody `json:"push_targets"`
 	Token       string           `json:"token,omitempty"`
 	Backfilled  *int             `json:"backfilled,omitempty"`
@@ -77,6 +80,62 @@ type preferencesBody struct {
 	DigestTimes []string `json:"digest_times"`
 }
 
+// routingBody is what a member hears of (DESIGN.md "Routing per member"):
+// sites and sensors null for every one. It is also the routing object of
+// PATCH /v1/members/{id}, which replaces the routing whole: a field left out
+// takes its default.
+type routingBody struct {
+	Sites       []string `json:"sites"`
+	Sensors     []string `json:"sensors"`
+	MinSeverity string   `json:"min_severity"`
+}
+
+// quietHoursBody is a member's quiet hours (DESIGN.md "Quiet hours"): HH:MM
+// in its timezone; from after to spans midnight.
+type quietHoursBody struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// checkQuietHours validates quiet hours.
+func checkQuietHours(errs *httpapi.FieldErrors, q quietHoursBody) storage.QuietHours {
+	if !digestTime.MatchString(q.From) {
+		errs.Add("quiet_hours.from", "must be a time HH:MM on 24 hours, got %q", q.From)
+	}
+	if !digestTime.MatchString(q.To) {
+		errs.Add("quiet_hours.to", "must be a time HH:MM on 24 hours, got %q", q.To)
+	} else if q.To == q.From {
+		errs.Add("quiet_hours.to", "must differ from from (%s)", q.From)
+	}
+	return storage.QuietHours{From: q.From, To: q.To}
+}
+
+// maxRouted bounds the sites and the sensors a routing names.
+const maxRouted = 1000
+
+// checkRouting validates a routing request into the member's routing.
+func checkRouting(errs *httpapi.FieldErrors, req routingBody) storage.MemberRouting {
+	list := func(field string, names []string) {
+		if len(names) > maxRouted {
+			errs.Add("routing."+field, "at most %d entries", maxRouted)
+		}
+		for i, n := range names {
+			if strings.TrimSpace(n) == "" || len(n) > 200 {
+				errs.Add(fmt.Sprintf("routing.%s[%d]", field, i), "must be a %s name of 1 to 200 bytes, got %q",
+					strings.TrimSuffix(field, "s"), n)
+			}
+		}
+	}
+	list("sites", req.Sites)
+	list("sensors", req.Sensors)
+	switch req.MinSeverity {
+	case "", "info", "warning", "critical":
+	default:
+		errs.Add("routing.min_severity", "must be info, warning or critical, got %q", req.MinSeverity)
+	}
+	return storage.MemberRouting{Sites: req.Sites, Sensors: req.Sensors, MinSeverity: cmp.Or(req.MinSeverity, "info")}
+}
+
 func renderMember(m storage.Member) memberBody {
 	body := memberBody{
 		ID:       m.ID,
@@ -85,9 +144,14 @@ func renderMember(m storage.Member) memberBody {
 		Timezone: m.Timezone,
 		Preferences: preferencesBody{Email: string(m.Preferences.Email), Push: m.Preferences.Push,
 			DigestTimes: m.Preferences.DigestTimes},
+		Routing: routingBody{Sites: m.Routing.Sites, Sensors: m.Routing.Sensors,
+			MinSeverity: cmp.Or(m.Routing.MinSeverity, "info")},
 		PushTargets: make([]pushTargetBody, 0, len(m.PushTargets)),
 		CreatedAt:   m.CreatedAt.UTC(),
 		UpdatedAt:   m.UpdatedAt.UTC(),
+	}
+	if m.QuietHours != nil {
+		body.QuietHours = &quietHoursBody{From: m.QuietHours.From, To: m.QuietHours.To}
 	}
 	if body.Preferences.DigestTimes == nil {
 		body.Preferences.DigestTimes = []string{}
@@ -318,6 +382,8 @@ func (s *Server) updateMember(w http.ResponseWriter, r *http.Request) error {
 		Timezone    optional[string]              `json:"timezone"`
 		Preferences optional[preferencesRequest]  `json:"preferences"`
 		PushTargets optional[[]pushTargetRequest] `json:"push_targets"`
+		Routing     optional[routingBody]         `json:"routing"`
+		QuietHours  optional[quietHoursBody]      `json:"quiet_hours"`
 	}
 	if err := s.decodeJSON(w, r, &req); err != nil {
 		return err
@@ -335,6 +401,27 @@ func (s *Server) updateMember(w http.ResponseWriter, r *http.Request) error {
 	}
 	if update.Username, err = usernameUpdate(req.Username); err != nil {
 		return err
+	}
+	if req.Routing.set {
+		// null: back to the default, everything.
+		var errs httpapi.FieldErrors
+		routing := checkRouting(&errs, req.Routing.value)
+		if err := errs.Err(); err != nil {
+			return err
+		}
+		update.Routing = &routing
+	}
+	if req.QuietHours.set {
+		// null removes them.
+		quiet := storage.QuietHours{}
+		if !req.QuietHours.null {
+			var errs httpapi.FieldErrors
+			quiet = checkQuietHours(&errs, req.QuietHours.value)
+			if err := errs.Err(); err != nil {
+				return err
+			}
+		}
+		update.QuietHours = &quiet
 	}
 	updated, err := s.members.UpdateMember(r.Context(), id, update)
 	if errors.Is(err, storage.ErrNotFound) {
