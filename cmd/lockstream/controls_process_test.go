@@ -269,7 +269,7 @@ func TestAutoDisableThroughAll(t *testing.T) {
 	n := startDeliveryNode(t, []string{"all"}, "LOCKSTREAM_WEBHOOK_ALLOW_PRIVATE=true",
 		"LOCKSTREAM_RETRY_BACKOFF_BASE=100ms", "LOCKSTREAM_RETRY_MAX_ATTEMPTS=1000",
 		"LOCKSTREAM_ENDPOINT_DISABLE_AFTER=2s", "LOCKSTREAM_ENDPOINT_DISABLE_MIN_FAILURES=3",
-		"LOCKSTREAM_SMTP_URL=smtp://"+mail.addr)
+		"LOCKSTREAM_ENDPOINT_FAILING_AFTER=2", "LOCKSTREAM_SMTP_URL=smtp://"+mail.addr)
 	sink := newRecordingSink(t, "")
 	// The client's address gets its email notifications (another channel, not
 	// paused) and the notice.
@@ -347,6 +347,21 @@ func TestAutoDisableThroughAll(t *testing.T) {
 			t.Errorf("%s's states after enabling: %v, want %v", door, got[door], seq)
 		}
 	}
+	// The client's feed tells the endpoint's story once each, in order:
+	// failing (at the 2nd failure, before the 3 that disable it), disabled,
+	// recovered (after enable and a success); the webhook carried none of it.
+	n.h.waitFor("endpoint_recovered on the client's feed", func() (bool, string) {
+		notices := feedNotices(n, id)
+		return slices.Contains(notices, "endpoint_recovered"), fmt.Sprintf("%v", notices)
+	})
+	if notices := feedNotices(n, id); !slices.Equal(notices, []string{"endpoint_failing", "endpoint_disabled", "endpoint_recovered"}) {
+		t.Errorf("the feed's notices: %v, want endpoint_failing, endpoint_disabled, endpoint_recovered", notices)
+	}
+	for _, r := range sink.requests() {
+		if strings.HasPrefix(string(r.body.Type), "endpoint_") {
+			t.Errorf("the webhook carried a %s", r.body.Type)
+		}
+	}
 	for len(mail.got) > 0 {
 		if msg := <-mail.got; isNotice(msg) {
 			t.Errorf("a second notice:\n%s", msg)
@@ -397,4 +412,17 @@ func TestRecoverThroughAll(t *testing.T) {
 	if bad := sink.badSignatures(); len(bad) > 0 {
 		t.Errorf("bad signatures: %v", bad)
 	}
+}
+
+// feedNotices lists the operational notices on the client's feed, in seq order.
+func feedNotices(n *deliveryNode, clientID string) []string {
+	feed := n.call("GET", "/v1/clients/"+clientID+"/events?after=0&limit=1000", deliveryAdminToken, nil, http.StatusOK)
+	var notices []string
+	items, _ := feed["items"].([]any)
+	for _, it := range items {
+		if typ, _ := it.(map[string]any)["type"].(string); strings.HasPrefix(typ, "endpoint_") {
+			notices = append(notices, typ)
+		}
+	}
+	return notices
 }
