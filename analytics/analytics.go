@@ -26,10 +26,11 @@ const store = "clickhouse"
 
 // Store reads the history for analysts. Create it with New.
 type Store struct {
-	conn    driver.Conn
-	scopes  Scopes
-	outages Outages
-	now     func() time.Time
+	conn      driver.Conn
+	scopes    Scopes
+	outages   Outages
+	incidents Incidents
+	now       func() time.Time
 	// source forces raw rows or rollups (tests, benchmarks); SourceAuto by default.
 	source Source
 }

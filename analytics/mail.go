@@ -29,10 +29,15 @@ type reportView struct {
 	Unlocked, Lost, MeanRestore      string
 	LostLongest, UnlockedLongest     []rankedView
 	SiteOutages                      []outageView
+	Incidents                        []incidentView
 }
 
 type rankedView struct {
 	SensorID, Duration string
+}
+
+type incidentView struct {
+	Subject, Severity, State, Opened, Ended, Duration, Acknowledged string
 }
 
 type outageView struct {
@@ -63,8 +68,7 @@ func NewMailTemplates() (*MailTemplates, error) {
 // Render renders rep, the report of the client named clientName, as a text
 // and an HTML body that say the same figures as GET /v1/clients/{id}/report
 // for its range: counts as they are, durations in words with their exact
-// seconds, availability as a percentage to four decimals. Incidents do not
-// exist yet (issue 23): the mail has no section for them.
+// seconds, availability as a percentage to four decimals.
 func (m *MailTemplates) Render(rep Report, clientName string) (ReportMail, error) {
 	loc := rep.Location
 	if loc == nil {
@@ -96,6 +100,7 @@ func (m *MailTemplates) Render(rep Report, clientName string) (ReportMail, error
 		}
 		v.SiteOutages = append(v.SiteOutages, ov)
 	}
+	v.Incidents = incidentViews(rep.Incidents, loc)
 	var text, html bytes.Buffer
 	if err := m.text.ExecuteTemplate(&text, "report.text", v); err != nil {
 		return ReportMail{}, fmt.Errorf("rendering the report's text: %w", err)
@@ -106,6 +111,27 @@ func (m *MailTemplates) Render(rep Report, clientName string) (ReportMail, error
 	subject := fmt.Sprintf("lockstream weekly report for %s, %s to %s: availability %s",
 		clientName, from.Format("2 Jan"), to.Format("2 Jan 2006"), v.Availability)
 	return ReportMail{Subject: subject, Text: text.String(), HTML: html.String()}, nil
+}
+
+// incidentViews says each incident in words: what it was about, when it
+// opened and ended (or that it is still unresolved), whether and when it was
+// acknowledged, and how long it was unresolved in the report's range.
+func incidentViews(incidents []ReportIncident, loc *time.Location) []incidentView {
+	const at = "Mon 2 Jan 15:04"
+	var out []incidentView
+	for _, inc := range incidents {
+		iv := incidentView{Subject: inc.Subject, Severity: inc.Severity, State: inc.State,
+			Opened: inc.OpenedAt.In(loc).Format(at), Ended: "still unresolved", Duration: Duration(inc.Seconds),
+			Acknowledged: "not acknowledged"}
+		if inc.ResolvedAt != nil {
+			iv.Ended = "resolved " + inc.ResolvedAt.In(loc).Format(at)
+		}
+		if inc.AcknowledgedAt != nil {
+			iv.Acknowledged = "acknowledged " + inc.AcknowledgedAt.In(loc).Format(at)
+		}
+		out = append(out, iv)
+	}
+	return out
 }
 
 // Percent writes an availability as a percentage to four decimals ("n/a"

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/lockstream/lockstream/domain"
 )
 
 // ReportQuery asks for a client's report over [From, To), in Location.
@@ -36,12 +38,28 @@ type Outages interface {
 // Postgres); without it they list none.
 func WithOutages(o Outages) Option { return func(s *Store) { s.outages = o } }
 
+// Incidents lists a client's incidents open at some time in [from, to),
+// oldest first (the incident box keeps them in Postgres).
+type Incidents interface {
+	ClientIncidents(ctx context.Context, clientID string, from, to time.Time) ([]domain.Incident, error)
+}
+
+// WithIncidents lets reports list incidents; without it they list none.
+func WithIncidents(i Incidents) Option { return func(s *Store) { s.incidents = i } }
+
+// ReportIncident is an incident of a report, with how long it was open
+// (unresolved) inside the report's range: to now while it is.
+type ReportIncident struct {
+	domain.Incident
+	Seconds int64
+}
+
 // reportTop is how many sensors each of a report's rankings names.
 const reportTop = 5
 
 // Report is a client's figures over a range: the summary's total over the
 // client's sensors, the sensors lost longest and unlocked longest, the site
-// outages. Incidents (issue 23) do not exist yet: the list is always empty.
+// outages, the incidents open at some time in the range.
 type Report struct {
 	ClientID        string
 	From, To        time.Time
@@ -51,6 +69,7 @@ type Report struct {
 	LostLongest     []TopItem
 	UnlockedLongest []TopItem
 	SiteOutages     []SiteOutage
+	Incidents       []ReportIncident
 }
 
 // Report computes q's report. An unknown client is storage.ErrNotFound.
@@ -77,25 +96,11 @@ func (s *Store) Report(ctx context.Context, q ReportQuery) (Report, error) {
 			}
 		}
 	}
-	if s.outages != nil {
-		if out.SiteOutages, err = s.outages.ClientSiteOutages(ctx, q.ClientID, out.From, out.To); err != nil {
-			return Report{}, fmt.Errorf("site outages of client %s: %w", q.ClientID, err)
-		}
-		now := s.now()
-		for i, o := range out.SiteOutages {
-			end := now
-			if o.RestoredAt != nil {
-				end = *o.RestoredAt
-			}
-			start := o.StartedAt
-			if start.Before(out.From) {
-				start = out.From
-			}
-			if end.After(out.To) {
-				end = out.To
-			}
-			out.SiteOutages[i].Seconds = max(0, int64(end.Sub(start)/time.Second))
-		}
+	if err := s.reportOutages(ctx, &out); err != nil {
+		return Report{}, err
+	}
+	if err := s.reportIncidents(ctx, &out); err != nil {
+		return Report{}, err
 	}
 	return out, nil
 }
@@ -108,4 +113,56 @@ func LastWeek(now time.Time, loc *time.Location) (from, to time.Time) {
 	back := (int(local.Weekday()) + 6) % 7
 	to = time.Date(y, m, d-back, 0, 0, 0, 0, loc)
 	return time.Date(y, m, d-back-7, 0, 0, 0, 0, loc), to
+}
+
+// reportOutages adds the site outages of out's client, each with its
+// seconds inside the range.
+func (s *Store) reportOutages(ctx context.Context, out *Report) error {
+	if s.outages == nil {
+		return nil
+	}
+	outages, err := s.outages.ClientSiteOutages(ctx, out.ClientID, out.From, out.To)
+	if err != nil {
+		return fmt.Errorf("site outages of client %s: %w", out.ClientID, err)
+	}
+	now := s.now()
+	for i, o := range outages {
+		outages[i].Seconds = secondsInside(o.StartedAt, o.RestoredAt, out.From, out.To, now)
+	}
+	out.SiteOutages = outages
+	return nil
+}
+
+// reportIncidents adds the incidents of out's client open in its range, each
+// with its seconds inside it.
+func (s *Store) reportIncidents(ctx context.Context, out *Report) error {
+	if s.incidents == nil {
+		return nil
+	}
+	incidents, err := s.incidents.ClientIncidents(ctx, out.ClientID, out.From, out.To)
+	if err != nil {
+		return fmt.Errorf("incidents of client %s: %w", out.ClientID, err)
+	}
+	now := s.now()
+	for _, inc := range incidents {
+		out.Incidents = append(out.Incidents, ReportIncident{Incident: inc,
+			Seconds: secondsInside(inc.OpenedAt, inc.ResolvedAt, out.From, out.To, now)})
+	}
+	return nil
+}
+
+// secondsInside is how much of [start, end) — end nil: until now — lies in
+// [from, to), in whole seconds.
+func secondsInside(start time.Time, end *time.Time, from, to, now time.Time) int64 {
+	stop := now
+	if end != nil {
+		stop = *end
+	}
+	if start.Before(from) {
+		start = from
+	}
+	if stop.After(to) {
+		stop = to
+	}
+	return max(0, int64(stop.Sub(start)/time.Second))
 }

@@ -353,3 +353,29 @@ func (p *PostgresStore) PurgeTokens(ctx context.Context, before time.Time, limit
 	}
 	return int(tag.RowsAffected()), nil
 }
+
+// reportIncidentsMax bounds the incidents one report lists.
+const reportIncidentsMax = 100
+
+// ClientIncidents returns the client's incidents that were open at some time
+// in [from, to) — opened before to and resolved, if at all, after from —
+// oldest first, at most reportIncidentsMax (analytics.Incidents: the client's
+// report lists them).
+func (p *PostgresStore) ClientIncidents(ctx context.Context, clientID string, from, to time.Time) ([]domain.Incident, error) {
+	if uuid.Validate(clientID) != nil {
+		return nil, nil
+	}
+	rows, err := p.pool.Query(ctx, `
+		SELECT `+incidentColumns+` FROM incidents i
+		WHERE i.client_id = $1 AND i.opened_at < $3 AND (i.resolved_at IS NULL OR i.resolved_at > $2)
+		ORDER BY i.opened_at, i.id
+		LIMIT $4`, clientID, from, to, reportIncidentsMax)
+	if err != nil {
+		return nil, fmt.Errorf("listing the incidents of client %s for its report: %w", clientID, storage.MapError(err))
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (domain.Incident, error) { return scanIncident(row) })
+	if err != nil {
+		return nil, fmt.Errorf("listing the incidents of client %s for its report: %w", clientID, storage.MapError(err))
+	}
+	return out, nil
+}

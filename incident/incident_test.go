@@ -1,6 +1,7 @@
 package incident_test
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -268,5 +269,43 @@ func TestPurgeTokens(t *testing.T) {
 	}
 	if st, err := f.store.PeekToken(f.ctx, token(rs[1]), t0); err != nil || st != incident.TokenValid {
 		t.Fatalf("kept token: %s %v", st, err)
+	}
+}
+
+// TestClientIncidentsOfARange: a report lists the incidents unresolved at some
+// time in its range — opened before its end, resolved (if at all) after its start —
+// oldest first, and none of another range.
+func TestClientIncidentsOfARange(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "door1", "door2")
+	c := f.client(t, "door1", "door2")
+	f.event(t, "connection_lost", 0, 0, "door1")                  // opens at t0 …
+	f.event(t, "connection_lost", 1, time.Minute, "door2")        // open from t0+1m
+	f.event(t, "connection_restored", 0, 30*time.Minute, "door1") // … resolved at t0+30m
+	f.event(t, "connection_lost", 0, time.Hour, "door1")          // open from t0+1h
+	f.intake(t)
+	for _, r := range []struct {
+		from, to time.Time
+		want     []string // opened at, as offsets from t0
+	}{
+		{t0.Add(-time.Hour), t0, nil},
+		{t0, t0.Add(10 * time.Minute), []string{"0s", "1m0s"}},
+		{t0.Add(31 * time.Minute), t0.Add(2 * time.Hour), []string{"1m0s", "1h0m0s"}},
+		{t0.Add(30 * time.Minute), t0.Add(time.Hour), []string{"1m0s"}}, // resolved at its start: not in it
+	} {
+		got, err := f.store.ClientIncidents(f.ctx, c.ID, r.from, r.to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var opened []string
+		for _, i := range got {
+			opened = append(opened, i.OpenedAt.Sub(t0).String())
+		}
+		if !slices.Equal(opened, r.want) {
+			t.Errorf("[%s, %s): incidents opened at %v, want %v", r.from.Sub(t0), r.to.Sub(t0), opened, r.want)
+		}
+	}
+	if got, err := f.store.ClientIncidents(f.ctx, "not-a-uuid", t0, t0.Add(time.Hour)); err != nil || len(got) != 0 {
+		t.Errorf("an invalid client id: %v, %v; want none", got, err)
 	}
 }

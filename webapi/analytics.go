@@ -2,7 +2,6 @@ package webapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -212,16 +211,24 @@ func (s *Server) analyticsTop(w http.ResponseWriter, r *http.Request) error {
 
 // reportBody is GET /v1/clients/{id}/report's answer.
 type reportBody struct {
-	ClientID        string            `json:"client_id"`
-	From            time.Time         `json:"from"`
-	To              time.Time         `json:"to"`
-	TZ              string            `json:"tz"`
-	Sensors         int               `json:"sensors"`
-	Total           figuresBody       `json:"total"`
-	LostLongest     []topEntry        `json:"lost_longest"`
-	UnlockedLongest []topEntry        `json:"unlocked_longest"`
-	SiteOutages     []siteOutageBody  `json:"site_outages"`
-	Incidents       []json.RawMessage `json:"incidents"`
+	ClientID        string               `json:"client_id"`
+	From            time.Time            `json:"from"`
+	To              time.Time            `json:"to"`
+	TZ              string               `json:"tz"`
+	Sensors         int                  `json:"sensors"`
+	Total           figuresBody          `json:"total"`
+	LostLongest     []topEntry           `json:"lost_longest"`
+	UnlockedLongest []topEntry           `json:"unlocked_longest"`
+	SiteOutages     []siteOutageBody     `json:"site_outages"`
+	Incidents       []reportIncidentBody `json:"incidents"`
+}
+
+// reportIncidentBody is an incident of a report: the incident as GET
+// /v1/incidents/{id} shows it (without its timeline) and how long it was
+// unresolved inside the range.
+type reportIncidentBody struct {
+	incidentBody
+	Seconds int64 `json:"seconds"`
 }
 
 type siteOutageBody struct {
@@ -251,14 +258,14 @@ func (s *Server) clientReport(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return analyticsError(scope, err)
 	}
-	return httpapi.WriteJSON(w, http.StatusOK, renderReport(rep))
+	return httpapi.WriteJSON(w, http.StatusOK, renderReport(rep, s.cfg.Now()))
 }
 
-func renderReport(rep analytics.Report) reportBody {
+func renderReport(rep analytics.Report, now time.Time) reportBody {
 	loc := rep.Location
 	body := reportBody{ClientID: rep.ClientID, From: rep.From.In(loc), To: rep.To.In(loc), TZ: loc.String(), Sensors: rep.Sensors,
 		Total: renderFigures(rep.Total, loc), LostLongest: []topEntry{}, UnlockedLongest: []topEntry{},
-		SiteOutages: []siteOutageBody{}, Incidents: []json.RawMessage{}}
+		SiteOutages: []siteOutageBody{}, Incidents: []reportIncidentBody{}}
 	for _, it := range rep.LostLongest {
 		body.LostLongest = append(body.LostLongest, topEntry{SensorID: it.SensorID, Value: it.Value})
 	}
@@ -268,6 +275,10 @@ func renderReport(rep analytics.Report) reportBody {
 	for _, o := range rep.SiteOutages {
 		body.SiteOutages = append(body.SiteOutages, siteOutageBody{Site: o.Site, StartedAt: o.StartedAt.In(loc),
 			RestoredAt: o.RestoredAt, Sensors: o.Sensors, Seconds: o.Seconds})
+	}
+	for _, inc := range rep.Incidents {
+		body.Incidents = append(body.Incidents, reportIncidentBody{incidentBody: renderIncident(inc.Incident, now),
+			Seconds: inc.Seconds})
 	}
 	return body
 }

@@ -152,7 +152,9 @@ func NewClickHouseDatabase(t testing.TB) string {
 	}
 	name := uniqueName()
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// A database a long test filled (the 10-minute chaos soak's) can take
+		// ClickHouse over 30 s to drop on a loaded machine.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		conn, err := clickhouse.Open(opts)
 		if err != nil {
