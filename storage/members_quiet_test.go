@@ -1,8 +1,11 @@
 package storage_test
 
 import (
+	"crypto/sha256"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/lockstream/lockstream/storage"
 )
@@ -36,5 +39,67 @@ func TestQuietUntil(t *testing.T) {
 		if quiet != tc.quiet || !until.Equal(tc.until) {
 			t.Errorf("QuietUntil(%v, %v, %s) = %v, %v; want %v, %v", tc.now, tc.q, tc.tz, until, quiet, tc.until, tc.quiet)
 		}
+	}
+}
+
+// The targets of a claim tell a member's push and email apart and carry its
+// quiet hours and whether it is about a critical message the member has not
+// seen; a client's own push and a push of no member carry none.
+func TestDeliveryTargetsCarryQuietHours(t *testing.T) {
+	t.Parallel()
+	f := newOutboxFixture(t, "qDoor")
+	c := f.client(t, storage.Client{Name: "quiet"}, "qDoor")
+	hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
+	ann, _, err := f.pg.CreateMember(f.ctx, storage.Member{ClientID: c.ID, Name: "ann", Timezone: "Europe/Paris",
+		Email: "ann@example.com", Preferences: storage.DefaultMemberPreferences(),
+		PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "ann-phone"}}}, hash[:], storage.Backfill{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := storage.QuietHours{From: "22:00", To: "07:00"}
+	if _, err := f.pg.UpdateMember(f.ctx, ann.ID, storage.MemberUpdate{QuietHours: &quiet}); err != nil {
+		t.Fatal(err)
+	}
+	insert := func(clientID *string, channel, target string) storage.Delivery {
+		t.Helper()
+		var id string
+		if err := f.pg.Pool().QueryRow(f.ctx, `
+			INSERT INTO deliveries (id, client_id, sensor_id, event_type, channel, target, state, next_attempt_at, event_at)
+			VALUES (gen_random_uuid(), $1, CASE WHEN $1::uuid IS NOT NULL THEN 'qDoor' END, 'unseen', $2, $3, 'PENDING', now(), now())
+			RETURNING id::text`, clientID, channel, target).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return f.get(t, id)
+	}
+	push := insert(&c.ID, "swrve", "IOS:ann-phone")
+	mail := insert(&c.ID, "email", "member:"+ann.ID)
+	stranger := insert(&c.ID, "swrve", "IOS:not-a-member")
+	standalone := insert(nil, "swrve", "IOS:ann-phone")
+	read := func() map[string]storage.DeliveryTarget {
+		t.Helper()
+		targets, err := f.pg.DeliveryTargets(f.ctx, []storage.Delivery{push, mail, stranger, standalone})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return targets
+	}
+	targets := read()
+	for _, d := range []storage.Delivery{push, mail} {
+		if tg := targets[d.ID]; tg.Quiet == nil || *tg.Quiet != quiet || tg.MemberTimezone != "Europe/Paris" || tg.QuietCritical {
+			t.Errorf("%s %s: quiet %+v in %q, critical %v; want ann's, not critical", d.Channel, d.Target, tg.Quiet, tg.MemberTimezone, tg.QuietCritical)
+		}
+	}
+	for _, d := range []storage.Delivery{stranger, standalone} {
+		if tg := targets[d.ID]; tg.Quiet != nil {
+			t.Errorf("%s %s (client %q) carries quiet hours %+v", d.Channel, d.Target, d.ClientID, tg.Quiet)
+		}
+	}
+	// A critical message about the sensor, unseen: both go at once.
+	zero := 0
+	f.create(t, storage.NotificationInput{EventID: "qLost", Type: "connection_lost", SensorID: "qDoor", Data: &zero,
+		At: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)})
+	targets = read()
+	if !targets[push.ID].QuietCritical || !targets[mail.ID].QuietCritical {
+		t.Errorf("after a critical message: push %+v, mail %+v; want both critical", targets[push.ID], targets[mail.ID])
 	}
 }
