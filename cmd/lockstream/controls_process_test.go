@@ -309,17 +309,16 @@ func TestAutoDisableThroughAll(t *testing.T) {
 			t.Errorf("the notice is not to the owner or does not say how to enable:\n%s", msg)
 		}
 	}
-	// One endpoint_disabled; before it, one endpoint_failing if the streak
-	// reached LOCKSTREAM_ENDPOINT_FAILING_AFTER (5) failures within the 2 s
-	// that disable it (3 failures), which depends on the machine's pace.
+	// One endpoint_failing (2 failures) and one endpoint_disabled (at least 3
+	// failures, for 2 s): the streak is told failing before it can be disabled.
 	e := n.call("GET", "/v1/clients/"+id+"/endpoint", deliveryAdminToken, nil, http.StatusOK)
 	byType := map[any]int{}
 	events, _ := e["events"].([]any)
 	for _, ev := range events {
 		byType[ev.(map[string]any)["type"]]++
 	}
-	if byType["endpoint_disabled"] != 1 || byType["endpoint_failing"] > 1 || len(events) != byType["endpoint_disabled"]+byType["endpoint_failing"] {
-		t.Errorf("endpoint events %v, want one endpoint_disabled and at most one endpoint_failing", e["events"])
+	if byType["endpoint_disabled"] != 1 || byType["endpoint_failing"] != 1 || len(events) != 2 {
+		t.Errorf("endpoint events %v, want one endpoint_failing and one endpoint_disabled", e["events"])
 	}
 
 	// Back up and enabled: the 5 kept deliveries go out, each sensor's in event
