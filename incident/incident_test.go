@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/incident"
+	"github.com/lockstream/lockstream/storage"
 )
 
 // A loss while unlocked opens one incident of the sensor; later events attach;
@@ -307,5 +308,49 @@ func TestClientIncidentsOfARange(t *testing.T) {
 	}
 	if got, err := f.store.ClientIncidents(f.ctx, "not-a-uuid", t0, t0.Add(time.Hour)); err != nil || len(got) != 0 {
 		t.Errorf("an invalid client id: %v, %v; want none", got, err)
+	}
+}
+
+// TestRemindersFollowMemberRouting: a member whose routing names another site,
+// or only critical when the incident is a warning, hears no reminder and does
+// not list the incident; a member routed to the sensor's site does.
+func TestRemindersFollowMemberRouting(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "door1")
+	if _, err := f.pg.Pool().Exec(f.ctx, `UPDATE sensors SET site = 'yard' WHERE id = 'door1'`); err != nil {
+		t.Fatal(err)
+	}
+	c := f.client(t, "door1")
+	yard, elsewhere, critOnly := f.member(t, c.ID, "yard"), f.member(t, c.ID, "elsewhere"), f.member(t, c.ID, "crit")
+	for _, r := range []struct {
+		id, sql string
+	}{
+		{yard.ID, `UPDATE members SET routing_sites = '{yard}' WHERE id = $1`},
+		{elsewhere.ID, `UPDATE members SET routing_sites = '{depot}' WHERE id = $1`},
+		{critOnly.ID, `UPDATE members SET routing_min_severity = 'critical' WHERE id = $1`},
+	} {
+		if _, err := f.pg.Pool().Exec(f.ctx, r.sql, r.id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.policy(t, c.ID, domain.EscalationPolicy{Severities: []string{"critical", "warning"}, RepeatEvery: minutes(5), Loops: 1,
+		Tiers: []domain.EscalationTier{{After: 0}}})
+	f.event(t, "connection_lost", 1, 0, "door1") // lost while locked: a warning
+	f.intake(t)
+	f.round(t, 0)
+	for _, m := range []struct {
+		member storage.Member
+		want   int
+	}{{yard, 1}, {elsewhere, 0}, {critOnly, 0}} {
+		if got := len(f.reminders(t, m.member.ID)); got != m.want {
+			t.Errorf("%s: %d reminders, want %d", m.member.Name, got, m.want)
+		}
+		listed, err := f.store.List(f.ctx, incident.Filter{MemberID: m.member.ID, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(listed) != m.want {
+			t.Errorf("%s lists %d incidents, want %d", m.member.Name, len(listed), m.want)
+		}
 	}
 }

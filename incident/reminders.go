@@ -68,12 +68,17 @@ func (p *PostgresStore) RemindRound(ctx context.Context, r Round) (RoundResult, 
 	return res, nil
 }
 
-// memberHears is the seam of member routing (docs/DESIGN.md "Incidents"): a
+// memberHears is member routing (docs/DESIGN.md "Routing per member"): a
 // condition on m (members) and inc (the incident: client_id, sensor_id, site,
-// severity) that a member's routing lets the incident through. Until routing
-// exists every member of the client hears every incident; the list of a
-// member's incidents (List) and the reminders use this one condition.
-const memberHears = `true`
+// severity) that the member's routing lets the incident through — the SQL
+// function lockstream_routes (migration 00172, storage.MemberRoutes), the one
+// rule the fan-out's inbox write and the notices use too. The incident's site
+// is a site incident's, or its sensor's; a site incident names no sensor, so
+// it stands in as "site:<name>", which no member routes by sensor, and its
+// site decides. The list of a member's incidents (List) and the reminders use
+// this one condition.
+const memberHears = `lockstream_routes(m, coalesce(nullif(inc.sensor_id, ''), 'site:' || inc.site),
+	coalesce(nullif(inc.site, ''), (SELECT s.site FROM sensors s WHERE s.id = inc.sensor_id)), inc.severity)`
 
 // remindSQL is a reminder round's statement. $1 now, $2 the limit, $3 the
 // public URL (” for no link), $4 when the round's ack links expire.
