@@ -485,3 +485,49 @@ func TestMemberUsername(t *testing.T) {
 		t.Fatalf("MemberByUser(unknown): %v, want ErrNotFound", err)
 	}
 }
+
+// TestV1PostNotification: POST /notification takes the notification agent's
+// body (the README's example, "Endpoint: POST /notification"): user names the
+// member, the answer is {"success":true}, and GET /messages shows it — the
+// payload as its payload, or the message as its text; the subject is the text
+// when there is neither. An unknown user, or user beside member_id, is a 422
+// naming user.
+func TestV1PostNotification(t *testing.T) {
+	t.Parallel()
+	f := newV1Fixture(t)
+	var ok struct {
+		Success *bool `json:"success"`
+	}
+	f.request("POST", "/notification", `{"type": "nada", "user": "ipctest", "subject": "nothing happened",
+		"message": "nada y pues nada y pues nada", "email": true, "email_template": "nothing_happened",
+		"payload": {"email_address": "nobody@iplantcollaborative.org"}}`).expect(http.StatusOK).decode(&ok)
+	if ok.Success == nil || !*ok.Success {
+		t.Fatalf("answer %+v, want {\"success\":true}", ok)
+	}
+	f.request("POST", "/notification", `{"type": "data", "user": "ipctest", "subject": "upload 2 done",
+		"message": "file.txt was uploaded"}`).expect(http.StatusOK)
+	f.request("POST", "/notification", `{"type": "data", "user": "`+f.ipctest.ID+`", "subject": "only a subject"}`).expect(http.StatusOK)
+
+	got := f.list("/messages?user=ipctest&sortDir=desc&limit=3").Messages
+	if len(got) != 3 {
+		t.Fatalf("GET /messages: %d messages, want the 3 posted: %+v", len(got), got)
+	}
+	bySubject := map[string]v1MessageJSON{}
+	for _, m := range got {
+		bySubject[m.Subject] = m
+	}
+	if m := bySubject["nothing happened"]; m.Type != "nada" || m.Payload["email_address"] != "nobody@iplantcollaborative.org" {
+		t.Errorf("the README's example: %+v, want type nada and its payload", m)
+	}
+	if m := bySubject["upload 2 done"]; m.Message.Text != "file.txt was uploaded" {
+		t.Errorf("a message with text: %+v, want the text", m)
+	}
+	if m := bySubject["only a subject"]; m.Message.Text != "only a subject" {
+		t.Errorf("a message with only a subject: %+v, want the subject as text", m)
+	}
+
+	f.request("POST", "/notification", `{"type": "data", "user": "nobody", "subject": "s"}`).
+		expectProblem(http.StatusUnprocessableEntity, "validation", "user")
+	f.request("POST", "/notification", `{"type": "data", "user": "ipctest", "member_id": "`+f.ipctest.ID+`", "subject": "s"}`).
+		expectProblem(http.StatusUnprocessableEntity, "validation", "user")
+}

@@ -407,22 +407,31 @@ func (s *Server) createNotification(w http.ResponseWriter, r *http.Request) erro
 // recordNotification checks n and records it into the inboxes it addresses,
 // answering 202 with what it made.
 func (s *Server) recordNotification(w http.ResponseWriter, r *http.Request, n storage.FreeFormNotification) error {
+	recorded, err := s.storeNotification(r.Context(), n)
+	if err != nil {
+		return err
+	}
+	return httpapi.WriteJSON(w, http.StatusAccepted, recorded)
+}
+
+// storeNotification checks n and records it into the inboxes it addresses.
+func (s *Server) storeNotification(ctx context.Context, n storage.FreeFormNotification) (notificationRecorded, error) {
 	var errs httpapi.FieldErrors
 	for _, fe := range n.Check() {
 		errs.Add(fe.Field, "%s", fe.Detail)
 	}
 	if err := errs.Err(); err != nil {
-		return err
+		return notificationRecorded{}, err
 	}
-	recorded, err := s.inbox.RecordNotification(r.Context(), n)
+	recorded, err := s.inbox.RecordNotification(ctx, n)
 	if errors.Is(err, storage.ErrNotFound) {
 		if n.MemberID != "" {
-			return memberNotFound(n.MemberID)
+			return notificationRecorded{}, memberNotFound(n.MemberID)
 		}
-		return clientNotFound(n.ClientID)
+		return notificationRecorded{}, clientNotFound(n.ClientID)
 	}
 	if err != nil {
-		return fmt.Errorf("recording a notification: %w", err)
+		return notificationRecorded{}, fmt.Errorf("recording a notification: %w", err)
 	}
-	return httpapi.WriteJSON(w, http.StatusAccepted, notificationRecorded{Messages: recorded.Messages, Emails: recorded.Emails})
+	return notificationRecorded{Messages: recorded.Messages, Emails: recorded.Emails}, nil
 }

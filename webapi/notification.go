@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -67,27 +68,103 @@ type notificationAccepted struct {
 	RoutingKey string `json:"routing_key"`
 }
 
+// agentNotification is POST /notification's body: lockstream's, or the
+// cyverse-de/notification-agent's, whose clients name the member by user (its
+// username or id) instead of member_id, send message as its text, and may
+// add email_template and payload.
+type agentNotification struct {
+	notificationBody
+	User          string          `json:"user,omitempty"`
+	EmailTemplate string          `json:"email_template,omitempty"`
+	Payload       json.RawMessage `json:"payload,omitempty"`
+}
+
+// agentSuccess is the agent's answer to POST /notification.
+type agentSuccess struct {
+	Success bool `json:"success"`
+}
+
+// resolveAgent turns the agent's form into lockstream's: user becomes
+// member_id, and the message is the payload when one is given (what v1's GET
+// /messages shows as payload), else the text, else the subject (the agent's
+// default). email_template is accepted and unused: lockstream's emails have
+// their own template.
+func (s *Server) resolveAgent(ctx context.Context, n *agentNotification) error {
+	var errs httpapi.FieldErrors
+	if n.ClientID != "" || n.MemberID != "" {
+		errs.Add("user", "give user (the notification agent's form) or member_id/client_id, not both")
+		return errs.Err()
+	}
+	if s.members == nil {
+		return membersDisabled()
+	}
+	m, err := s.members.MemberByUser(ctx, n.User)
+	if errors.Is(err, storage.ErrNotFound) {
+		errs.Add("user", "no member has the username or id %q", n.User)
+		return errs.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("finding user %q: %w", n.User, err)
+	}
+	n.MemberID = m.ID
+	switch {
+	case len(n.Payload) > 0 && string(n.Payload) != "null":
+		n.Message = n.Payload
+	case len(n.Message) == 0 || string(n.Message) == "null":
+		n.Message, _ = json.Marshal(n.Subject) // a string always encodes
+	}
+	return nil
+}
+
 // postNotification handles POST /notification (the CyVerse notification agent's
 // route): it validates a free-form notification and publishes it to the AMQP
 // exchange as events.notification.update.<type>, answering 202 once the broker
 // confirmed it; the AMQP bridge records it from there. Without AMQP it records
 // the notification directly, as POST /v1/notifications does.
+// The notification agent's own body (user, payload) is taken too: see
+// agentNotification.
 func (s *Server) postNotification(w http.ResponseWriter, r *http.Request) error {
 	if s.notifications == nil && s.inbox == nil {
 		return unavailable("free-form notifications are not available: POST /notification publishes to AMQP " +
 			"(set LOCKSTREAM_AMQP_URL), and recording them directly needs the members' inbox, which this server does not have")
 	}
-	var n notificationBody
-	if err := s.decodeJSON(w, r, &n); err != nil {
+	var posted agentNotification
+	if err := s.decodeJSON(w, r, &posted); err != nil {
 		return err
 	}
+	agent := posted.User != ""
+	if agent {
+		if err := s.resolveAgent(r.Context(), &posted); err != nil {
+			return err
+		}
+	}
+	n := posted.notificationBody
 	if err := n.validate(); err != nil {
 		return err
 	}
 	if s.notifications == nil {
-		return s.recordNotification(w, r, storage.FreeFormNotification{ClientID: n.ClientID, MemberID: n.MemberID,
-			Type: n.Type, Subject: n.Subject, Message: n.Message, Email: n.Email})
+		recorded, err := s.storeNotification(r.Context(), storage.FreeFormNotification{ClientID: n.ClientID,
+			MemberID: n.MemberID, Type: n.Type, Subject: n.Subject, Message: n.Message, Email: n.Email})
+		switch {
+		case err != nil:
+			return err
+		case agent:
+			return httpapi.WriteJSON(w, http.StatusOK, agentSuccess{Success: true})
+		}
+		return httpapi.WriteJSON(w, http.StatusAccepted, recorded)
 	}
+	if err := s.publishNotification(w, r, n); err != nil {
+		return err
+	}
+	if agent {
+		return httpapi.WriteJSON(w, http.StatusOK, agentSuccess{Success: true})
+	}
+	return httpapi.WriteJSON(w, http.StatusAccepted, notificationAccepted{RoutingKey: "events.notification.update." + n.Type})
+}
+
+// publishNotification publishes n to the AMQP exchange and waits for the
+// broker's confirm.
+func (s *Server) publishNotification(w http.ResponseWriter, r *http.Request, n notificationBody) error {
 	body, err := json.Marshal(n)
 	if err != nil {
 		return err
@@ -102,5 +179,5 @@ func (s *Server) postNotification(w http.ResponseWriter, r *http.Request) error 
 		w.Header().Set("Retry-After", retryAfterSeconds)
 		return unavailable("the AMQP broker did not confirm the notification; sending it again is safe")
 	}
-	return httpapi.WriteJSON(w, http.StatusAccepted, notificationAccepted{RoutingKey: "events.notification.update." + n.Type})
+	return nil
 }

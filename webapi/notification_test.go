@@ -62,7 +62,7 @@ func TestPostNotification(t *testing.T) {
 			t.Errorf("POST %s: %d %s, want 422 naming %s", c.body, resp.status, resp.body, c.field)
 		}
 	}
-	if resp := api.request(http.MethodPost, "/notification", `{"member_id":"m","type":"data","subject":"s","user":"x"}`); resp.status != http.StatusBadRequest {
+	if resp := api.request(http.MethodPost, "/notification", `{"member_id":"m","type":"data","subject":"s","colour":"x"}`); resp.status != http.StatusBadRequest {
 		t.Errorf("unknown field: %d %s, want 400", resp.status, resp.body)
 	}
 	if resp := api.request(http.MethodPost, "/notification", `{"member_id":"m","type":"data","subject":"s"}`, "Authorization", ""); resp.status != http.StatusUnauthorized {

@@ -48,6 +48,27 @@ func embedded(t *testing.T, dir, addr string) *stream.Embedded {
 }
 
 // sensorsOf returns the distinct keys of records.
+// waitSensors waits until the topic holds a record of each of the n sensors
+// prefix0 … prefix(n-1) — not merely n records: redelivered duplicates can
+// make up the count while the last reading is still on its way — and returns
+// the records.
+func waitSensors(t *testing.T, cfg stream.Config, topic, prefix string, n int) []*kgo.Record {
+	t.Helper()
+	waitRecords(t, cfg, topic, n)
+	var records []*kgo.Record
+	bridgetest.WaitFor(t, wait, fmt.Sprintf("a record of each of the %d sensors %s…", n, prefix), func() (bool, string) {
+		records = streamtest.ReadAll(t, cfg, topic)
+		sensors := sensorsOf(records)
+		for i := range n {
+			if !sensors[prefix+strconv.Itoa(i)] {
+				return false, fmt.Sprintf("%d records, none yet of %s%d", len(records), prefix, i)
+			}
+		}
+		return true, ""
+	})
+	return records
+}
+
 func sensorsOf(records []*kgo.Record) map[string]bool {
 	out := map[string]bool{}
 	for _, r := range records {
@@ -88,7 +109,7 @@ func TestKafkaDownNothingAcknowledged(t *testing.T) {
 	}
 
 	embedded(t, dir, addr)
-	records := waitRecords(t, kafka, kafka.ReadingsTopic(), n+1)
+	records := waitSensors(t, kafka, kafka.ReadingsTopic(), "down", n)
 	sensors := sensorsOf(records)
 	for i := range n {
 		if !sensors["down"+strconv.Itoa(i)] {
@@ -139,7 +160,7 @@ func TestReconnectsAfterBrokerClosesConnection(t *testing.T) {
 		b.waitConnected()
 	}
 	count.Wait()
-	records := waitRecords(t, kafka, kafka.ReadingsTopic(), n)
+	records := waitSensors(t, kafka, kafka.ReadingsTopic(), "r", n)
 	sensors := sensorsOf(records)
 	for i := range n {
 		if !sensors["r"+strconv.Itoa(i)] {
