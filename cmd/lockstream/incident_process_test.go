@@ -65,9 +65,14 @@ func TestIncidentThroughAll(t *testing.T) {
 	client, _ := n.watcher("owner", receiver.server.URL, "incDoor")
 	alice, aliceToken := n.member(client, map[string]any{"name": "alice"})
 	bob, bobToken := n.member(client, map[string]any{"name": "bob"})
+	// Carol is in tier 1 but routed to another site: her routing wins, she
+	// hears nothing of the doors (no message, no reminder, no incident listed).
+	carol, carolToken := n.member(client, map[string]any{"name": "carol"})
+	n.call("PATCH", "/v1/members/"+carol, deliveryAdminToken, map[string]any{"routing": map[string]any{"sites": []string{"depot"}}},
+		http.StatusOK)
 	n.call("PUT", "/v1/clients/"+client+"/escalation-policy", deliveryAdminToken, map[string]any{
 		"severities": []string{"critical"}, "repeat_every": "2s", "loops": 1000,
-		"tiers": []map[string]any{{"after": "0s", "members": []string{alice}}, {"after": "6s", "members": []string{bob}}},
+		"tiers": []map[string]any{{"after": "0s", "members": []string{alice, carol}}, {"after": "6s", "members": []string{bob}}},
 	}, http.StatusOK)
 
 	n.flip("incDoor", 0) // unlocked, then silent: lost while unlocked
@@ -145,5 +150,18 @@ func TestIncidentThroughAll(t *testing.T) {
 	}
 	if open := n.incidents(client, ""); len(open) != 2 {
 		t.Errorf("%d incidents, want 2 (one per door): %v", len(open), open)
+	}
+	// Checked last, after everyone else heard of both doors many times.
+	all := n.call("GET", "/v1/messages?seen=true&limit=1000", carolToken, nil, http.StatusOK)
+	listed := n.call("GET", "/v1/incidents", carolToken, nil, http.StatusOK)
+	// (The client's operational notices, about no door, reach her.)
+	msgs, _ := all["messages"].([]any)
+	for _, m := range msgs {
+		if msg := m.(map[string]any); msg["sensor"] != nil || msg["type"] == "incident_reminder" {
+			t.Errorf("carol, routed to another site, has a message about the doors: %v", msg)
+		}
+	}
+	if items, _ := listed["items"].([]any); len(items) != 0 {
+		t.Errorf("carol, routed to another site, lists %d incidents", len(items))
 	}
 }
