@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/lockstream/lockstream/storage"
-	"github.com/lockstream/lockstream/webapi/cyverse"
+	"github.com/lockstream/lockstream/cyverse"
 )
 
 // routes declares every route of the API. To add one: write an apiHandler in the

@@ -116,7 +116,7 @@ func TestChaosSoak(t *testing.T) {
 	defer endChaos()
 	started := time.Now()
 	fleet.run(chaos, started)
-	faults := n.chaos(started)
+	faults := n.chaos()
 	endChaos()
 	t.Logf("chaos over after %v: %s", time.Since(started).Round(time.Second), faults)
 
@@ -263,39 +263,47 @@ func (f faultCounts) String() string {
 // SIGCONT) of a random process, and each service's connections cut once (3 s
 // down) at its own moment. Between faults it fails the test if a process
 // exited unasked.
-func (n *soakNode) chaos(started time.Time) faultCounts {
+func (n *soakNode) chaos() faultCounts {
 	rng := rand.New(rand.NewPCG(n.cfg.seed, 1))
 	f := faultCounts{byProcess: map[string]int{}}
-	cutAt := map[*tcpProxy]time.Duration{}
-	for i, p := range n.proxies {
-		cutAt[p] = n.cfg.duration * time.Duration(2+2*i) / 11 // 18 %, 36 %, 55 %, 73 % of the way
-	}
-	next := started.Add(n.cfg.faultEvery)
-	for time.Since(started) < n.cfg.duration {
-		n.supervise(&f)
-		for p, at := range cutAt {
-			if time.Since(started) >= at {
+	// Timers, not a clock read: the chaos ends when end fires; each service's
+	// cut comes at the 2nd, 4th, 6th, 8th eleventh of it (18 %, 36 %, 55 %,
+	// 73 % of the way).
+	end := time.NewTimer(n.cfg.duration)
+	defer end.Stop()
+	tick := time.NewTicker(200 * time.Millisecond) // the driver's supervision
+	defer tick.Stop()
+	faults := time.NewTicker(n.cfg.faultEvery)
+	defer faults.Stop()
+	eleventh := n.cfg.duration / 11
+	cuts := time.NewTicker(eleventh)
+	defer cuts.Stop()
+	elevenths := 0
+	for {
+		select {
+		case <-end.C:
+			return f
+		case <-tick.C:
+			n.supervise(&f)
+		case <-cuts.C:
+			elevenths++
+			if i := elevenths/2 - 1; elevenths%2 == 0 && i < len(n.proxies) {
+				p := n.proxies[i]
 				p.cut(3 * time.Second)
-				f.cuts = append(f.cuts, fmt.Sprintf("%s at %v", p.name, time.Since(started).Round(time.Second)))
-				delete(cutAt, p)
+				f.cuts = append(f.cuts, fmt.Sprintf("%s at %v", p.name, (time.Duration(elevenths) * eleventh).Round(time.Second)))
+			}
+		case <-faults.C:
+			sp := n.procs[rng.IntN(len(n.procs))]
+			f.byProcess[sp.name]++
+			if rng.IntN(2) == 0 {
+				n.killAndRestart(sp)
+				f.kills++
+			} else {
+				n.pause(sp, time.Second+time.Duration(rng.Int64N(int64(3*time.Second))))
+				f.stops++
 			}
 		}
-		if time.Now().Before(next) {
-			time.Sleep(200 * time.Millisecond) // the driver's tick
-			continue
-		}
-		next = next.Add(n.cfg.faultEvery)
-		sp := n.procs[rng.IntN(len(n.procs))]
-		f.byProcess[sp.name]++
-		if rng.IntN(2) == 0 {
-			n.killAndRestart(sp)
-			f.kills++
-		} else {
-			n.pause(sp, time.Second+time.Duration(rng.Int64N(int64(3*time.Second))))
-			f.stops++
-		}
 	}
-	return f
 }
 
 // supervise restarts a process that exited unasked because a store could not
