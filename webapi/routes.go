@@ -6,8 +6,8 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/cyverse"
+	"github.com/lockstream/lockstream/storage"
 )
 
 // routes declares every route of the API. To add one: write an apiHandler in the

@@ -290,7 +290,7 @@ func (n *soakNode) chaos() faultCounts {
 			if i := elevenths/2 - 1; elevenths%2 == 0 && i < len(n.proxies) {
 				p := n.proxies[i]
 				p.cut(3 * time.Second)
-				f.cuts = append(f.cuts, fmt.Sprintf("%s at %v", p.name, (time.Duration(elevenths) * eleventh).Round(time.Second)))
+				f.cuts = append(f.cuts, fmt.Sprintf("%s at %v", p.name, (time.Duration(elevenths)*eleventh).Round(time.Second)))
 			}
 		case <-faults.C:
 			sp := n.procs[rng.IntN(len(n.procs))]
