@@ -479,6 +479,9 @@ const createNotificationsSQL = `
 // delivery is not claimed while an older one of the same key is PENDING, RETRY or
 // IN_FLIGHT (even one not due yet), so a retrying delivery holds back the newer
 // ones behind it. The check reads the small index of open deliveries.
+// Deliveries resumed when their endpoint was enabled (see EnableEndpoint) keep
+// the order of their client and channel as a whole: one is not claimed while an
+// older resumed one of the same client and channel is open.
 func (p *Postgres) ClaimDeliveries(ctx context.Context, now time.Time, limit int, lease time.Duration, channels ...Channel) ([]Delivery, error) {
 	if limit <= 0 {
 		return nil, nil
@@ -505,7 +508,7 @@ func (p *Postgres) ClaimDeliveries(ctx context.Context, now time.Time, limit int
 // $4 channels (NULL: all).
 const claimDeliveriesSQL = `
 		WITH due AS (
-			-- Migration 00120: the ordered walk of the due index whatever the
+			-- Migrations 00120 and 00200: the ordered walk of the due index whatever the
 			-- statistics say (a freshly filled outbox is not analyzed yet).
 			SELECT * FROM lockstream_due_deliveries($1, $2, $4::text[])
 		)
