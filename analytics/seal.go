@@ -112,6 +112,11 @@ func (s *Store) sealChunk(ctx context.Context, hours []int64, sealedAt time.Time
 		}
 		corrected += int(n)
 	}
+	n, err := s.sealRestores(ctx, hours, in, lo, hi)
+	if err != nil {
+		return 0, err
+	}
+	corrected += n
 	seal := fmt.Sprintf(`INSERT INTO rollup_seals (hour, sealed_at)
 		SELECT toDateTime(h * 3600), toDateTime(%d) FROM (SELECT arrayJoin(%s) AS h)`, sealedAt.Unix(), in)
 	if err := s.conn.Exec(ctx, seal); err != nil {
@@ -187,4 +192,120 @@ func (s *Store) untrustedHours(ctx context.Context, before int64) ([]int64, erro
 		return nil, fmt.Errorf("reading the rollups' seals: %w", storage.Unreachable(store, err))
 	}
 	return out, nil
+}
+
+// hourKey is a rollup row's key: a sensor ('' for the fleet) and an hour
+// (unix seconds / 3600).
+type hourKey struct {
+	sensor string
+	hour   int64
+}
+
+// sealRestores makes the restore durations of the rollups' rows in hours
+// (listed in in, bounded by [lo, hi)) equal to the pairing of the raw rows,
+// per sensor and for the fleet, and returns how many rows it corrected.
+func (s *Store) sealRestores(ctx context.Context, hours []int64, in string, lo, hi int64) (int, error) {
+	chunk := map[int64]bool{}
+	for _, h := range hours {
+		chunk[h] = true
+	}
+	diff := map[hourKey][2]int64{} // seconds, paired: raw − rollup
+	add := func(k hourKey, secs, n int64) {
+		d := diff[k]
+		diff[k] = [2]int64{d[0] + secs, d[1] + n}
+	}
+	err := s.restorePairs(ctx, scopeSet{fleet: true}, lo, hi, 3600, true, func(sensor string, r, n, secs int64) {
+		if h := floorDiv(r, 3600); chunk[h] {
+			add(hourKey{sensor, h}, secs, n)
+			add(hourKey{"", h}, secs, n)
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, c := range []struct{ table, key string }{{"events_hourly", "sensor_id"}, {"fleet_events_hourly", "''"}} {
+		err := s.query(ctx, scopeSet{fleet: true}, fmt.Sprintf(`
+			SELECT %s AS k, toInt64(intDiv(toUInt32(hour), 3600)) AS h, sum(restore_seconds), sum(restores_paired)
+			FROM %s
+			WHERE hour >= toDateTime(%d) AND hour < toDateTime(%d) AND has(%s, intDiv(toUInt32(hour), 3600))
+			GROUP BY k, h
+			HAVING sum(restore_seconds) != 0 OR sum(restores_paired) != 0`, c.key, c.table, lo, hi, in), nil,
+			func(scan func(...any) error) error {
+				var (
+					k          string
+					h, secs, n int64
+				)
+				if err := scan(&k, &h, &secs, &n); err != nil {
+					return err
+				}
+				add(hourKey{k, h}, -secs, -n)
+				return nil
+			})
+		if err != nil {
+			return 0, err
+		}
+	}
+	return s.insertRestores(ctx, diff)
+}
+
+// insertRestores inserts the nonzero differences of diff into the rollups:
+// the fleet's ('' keys) into fleet_events_hourly, the sensors' into
+// events_hourly. It returns how many rows it inserted.
+func (s *Store) insertRestores(ctx context.Context, diff map[hourKey][2]int64) (int, error) {
+	type columns struct {
+		sensors     []string
+		hours       []time.Time
+		secs, pairs []int64
+	}
+	var sensors, fleet columns
+	for k, d := range diff {
+		if d == [2]int64{} {
+			continue
+		}
+		c := &sensors
+		if k.sensor == "" {
+			c = &fleet
+		}
+		c.sensors = append(c.sensors, k.sensor)
+		c.hours = append(c.hours, time.Unix(k.hour*3600, 0).UTC())
+		c.secs = append(c.secs, d[0])
+		c.pairs = append(c.pairs, d[1])
+	}
+	for _, t := range []struct {
+		insert string
+		c      columns
+		cols   []any
+	}{
+		{"INSERT INTO events_hourly (sensor_id, hour, restore_seconds, restores_paired)", sensors,
+			[]any{sensors.sensors, sensors.hours, sensors.secs, sensors.pairs}},
+		{"INSERT INTO fleet_events_hourly (hour, restore_seconds, restores_paired)", fleet,
+			[]any{fleet.hours, fleet.secs, fleet.pairs}},
+	} {
+		if len(t.c.hours) == 0 {
+			continue
+		}
+		if err := s.insertBatch(ctx, t.insert, t.cols); err != nil {
+			return 0, err
+		}
+	}
+	return len(sensors.hours) + len(fleet.hours), nil
+}
+
+// insertBatch sends one batch, a slice per column in the order of the
+// insert's column list (the only INSERT path that works on 18.16).
+func (s *Store) insertBatch(ctx context.Context, insert string, columns []any) error {
+	batch, err := s.conn.PrepareBatch(ctx, insert)
+	if err != nil {
+		return fmt.Errorf("correcting restore durations: %w", storage.Unreachable(store, err))
+	}
+	defer func() { _ = batch.Abort() }()
+	for i, values := range columns {
+		if err := batch.Column(i).Append(values); err != nil {
+			return fmt.Errorf("correcting restore durations: column %d: %w", i, err)
+		}
+	}
+	if err := batch.Send(); err != nil {
+		return fmt.Errorf("correcting restore durations: %w", storage.Unreachable(store, err))
+	}
+	return nil
 }
