@@ -171,11 +171,19 @@ func newPlan(edges []int64, src Source, untrusted []int64) plan {
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
-// rawCond restricts raw rows of column col to the parts of the range the
-// plan reads raw.
-func (p plan) rawCond(col string) (string, []any) {
-	cond := fmt.Sprintf("%[1]s >= toDateTime(?) AND %[1]s < toDateTime(?)", col)
-	args := []any{p.from, p.to}
+// rawWhere restricts raw rows of column col to the scope (its condition and
+// arguments) and to the parts of the range the plan reads raw: the time range
+// (narrowed to the hours read raw) as a PREWHERE — copies share their time, a
+// sort key column, so filtering before FINAL collapses them keeps them
+// together, and the other columns are read for matching rows only — and the
+// hours in the WHERE.
+func (p plan) rawWhere(col, scope string, scopeArgs []any) (string, []any) {
+	from, to := p.from, p.to
+	if p.rollup && len(p.rawHours) > 0 {
+		from, to = max(from, p.rawHours[0]*3600), min(to, (p.rawHours[len(p.rawHours)-1]+1)*3600)
+	}
+	cond := fmt.Sprintf("PREWHERE %[1]s >= toDateTime(?) AND %[1]s < toDateTime(?) WHERE %s", col, scope)
+	args := append([]any{from, to}, scopeArgs...)
 	if p.rollup {
 		cond += fmt.Sprintf(" AND has(?, toInt64(intDiv(toUInt32(%s), 3600)))", col)
 		args = append(args, p.rawHours)
@@ -291,13 +299,12 @@ func (s *Store) rollupUnits(ctx context.Context, sc scopeSet, p plan, at func(st
 }
 
 func (s *Store) rawUnits(ctx context.Context, sc scopeSet, p plan, at func(string, int64) *sums) error {
-	scope, args := sc.filter("sensor_id")
-	cond, condArgs := p.rawCond("at")
+	scope, scopeArgs := sc.filter("sensor_id")
+	where, args := p.rawWhere("at", scope, scopeArgs)
 	err := s.query(ctx, sc, `
 		SELECT `+p.groupKey("at")+`,`+rawEventSums+`
-		FROM events FINAL
-		WHERE `+scope+` AND `+cond+`
-		GROUP BY k, u`, append(args, condArgs...), func(scan func(...any) error) error {
+		FROM events FINAL `+where+`
+		GROUP BY k, u`, args, func(scan func(...any) error) error {
 		var (
 			k string
 			u int64
@@ -312,13 +319,11 @@ func (s *Store) rawUnits(ctx context.Context, sc scopeSet, p plan, at func(strin
 	if err != nil || p.bySensor { // top lists rank no readings
 		return err
 	}
-	scope, args = sc.filter("sensor_id")
-	cond, condArgs = p.rawCond("received_at")
+	where, args = p.rawWhere("received_at", scope, scopeArgs)
 	return s.query(ctx, sc, `
 		SELECT `+p.groupKey("received_at")+`, toInt64(count())
-		FROM readings FINAL
-		WHERE `+scope+` AND `+cond+`
-		GROUP BY k, u`, append(args, condArgs...), func(scan func(...any) error) error {
+		FROM readings FINAL `+where+`
+		GROUP BY k, u`, args, func(scan func(...any) error) error {
 		var (
 			k    string
 			u, n int64
@@ -399,17 +404,19 @@ func (s *Store) carryIn(ctx context.Context, sc scopeSet, from int64, src Source
 			return out, err
 		}
 	}
-	cond, condArgs := "at >= toDateTime(?) AND at < toDateTime(?)", []any{rawFrom, from}
+	// The time range as a PREWHERE: see plan.rawWhere.
+	lo, cond, condArgs := rawFrom, "1", []any(nil)
 	if len(before) > 0 {
-		cond = "(" + cond + " OR at >= toDateTime(?) AND at < toDateTime(?) AND has(?, toInt64(intDiv(toUInt32(at), 3600))))"
-		condArgs = append(condArgs, before[0]*3600, rawFrom, before)
+		lo = before[0] * 3600
+		cond, condArgs = "(at >= toDateTime(?) OR has(?, toInt64(intDiv(toUInt32(at), 3600))))", []any{rawFrom, before}
 	}
 	err := s.query(ctx, sc, `
 		SELECT `+key+`,
 		       sumIf(toInt64(ifNull(data, 1) = 0) - toInt64(ifNull(previous, 1) = 0), type = 'state_changed'),
 		       sumIf(if(type = 'connection_lost', 1, -1), type IN ('connection_lost', 'connection_restored'))
-		FROM events FINAL WHERE `+scope+` AND `+cond+` GROUP BY k`,
-		append(args, condArgs...), add)
+		FROM events FINAL PREWHERE at >= toDateTime(?) AND at < toDateTime(?)
+		WHERE `+scope+` AND `+cond+` GROUP BY k`,
+		append(append([]any{lo, from}, args...), condArgs...), add)
 	return out, err
 }
 

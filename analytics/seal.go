@@ -23,8 +23,10 @@ import (
 // one insert's views may take.
 const DefaultSealMargin = 5 * time.Minute
 
-// sealChunkHours is how many hours one correction statement covers.
-const sealChunkHours = 24
+// sealChunkHours is how many hours one comparison covers: each reads the
+// month partitions it touches, so fewer, larger chunks cost less (a first seal
+// of a large history), up to the size of their GROUP BY.
+const sealChunkHours = 48
 
 // rawEventSums64 are rawEventSums, each an Int64 (UNION ALL wants equal types).
 const rawEventSums64 = `
@@ -98,19 +100,11 @@ func (s *Store) sealChunk(ctx context.Context, hours []int64, sealedAt time.Time
 	lo, hi := hours[0]*3600, (hours[len(hours)-1]+1)*3600
 	corrected := 0
 	for _, c := range corrections {
-		var n uint64
-		if err := s.conn.QueryRow(ctx, c.diff("count()", in, lo, hi)).Scan(&n); err != nil {
-			return 0, fmt.Errorf("comparing %s with raw rows: %w", c.table, storage.Unreachable(store, err))
+		n, err := s.correct(ctx, c, in, lo, hi)
+		if err != nil {
+			return 0, err
 		}
-		if n == 0 {
-			continue
-		}
-		// The hours are formatted in: an INSERT … SELECT takes no arguments.
-		insert := fmt.Sprintf("INSERT INTO %s (%shour, %s) ", c.table, c.key, strings.Join(c.columns, ", "))
-		if err := s.conn.Exec(ctx, insert+c.diff("", in, lo, hi)); err != nil {
-			return 0, fmt.Errorf("correcting %s: %w", c.table, storage.Unreachable(store, err))
-		}
-		corrected += int(n)
+		corrected += n
 	}
 	n, err := s.sealRestores(ctx, hours, in, lo, hi)
 	if err != nil {
@@ -126,9 +120,9 @@ func (s *Store) sealChunk(ctx context.Context, hours []int64, sealedAt time.Time
 }
 
 // diff is the SELECT of the rollup's rows that differ from the raw rows in
-// the hours of in ([lo, hi) bounds them): key, hour and raw − rollup per
-// column; with count set, the count of such rows instead.
-func (c correction) diff(count, in string, lo, hi int64) string {
+// the hours of in ([lo, hi) bounds them): key ('' for the fleet), hour (unix
+// seconds) and raw − rollup per column, as Int64.
+func (c correction) diff(in string, lo, hi int64) string {
 	neg := make([]string, len(c.columns))
 	sums := make([]string, len(c.columns))
 	nonzero := make([]string, len(c.columns))
@@ -140,22 +134,83 @@ func (c correction) diff(count, in string, lo, hi int64) string {
 		nonzero[i] = fmt.Sprintf("sum(x_%s) != 0", col)
 	}
 	hour := fmt.Sprintf("toDateTime(intDiv(toUInt32(%s), 3600) * 3600)", c.col)
-	q := fmt.Sprintf(`
-		SELECT %[1]shour, %[2]s FROM (
+	key := "''"
+	if c.key != "" {
+		key = "sensor_id"
+	}
+	// The time range is a PREWHERE: copies share their time (a sort key
+	// column), so filtering before FINAL collapses them keeps them together,
+	// and reads the other columns of matching rows only.
+	return fmt.Sprintf(`
+		SELECT %[13]s AS k, toInt64(toUInt32(hour)) AS h, %[2]s FROM (
 			SELECT %[1]shour, %[10]s FROM %[11]s
 			WHERE hour >= toDateTime(%[7]d) AND hour < toDateTime(%[8]d) AND has(%[9]s, intDiv(toUInt32(hour), 3600))
 			UNION ALL
 			SELECT %[1]s%[3]s AS hour, %[4]s FROM %[5]s FINAL
-			WHERE %[6]s >= toDateTime(%[7]d) AND %[6]s < toDateTime(%[8]d) AND has(%[9]s, intDiv(toUInt32(%[6]s), 3600))
+			PREWHERE %[6]s >= toDateTime(%[7]d) AND %[6]s < toDateTime(%[8]d)
+			WHERE has(%[9]s, intDiv(toUInt32(%[6]s), 3600))
 			GROUP BY %[1]shour)
 		GROUP BY %[1]shour
 		HAVING %[12]s`,
 		c.key, strings.Join(sums, ", "), hour, c.sums, c.raw, c.col, lo, hi, in, strings.Join(neg, ", "), c.table,
-		strings.Join(nonzero, " OR "))
-	if count != "" {
-		return "SELECT " + count + " FROM (" + q + ")"
+		strings.Join(nonzero, " OR "), key)
+}
+
+// unsigned are the rollups' UInt64 columns: a negative correction goes into
+// them modulo 2^64.
+var unsigned = map[string]bool{"changes": true, "unlocks": true, "losses": true, "restores": true, "readings": true}
+
+// correct inserts into c's rollup the rows by which it differs from the raw
+// rows in the hours of in ([lo, hi) bounds them), and returns how many.
+func (s *Store) correct(ctx context.Context, c correction, in string, lo, hi int64) (int, error) {
+	var (
+		keys   []string
+		hours  []time.Time
+		values = make([][]int64, len(c.columns))
+	)
+	err := s.query(ctx, scopeSet{fleet: true}, c.diff(in, lo, hi), nil, func(scan func(...any) error) error {
+		var (
+			k string
+			h int64
+		)
+		row := make([]int64, len(c.columns))
+		dest := []any{&k, &h}
+		for i := range row {
+			dest = append(dest, &row[i])
+		}
+		if err := scan(dest...); err != nil {
+			return err
+		}
+		keys, hours = append(keys, k), append(hours, time.Unix(h, 0).UTC())
+		for i, v := range row {
+			values[i] = append(values[i], v)
+		}
+		return nil
+	})
+	if err != nil || len(hours) == 0 {
+		return 0, err
 	}
-	return q
+	var cols []any
+	if c.key != "" {
+		cols = append(cols, keys)
+	}
+	cols = append(cols, hours)
+	for i, col := range c.columns {
+		if !unsigned[col] {
+			cols = append(cols, values[i])
+			continue
+		}
+		u := make([]uint64, len(values[i]))
+		for j, v := range values[i] {
+			u[j] = uint64(v)
+		}
+		cols = append(cols, u)
+	}
+	insert := fmt.Sprintf("INSERT INTO %s (%shour, %s)", c.table, c.key, strings.Join(c.columns, ", "))
+	if err := s.insertBatch(ctx, insert, cols); err != nil {
+		return 0, fmt.Errorf("correcting %s: %w", c.table, err)
+	}
+	return len(hours), nil
 }
 
 // correction is how one rollup is computed from raw rows.
@@ -285,7 +340,7 @@ func (s *Store) insertRestores(ctx context.Context, diff map[hourKey][2]int64) (
 			continue
 		}
 		if err := s.insertBatch(ctx, t.insert, t.cols); err != nil {
-			return 0, err
+			return 0, fmt.Errorf("correcting restore durations: %w", err)
 		}
 	}
 	return len(sensors.hours) + len(fleet.hours), nil
@@ -296,16 +351,16 @@ func (s *Store) insertRestores(ctx context.Context, diff map[hourKey][2]int64) (
 func (s *Store) insertBatch(ctx context.Context, insert string, columns []any) error {
 	batch, err := s.conn.PrepareBatch(ctx, insert)
 	if err != nil {
-		return fmt.Errorf("correcting restore durations: %w", storage.Unreachable(store, err))
+		return fmt.Errorf("preparing %q: %w", insert, storage.Unreachable(store, err))
 	}
 	defer func() { _ = batch.Abort() }()
 	for i, values := range columns {
 		if err := batch.Column(i).Append(values); err != nil {
-			return fmt.Errorf("correcting restore durations: column %d: %w", i, err)
+			return fmt.Errorf("appending column %d of %q: %w", i, insert, err)
 		}
 	}
 	if err := batch.Send(); err != nil {
-		return fmt.Errorf("correcting restore durations: %w", storage.Unreachable(store, err))
+		return fmt.Errorf("sending %q: %w", insert, storage.Unreachable(store, err))
 	}
 	return nil
 }
