@@ -448,7 +448,7 @@ func (s *Store) restoreTimes(ctx context.Context, sc scopeSet, p plan, at func(s
 }
 
 // restorePairs pairs each restore in [from, to) of the scope with the loss
-// before it and hands add the key ('' or, bySensor, the sensor), a time in
+// before it and hands add the key ("" or, bySensor, the sensor), a time in
 // the unit of width seconds the restores fall in, how many and their seconds:
 // within the range by sorting each sensor's losses and restores, and for a
 // sensor whose first one in the range is a restore, with its last loss before

@@ -129,7 +129,7 @@ func (s *Store) sealChunk(ctx context.Context, hours []int64, sealedAt time.Time
 }
 
 // diff is the SELECT of the rollup's rows that differ from the raw rows in
-// the hours of in ([lo, hi) bounds them): key ('' for the fleet), hour (unix
+// the hours of in ([lo, hi) bounds them): key ("" for the fleet), hour (unix
 // seconds) and raw − rollup per column, as Int64.
 func (c correction) diff(in string, lo, hi int64) string {
 	neg := make([]string, len(c.columns))
@@ -258,7 +258,7 @@ func (s *Store) untrustedHours(ctx context.Context, before int64) ([]int64, erro
 	return out, nil
 }
 
-// hourKey is a rollup row's key: a sensor ('' for the fleet) and an hour
+// hourKey is a rollup row's key: a sensor ("" for the fleet) and an hour
 // (unix seconds / 3600).
 type hourKey struct {
 	sensor string
@@ -313,7 +313,7 @@ func (s *Store) sealRestores(ctx context.Context, hours []int64, in string, lo, 
 }
 
 // insertRestores inserts the nonzero differences of diff into the rollups:
-// the fleet's ('' keys) into fleet_events_hourly, the sensors' into
+// the fleet's (” keys) into fleet_events_hourly, the sensors' into
 // events_hourly. It returns how many rows it inserted.
 func (s *Store) insertRestores(ctx context.Context, diff map[hourKey][2]int64) (int, error) {
 	type columns struct {
