@@ -534,3 +534,11 @@ func stateChanged(id, sensor string, data int, at time.Time) storage.Notificatio
 	prev := 1 - data
 	return storage.NotificationInput{EventID: id, Type: "state_changed", SensorID: sensor, Data: &data, Previous: &prev, At: at}
 }
+
+// The free-form notifications' emails wake the retriers on the channel they
+// listen on: storage's, which this package cannot import (storage imports it).
+func TestOutboxChannelIsStorages(t *testing.T) {
+	if inbox.OutboxChannel != storage.OutboxChannel {
+		t.Fatalf("inbox wakes the retriers on %q, they listen on %q", inbox.OutboxChannel, storage.OutboxChannel)
+	}
+}
