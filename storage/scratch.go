@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/lockstream/lockstream/storage/pgutil"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -112,7 +113,7 @@ func (p *Postgres) LinkSensors(ctx context.Context, clientID string, ids []strin
 		SELECT $1, s FROM unnest($2::text[]) AS s
 		ON CONFLICT DO NOTHING`, clientID, ids)
 	if err != nil {
-		return fmt.Errorf("linking client %s to %d sensors: %w", clientID, len(ids), mapError(err))
+		return fmt.Errorf("linking client %s to %d sensors: %w", clientID, len(ids), pgutil.MapError(err))
 	}
 	return nil
 }
