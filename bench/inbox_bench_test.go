@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/migrations"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
@@ -154,7 +155,7 @@ func measureInbox(ctx context.Context, b *testing.B, pg *storage.Postgres, perMe
 	b.Helper()
 	reg := prometheus.NewRegistry()
 	server, err := webapi.New(webapi.Config{AdminToken: "bench-admin-token"}, pg, nil, reg, reg,
-		slog.New(slog.DiscardHandler), webapi.WithInbox(pg, pg, nil, webapi.InboxConfig{}))
+		slog.New(slog.DiscardHandler), webapi.WithInbox(pg, inbox.NewPostgresStore(pg), nil, webapi.InboxConfig{}))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -579,7 +580,7 @@ func startInboxServer(b *testing.B, stores *storagetest.Stores) string {
 	b.Helper()
 	reg := prometheus.NewRegistry()
 	server, err := webapi.New(webapi.Config{AdminToken: "bench-admin-token"}, stores.Postgres, nil, reg, reg,
-		slog.New(slog.DiscardHandler), webapi.WithInbox(stores.Postgres, stores.Postgres, stores.Redis, webapi.InboxConfig{}))
+		slog.New(slog.DiscardHandler), webapi.WithInbox(stores.Postgres, inbox.NewPostgresStore(stores.Postgres), stores.Redis, webapi.InboxConfig{}))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/fanout"
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream/streamtest"
@@ -41,8 +42,8 @@ func TestFanoutFillsMembersInboxesOncePerEvent(t *testing.T) {
 		}
 		members = append(members, m.ID)
 	}
-	inbox := func(member string) []storage.InboxMessage {
-		_, ms, err := pg.ListInbox(ctx, storage.InboxQuery{MemberID: member, IncludeSeen: true, Sort: storage.SortTimestamp, Limit: 100})
+	inbox := func(member string) []inbox.Message {
+		_, ms, err := inbox.NewPostgresStore(pg).ListInbox(ctx, inbox.Query{MemberID: member, IncludeSeen: true, Sort: inbox.SortTimestamp, Limit: 100})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockstream/lockstream/escalation"
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/notifier"
 	"github.com/lockstream/lockstream/retrier"
 	"github.com/lockstream/lockstream/storage"
@@ -118,7 +119,7 @@ func TestEscalationsCheckedWhenSent(t *testing.T) {
 		t.Fatalf("escalation emails sent: %+v to %v", emails.sent, emails.to)
 	}
 	if calls := pushes.sent(); len(calls) != 1 || calls[0].push.PushKey != "ann-phone" ||
-		calls[0].push.MessagePrototypeKey != storage.UnseenPushPrototype ||
+		calls[0].push.MessagePrototypeKey != escalation.UnseenPushPrototype ||
 		calls[0].push.Message != "You have unseen notifications about sensor "+sensorID {
 		t.Fatalf("pushes sent: %+v", calls)
 	}
@@ -141,7 +142,7 @@ func TestNotificationEmailsGoOutThroughTheOutbox(t *testing.T) {
 		Timezone: "UTC", Preferences: storage.DefaultMemberPreferences()}, noMail[:], storage.Backfill{}); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := b.pg.RecordNotification(b.ctx, storage.FreeFormNotification{ClientID: b.client.ID, Type: "billing",
+	rec, err := inbox.NewPostgresStore(b.pg).RecordNotification(b.ctx, inbox.FreeFormNotification{ClientID: b.client.ID, Type: "billing",
 		Subject: "Your invoice is ready", Email: true})
 	if err != nil || rec.Messages != 2 || rec.Emails != 1 {
 		t.Fatalf("recording: %+v, %v; want 2 messages and 1 email", rec, err)
@@ -153,7 +154,7 @@ func TestNotificationEmailsGoOutThroughTheOutbox(t *testing.T) {
 		}
 	}
 	// Seen before the email goes out: a notification email is sent all the same.
-	if n, err := b.pg.MarkInbox(b.ctx, ann.ID, storage.ActionSeen, []string{annMessage}, false); err != nil || n != 1 {
+	if n, err := inbox.NewPostgresStore(b.pg).MarkInbox(b.ctx, ann.ID, inbox.ActionSeen, []string{annMessage}, false); err != nil || n != 1 {
 		t.Fatalf("marking seen: %d, %v", n, err)
 	}
 	b.clock.Set(time.Now().Add(time.Minute)) // the deliveries are due
@@ -220,7 +221,7 @@ func TestQuietHoursHoldNonCriticalMemberEmails(t *testing.T) {
 		RETURNING id::text`, b.client.ID, sensorID, ann.ID).Scan(&critical); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.pg.RecordNotification(b.ctx, storage.FreeFormNotification{MemberID: ann.ID, Type: "billing",
+	if _, err := inbox.NewPostgresStore(b.pg).RecordNotification(b.ctx, inbox.FreeFormNotification{MemberID: ann.ID, Type: "billing",
 		Subject: "Your invoice is ready", Email: true}); err != nil {
 		t.Fatal(err)
 	}

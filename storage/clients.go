@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/lockstream/lockstream/storage/pgutil"
 )
 
 // clientColumns are selected by every client query, in scanClient's order; the secret
@@ -66,7 +67,7 @@ func (p *Postgres) CreateClient(ctx context.Context, c Client) (Client, error) {
 			`INSERT INTO clients (id, name, webhook_url, email, secret, event_types, rate_limit)
 			 VALUES ($1, $2, $3, nullif($4, ''), $5, $6, nullif($7, 0))`,
 			id, c.Name, c.WebhookURL, c.Email, p.secrets.seal(id.String(), c.Secret), c.EventTypes, c.RateLimit); err != nil {
-			return mapError(err)
+			return pgutil.MapError(err)
 		}
 		return replacePushTargets(ctx, tx, "client_id", id.String(), c.PushTargets)
 	})
@@ -109,7 +110,7 @@ func replacePushTargets(ctx context.Context, tx pgx.Tx, ownerColumn, ownerID str
 		SELECT $1, platform, push_key FROM unnest($2::text[], $3::text[]) AS t (platform, push_key)
 		ON CONFLICT DO NOTHING`, ownerID, platforms, keys)
 	if err != nil {
-		return fmt.Errorf("storing push targets: %w", mapError(err))
+		return fmt.Errorf("storing push targets: %w", pgutil.MapError(err))
 	}
 	return nil
 }
@@ -121,7 +122,7 @@ func (p *Postgres) GetClient(ctx context.Context, id string) (Client, error) {
 	}
 	c, err := scanClient(p.pool.QueryRow(ctx, `SELECT `+clientColumns+` FROM clients c WHERE c.id = $1`, id))
 	if err != nil {
-		return Client{}, fmt.Errorf("getting client %s: %w", id, mapError(err))
+		return Client{}, fmt.Errorf("getting client %s: %w", id, pgutil.MapError(err))
 	}
 	return c, nil
 }
@@ -166,7 +167,7 @@ func (p *Postgres) UpdateClient(ctx context.Context, id string, u ClientUpdate) 
 			WHERE id = $1`, id, u.Name, u.WebhookURL, u.Email, u.EventTypes != nil, eventTypesArg(u.EventTypes), u.RateLimit,
 			u.ReportWeekly, u.ReportTimezone)
 		if err != nil {
-			return mapError(err)
+			return pgutil.MapError(err)
 		}
 		if tag.RowsAffected() == 0 {
 			return ErrNotFound
@@ -264,7 +265,7 @@ func (p *Postgres) LinkSensor(ctx context.Context, clientID, sensorID string) er
 		`INSERT INTO client_sensors (client_id, sensor_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
 		clientID, sensorID)
 	if err != nil {
-		return fmt.Errorf("linking client %s to sensor %s: %w", clientID, sensorID, mapError(err))
+		return fmt.Errorf("linking client %s to sensor %s: %w", clientID, sensorID, pgutil.MapError(err))
 	}
 	return nil
 }

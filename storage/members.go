@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/lockstream/lockstream/inbox"
+	"github.com/lockstream/lockstream/storage/pgutil"
 )
 
 // EmailPreference is how a member wants to hear by email of messages it has not
@@ -180,7 +182,7 @@ func (p *Postgres) CreateMember(ctx context.Context, m Member, tokenHash []byte,
 			INSERT INTO members (id, client_id, name, email, timezone, preferences, token_hash, username)
 			VALUES ($1, $2, $3, nullif($4, ''), $5, $6, $7, nullif($8, ''))`,
 			id, m.ClientID, m.Name, m.Email, m.Timezone, prefs, tokenHash, m.Username); err != nil {
-			return mapError(err)
+			return pgutil.MapError(err)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO member_inbox (member_id, epoch) VALUES ($1, $2)`, id, newEpoch()); err != nil {
 			return err
@@ -188,7 +190,7 @@ func (p *Postgres) CreateMember(ctx context.Context, m Member, tokenHash []byte,
 		if err := replacePushTargets(ctx, tx, "member_id", id.String(), m.PushTargets); err != nil {
 			return err
 		}
-		copied, err = backfillInbox(ctx, tx, id.String(), m.ClientID, backfill)
+		copied, err = inbox.Backfill(ctx, tx, id.String(), m.ClientID, backfill.Window, backfill.Max)
 		return err
 	})
 	if err != nil {
@@ -205,7 +207,7 @@ func (p *Postgres) GetMember(ctx context.Context, id string) (Member, error) {
 	}
 	m, err := scanMember(p.pool.QueryRow(ctx, `SELECT `+memberColumns+` FROM members m WHERE m.id = $1`, id))
 	if err != nil {
-		return Member{}, fmt.Errorf("getting member %s: %w", id, mapError(err))
+		return Member{}, fmt.Errorf("getting member %s: %w", id, pgutil.MapError(err))
 	}
 	return m, nil
 }
@@ -223,7 +225,7 @@ func (p *Postgres) MemberByUser(ctx context.Context, user string) (Member, error
 		WHERE m.username = $1 OR m.id = $2::uuid
 		ORDER BY m.username IS NOT DISTINCT FROM $1 DESC LIMIT 1`, user, id))
 	if err != nil {
-		return Member{}, fmt.Errorf("finding member %q: %w", user, mapError(err))
+		return Member{}, fmt.Errorf("finding member %q: %w", user, pgutil.MapError(err))
 	}
 	return m, nil
 }
@@ -262,7 +264,7 @@ func (p *Postgres) MemberByTokenHash(ctx context.Context, hash []byte, idle time
 		SELECT f.idle, `+memberColumns+` FROM found f JOIN members m ON m.id = f.id`,
 		hash, idle.Microseconds(), MemberTokenUseInterval.Microseconds()), &isIdle)
 	if err != nil {
-		return Member{}, fmt.Errorf("finding member by token: %w", mapError(err))
+		return Member{}, fmt.Errorf("finding member by token: %w", pgutil.MapError(err))
 	}
 	if isIdle {
 		return m, fmt.Errorf("member %s's token: %w", m.ID, ErrTokenIdle)
@@ -279,7 +281,7 @@ func (p *Postgres) MemberTokenHash(ctx context.Context, id string) ([]byte, erro
 	}
 	var hash []byte
 	if err := p.pool.QueryRow(ctx, `SELECT token_hash FROM members WHERE id = $1`, id).Scan(&hash); err != nil {
-		return nil, fmt.Errorf("reading member %s's token: %w", id, mapError(err))
+		return nil, fmt.Errorf("reading member %s's token: %w", id, pgutil.MapError(err))
 	}
 	return hash, nil
 }
@@ -343,7 +345,7 @@ func (p *Postgres) UpdateMember(ctx context.Context, id string, u MemberUpdate) 
 			WHERE id = $1`, id, u.Name, u.Email, u.Timezone, prefs, u.Username, rt.set, rt.sites, rt.sensors, rt.minSeverity,
 			u.QuietHours != nil, quiet.From, quiet.To)
 		if err != nil {
-			return mapError(err)
+			return pgutil.MapError(err)
 		}
 		if tag.RowsAffected() == 0 {
 			return ErrNotFound
@@ -368,7 +370,7 @@ func (p *Postgres) RotateMemberToken(ctx context.Context, id string, tokenHash [
 	tag, err := p.pool.Exec(ctx, `UPDATE members SET token_hash = $2, token_used_at = now(), updated_at = now()
 		WHERE id = $1`, id, tokenHash)
 	if err != nil {
-		return Member{}, fmt.Errorf("rotating token of member %s: %w", id, mapError(err))
+		return Member{}, fmt.Errorf("rotating token of member %s: %w", id, pgutil.MapError(err))
 	}
 	if tag.RowsAffected() == 0 {
 		return Member{}, fmt.Errorf("rotating token of member %s: %w", id, ErrNotFound)
@@ -410,7 +412,7 @@ const (
 //     second statement runs after the first has waited for any inbox writer
 //     holding one of the counters, so its snapshot holds what that writer
 //     added; a writer coming later finds no counter and adds nothing
-//     (inboxWrite).
+//     (inbox.Write).
 //
 // member_emails rows stay: each is the content of an email delivery, kept and
 // retired by retention with it, and the retrier reads it to record a pending

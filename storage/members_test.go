@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -65,7 +66,7 @@ func TestDeleteClientDeletesItsMembersAndTheirInboxes(t *testing.T) {
 
 	at := time.Now().Add(-time.Minute)
 	f.create(t, stateChanged("e1", "door1", 1, at), stateChanged("e2", "door1", 0, at.Add(time.Second)))
-	if _, err := f.pg.RecordNotification(ctx, storage.FreeFormNotification{ClientID: gone.ID, Type: "notice",
+	if _, err := inbox.NewPostgresStore(f.pg).RecordNotification(ctx, inbox.FreeFormNotification{ClientID: gone.ID, Type: "notice",
 		Subject: "hello", Email: true}); err != nil {
 		t.Fatal(err)
 	}

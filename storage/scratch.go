@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/lockstream/lockstream/storage/pgutil"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -112,7 +113,7 @@ func (p *Postgres) LinkSensors(ctx context.Context, clientID string, ids []strin
 		SELECT $1, s FROM unnest($2::text[]) AS s
 		ON CONFLICT DO NOTHING`, clientID, ids)
 	if err != nil {
-		return fmt.Errorf("linking client %s to %d sensors: %w", clientID, len(ids), mapError(err))
+		return fmt.Errorf("linking client %s to %d sensors: %w", clientID, len(ids), pgutil.MapError(err))
 	}
 	return nil
 }
@@ -137,4 +138,29 @@ func (p *Postgres) AnalyzeRegistry(ctx context.Context) error {
 		return fmt.Errorf("analyzing the registry: %w", err)
 	}
 	return nil
+}
+
+// PostgresCost is a reading of what Postgres has done so far, for a benchmark
+// to take the difference of two readings: the cluster's WAL position and the
+// backend processes serving this store's database.
+type PostgresCost struct {
+	// WALBytes is pg_current_wal_lsn() in bytes: the whole cluster's WAL,
+	// other databases' writes included.
+	WALBytes int64
+	// BackendPIDs are the process ids of the client backends connected to
+	// this store's database (pg_stat_activity), for their CPU time in /proc.
+	BackendPIDs []int
+}
+
+// PostgresCost reads the WAL position and this database's backends.
+func (p *Postgres) PostgresCost(ctx context.Context) (PostgresCost, error) {
+	var c PostgresCost
+	if err := p.pool.QueryRow(ctx, `
+		SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint,
+		       coalesce((SELECT array_agg(pid) FROM pg_stat_activity
+		                 WHERE datname = current_database() AND backend_type = 'client backend'), '{}')`).
+		Scan(&c.WALBytes, &c.BackendPIDs); err != nil {
+		return PostgresCost{}, fmt.Errorf("reading the WAL position and backends: %w", err)
+	}
+	return c, nil
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/lockstream/lockstream/storage/pgutil"
 )
 
 // sensorColumns are selected by every sensor query, in scanSensor's order.
@@ -50,7 +51,7 @@ func (p *Postgres) CreateSensor(ctx context.Context, s Sensor) (Sensor, error) {
 		`INSERT INTO sensors (id, address, heartbeat_timeout, open_alert_after, site) VALUES ($1, $2, $3, $4, nullif($5, ''))`,
 		s.ID, s.Address, timeout, openAfter, s.Site)
 	if err != nil {
-		return Sensor{}, fmt.Errorf("creating sensor %s: %w", s.ID, mapError(err))
+		return Sensor{}, fmt.Errorf("creating sensor %s: %w", s.ID, pgutil.MapError(err))
 	}
 	return p.GetSensor(ctx, s.ID)
 }
@@ -59,7 +60,7 @@ func (p *Postgres) CreateSensor(ctx context.Context, s Sensor) (Sensor, error) {
 func (p *Postgres) GetSensor(ctx context.Context, id string) (Sensor, error) {
 	s, err := scanSensor(p.pool.QueryRow(ctx, `SELECT `+sensorColumns+` `+sensorFrom+` WHERE s.id = $1`, id))
 	if err != nil {
-		return Sensor{}, fmt.Errorf("getting sensor %s: %w", id, mapError(err))
+		return Sensor{}, fmt.Errorf("getting sensor %s: %w", id, pgutil.MapError(err))
 	}
 	return s, nil
 }
@@ -98,7 +99,7 @@ func (p *Postgres) UpdateSensor(ctx context.Context, id string, u SensorUpdate) 
 		WHERE id = $1`,
 		id, u.Address, u.HeartbeatTimeout != nil, timeout, u.OpenAlertAfter != nil, openAfter, u.Site)
 	if err != nil {
-		return Sensor{}, fmt.Errorf("updating sensor %s: %w", id, mapError(err))
+		return Sensor{}, fmt.Errorf("updating sensor %s: %w", id, pgutil.MapError(err))
 	}
 	if tag.RowsAffected() == 0 {
 		return Sensor{}, fmt.Errorf("updating sensor %s: %w", id, ErrNotFound)

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
-	"github.com/google/uuid"
 
 	"github.com/lockstream/lockstream/domain"
 )
@@ -171,16 +170,4 @@ type ClientUpdate struct {
 type Page struct {
 	After string
 	Limit int
-}
-
-// validUUIDs returns the ids that are UUIDs, in order: an id that is not cannot
-// name a row, and would make Postgres refuse the whole uuid[] parameter.
-func validUUIDs(ids []string) []string {
-	valid := make([]string, 0, len(ids))
-	for _, id := range ids {
-		if uuid.Validate(id) == nil {
-			valid = append(valid, id)
-		}
-	}
-	return valid
 }

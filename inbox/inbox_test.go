@@ -1,22 +1,77 @@
-package storage_test
+package inbox_test
 
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/storage/storagetest"
 )
 
+// fixture is a private database with the registry, the fan-out's writes
+// (storage) and the inbox's store over one pool.
+type fixture struct {
+	pg  *storage.Postgres
+	in  *inbox.PostgresStore
+	ctx context.Context
+}
+
+func newFixture(t *testing.T, sensors ...string) *fixture {
+	t.Helper()
+	pg := storagetest.New(t).Postgres
+	f := &fixture{pg: pg, in: inbox.NewPostgresStore(pg), ctx: context.Background()}
+	for _, id := range sensors {
+		if _, err := f.pg.CreateSensor(f.ctx, storage.Sensor{ID: id, Address: "addr of " + id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+// client creates a client linked to the sensors.
+func (f *fixture) client(t *testing.T, c storage.Client, sensors ...string) storage.Client {
+	t.Helper()
+	if c.WebhookURL == "" {
+		c.WebhookURL = "https://example.com/hook"
+	}
+	if c.Secret == "" {
+		c.Secret = "whsec_c2VjcmV0"
+	}
+	created, err := f.pg.CreateClient(f.ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sensors {
+		if err := f.pg.LinkSensor(f.ctx, created.ID, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return created
+}
+
+// create runs the fan-out's write of events.
+func (f *fixture) create(t *testing.T, events ...storage.NotificationInput) storage.NotificationsCreated {
+	t.Helper()
+	created, err := f.pg.CreateNotifications(f.ctx, events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created
+}
+
 // member creates a member of the client with a token of its own.
-func (f *outboxFixture) member(t *testing.T, clientID, name string, backfill storage.Backfill) storage.Member {
+func (f *fixture) member(t *testing.T, clientID, name string, backfill storage.Backfill) storage.Member {
 	t.Helper()
 	hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
 	m, _, err := f.pg.CreateMember(f.ctx, storage.Member{ClientID: clientID, Name: name, Timezone: "UTC",
@@ -28,20 +83,20 @@ func (f *outboxFixture) member(t *testing.T, clientID, name string, backfill sto
 }
 
 // inbox returns every message of the member, seen and unseen, in seq order.
-func (f *outboxFixture) inbox(t *testing.T, memberID string) []storage.InboxMessage {
+func (f *fixture) inbox(t *testing.T, memberID string) []inbox.Message {
 	t.Helper()
-	_, ms, err := f.pg.ListInbox(f.ctx, storage.InboxQuery{MemberID: memberID, IncludeSeen: true,
-		Sort: storage.SortTimestamp, Limit: 100000})
+	_, ms, err := f.in.ListInbox(f.ctx, inbox.Query{MemberID: memberID, IncludeSeen: true,
+		Sort: inbox.SortTimestamp, Limit: 100000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	slices.SortFunc(ms, func(a, b storage.InboxMessage) int { return int(a.Seq - b.Seq) })
+	slices.SortFunc(ms, func(a, b inbox.Message) int { return int(a.Seq - b.Seq) })
 	return ms
 }
 
 func TestInboxFanoutOneMessagePerMemberInOrderIdempotent(t *testing.T) {
 	t.Parallel()
-	f := newOutboxFixture(t, "door1", "door2")
+	f := newFixture(t, "door1", "door2")
 	c := f.client(t, storage.Client{Name: "acme"}, "door1")
 	lonely := f.client(t, storage.Client{Name: "no members"}, "door1")
 	a := f.member(t, c.ID, "alice", storage.Backfill{})
@@ -65,7 +120,7 @@ func TestInboxFanoutOneMessagePerMemberInOrderIdempotent(t *testing.T) {
 			t.Fatalf("%s has %d messages, want 3: %+v", m.Name, len(got), got)
 		}
 		for i, msg := range got {
-			if msg.Seq != int64(i+1) || msg.Cause != storage.CauseEvent || msg.SeenAt != nil || msg.ClientID != c.ID {
+			if msg.Seq != int64(i+1) || msg.Cause != inbox.CauseEvent || msg.SeenAt != nil || msg.ClientID != c.ID {
 				t.Errorf("%s message %d: %+v", m.Name, i, msg)
 			}
 		}
@@ -91,7 +146,7 @@ func TestInboxFanoutOneMessagePerMemberInOrderIdempotent(t *testing.T) {
 // deadlock (the counters are locked in member-id order).
 func TestInboxConcurrentWritersNoGapNoDuplicate(t *testing.T) {
 	t.Parallel()
-	f := newOutboxFixture(t, "door1", "door2")
+	f := newFixture(t, "door1", "door2")
 	c1 := f.client(t, storage.Client{Name: "one"}, "door1", "door2")
 	c2 := f.client(t, storage.Client{Name: "two"}, "door2")
 	var members []storage.Member
@@ -107,13 +162,13 @@ func TestInboxConcurrentWritersNoGapNoDuplicate(t *testing.T) {
 	ctx, cancel := context.WithCancel(f.ctx)
 	defer cancel()
 	go func() {
-		_ = f.pg.ListenInbox(ctx, func() { close(listening) }, func(news storage.InboxNews) {
+		_ = f.in.ListenInbox(ctx, func() { close(listening) }, func(news inbox.News) {
 			ns := news.Pointers
 			for _, m := range news.Messages {
 				if m.ID == "" || m.ClientID == "" || m.Type == "" {
 					t.Errorf("a message announced without its fields: %+v", m)
 				}
-				ns = append(ns, storage.InboxNotice{MemberID: m.MemberID, Seq: m.Seq})
+				ns = append(ns, inbox.Notice{MemberID: m.MemberID, Seq: m.Seq})
 			}
 			for _, n := range ns {
 				if old, ok := notices.Load(n.MemberID); !ok || old.(int64) < n.Seq {
@@ -142,7 +197,7 @@ func TestInboxConcurrentWritersNoGapNoDuplicate(t *testing.T) {
 					return
 				}
 				if w == 0 {
-					if _, err := f.pg.RecordNotification(f.ctx, storage.FreeFormNotification{ClientID: c2.ID,
+					if _, err := f.in.RecordNotification(f.ctx, inbox.FreeFormNotification{ClientID: c2.ID,
 						Type: "maintenance", Subject: "tonight"}); err != nil {
 						errs <- err
 						return
@@ -163,7 +218,7 @@ func TestInboxConcurrentWritersNoGapNoDuplicate(t *testing.T) {
 				t.Fatalf("member %s: message %d has seq %d; seqs %v", m.Name, i, msg.Seq, seqs(got))
 			}
 		}
-		state, err := f.pg.GetInboxState(f.ctx, m.ID)
+		state, err := f.in.GetInboxState(f.ctx, m.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -177,14 +232,14 @@ func TestInboxConcurrentWritersNoGapNoDuplicate(t *testing.T) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("member %s: heard %v on %s, want %d", m.Name, heard, storage.InboxChannel, state.LastSeq)
+				t.Fatalf("member %s: heard %v on %s, want %d", m.Name, heard, inbox.Channel, state.LastSeq)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
 }
 
-func seqs(ms []storage.InboxMessage) []int64 {
+func seqs(ms []inbox.Message) []int64 {
 	out := make([]int64, len(ms))
 	for i, m := range ms {
 		out[i] = m.Seq
@@ -194,7 +249,7 @@ func seqs(ms []storage.InboxMessage) []int64 {
 
 func TestInboxListFilterSortCountMark(t *testing.T) {
 	t.Parallel()
-	f := newOutboxFixture(t, "bdoor", "adoor")
+	f := newFixture(t, "bdoor", "adoor")
 	c := f.client(t, storage.Client{Name: "acme"}, "bdoor", "adoor")
 	m := f.member(t, c.ID, "alice", storage.Backfill{})
 	other := f.member(t, c.ID, "bob", storage.Backfill{})
@@ -204,42 +259,42 @@ func TestInboxListFilterSortCountMark(t *testing.T) {
 		stateChanged("e2", "adoor", 1, at.Add(time.Minute)),
 		storage.NotificationInput{EventID: "e3", Type: "connection_lost", SensorID: "bdoor", Data: new(1), At: at.Add(2 * time.Minute)},
 	)
-	if _, err := f.pg.RecordNotification(f.ctx, storage.FreeFormNotification{MemberID: m.ID, Type: "billing",
+	if _, err := f.in.RecordNotification(f.ctx, inbox.FreeFormNotification{MemberID: m.ID, Type: "billing",
 		Subject: "invoice", Message: []byte(`{"amount":3}`)}); err != nil {
 		t.Fatal(err)
 	}
-	list := func(q storage.InboxQuery) (int, []int64) {
+	list := func(q inbox.Query) (int, []int64) {
 		t.Helper()
 		q.MemberID = m.ID
 		if q.Sort == "" {
-			q.Sort = storage.SortTimestamp
+			q.Sort = inbox.SortTimestamp
 		}
 		if q.Limit == 0 {
 			q.Limit = 1000
 		}
-		total, ms, err := f.pg.ListInbox(f.ctx, q)
+		total, ms, err := f.in.ListInbox(f.ctx, q)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return total, seqs(ms)
 	}
-	check := func(name string, q storage.InboxQuery, wantTotal int, want ...int64) {
+	check := func(name string, q inbox.Query, wantTotal int, want ...int64) {
 		t.Helper()
 		total, got := list(q)
 		if total != wantTotal || !slices.Equal(got, want) {
 			t.Errorf("%s: total %d seqs %v, want %d %v", name, total, got, wantTotal, want)
 		}
 	}
-	check("newest first", storage.InboxQuery{Descending: true}, 4, 4, 3, 2, 1)
-	check("oldest first, page", storage.InboxQuery{Limit: 2, Offset: 1}, 4, 2, 3)
-	check("by type", storage.InboxQuery{Sort: storage.SortType}, 4, 4, 3, 1, 2)
-	check("by sensor, desc", storage.InboxQuery{Sort: storage.SortSensor, Descending: true}, 4, 4, 3, 1, 2)
-	check("one type", storage.InboxQuery{Type: "state_changed"}, 2, 1, 2)
-	check("count only", storage.InboxQuery{CountOnly: true, Type: "billing"}, 1)
+	check("newest first", inbox.Query{Descending: true}, 4, 4, 3, 2, 1)
+	check("oldest first, page", inbox.Query{Limit: 2, Offset: 1}, 4, 2, 3)
+	check("by type", inbox.Query{Sort: inbox.SortType}, 4, 4, 3, 1, 2)
+	check("by sensor, desc", inbox.Query{Sort: inbox.SortSensor, Descending: true}, 4, 4, 3, 1, 2)
+	check("one type", inbox.Query{Type: "state_changed"}, 2, 1, 2)
+	check("count only", inbox.Query{CountOnly: true, Type: "billing"}, 1)
 
-	mark := func(action storage.InboxAction, all bool, ids ...string) int {
+	mark := func(action inbox.Action, all bool, ids ...string) int {
 		t.Helper()
-		n, err := f.pg.MarkInbox(f.ctx, m.ID, action, ids, all)
+		n, err := f.in.MarkInbox(f.ctx, m.ID, action, ids, all)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -250,34 +305,34 @@ func TestInboxListFilterSortCountMark(t *testing.T) {
 		byseq[msg.Seq] = msg.ID
 	}
 	bobs := f.inbox(t, other.ID)
-	if n := mark(storage.ActionSeen, false, byseq[1], byseq[2], bobs[0].ID, "not-an-id"); n != 2 {
+	if n := mark(inbox.ActionSeen, false, byseq[1], byseq[2], bobs[0].ID, "not-an-id"); n != 2 {
 		t.Fatalf("seen marked %d, want 2 (bob's message and garbage skipped)", n)
 	}
-	check("unseen only", storage.InboxQuery{}, 2, 3, 4)
-	check("seen included", storage.InboxQuery{IncludeSeen: true}, 4, 1, 2, 3, 4)
+	check("unseen only", inbox.Query{}, 2, 3, 4)
+	check("seen included", inbox.Query{IncludeSeen: true}, 4, 1, 2, 3, 4)
 	if got := f.inbox(t, other.ID); got[0].SeenAt != nil {
 		t.Fatal("bob's message became seen through alice")
 	}
-	mark(storage.ActionUnseen, false, byseq[2])
-	check("after unseen", storage.InboxQuery{}, 3, 2, 3, 4)
-	mark(storage.ActionDelete, false, byseq[3])
-	check("after delete", storage.InboxQuery{IncludeSeen: true}, 3, 1, 2, 4)
-	if _, err := f.pg.GetInboxMessage(f.ctx, m.ID, byseq[3]); !errors.Is(err, storage.ErrNotFound) {
+	mark(inbox.ActionUnseen, false, byseq[2])
+	check("after unseen", inbox.Query{}, 3, 2, 3, 4)
+	mark(inbox.ActionDelete, false, byseq[3])
+	check("after delete", inbox.Query{IncludeSeen: true}, 3, 1, 2, 4)
+	if _, err := f.in.GetInboxMessage(f.ctx, m.ID, byseq[3]); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("deleted message: %v", err)
 	}
-	if _, err := f.pg.GetInboxMessage(f.ctx, other.ID, byseq[1]); !errors.Is(err, storage.ErrNotFound) {
+	if _, err := f.in.GetInboxMessage(f.ctx, other.ID, byseq[1]); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("alice's message as bob: %v", err)
 	}
-	msg, err := f.pg.GetInboxMessage(f.ctx, m.ID, byseq[4])
+	msg, err := f.in.GetInboxMessage(f.ctx, m.ID, byseq[4])
 	if err != nil || msg.Subject != "invoice" || string(msg.Message) != `{"amount": 3}` || msg.SensorID != "" {
 		t.Fatalf("free-form message: %+v %v", msg, err)
 	}
-	if n := mark(storage.ActionSeen, true); n != 3 {
+	if n := mark(inbox.ActionSeen, true); n != 3 {
 		t.Fatalf("all_notifications seen marked %d, want 3", n)
 	}
-	check("all seen", storage.InboxQuery{}, 0)
-	mark(storage.ActionDelete, true)
-	check("all deleted", storage.InboxQuery{IncludeSeen: true}, 0)
+	check("all seen", inbox.Query{}, 0)
+	mark(inbox.ActionDelete, true)
+	check("all deleted", inbox.Query{IncludeSeen: true}, 0)
 	if got := f.inbox(t, other.ID); len(got) != 3 {
 		t.Fatalf("bob lost messages: %d", len(got))
 	}
@@ -285,7 +340,7 @@ func TestInboxListFilterSortCountMark(t *testing.T) {
 
 func TestInboxBackfillOfNewMember(t *testing.T) {
 	t.Parallel()
-	f := newOutboxFixture(t, "door1")
+	f := newFixture(t, "door1")
 	c := f.client(t, storage.Client{Name: "acme"}, "door1")
 	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	for i := range 5 {
@@ -297,7 +352,7 @@ func TestInboxBackfillOfNewMember(t *testing.T) {
 		t.Fatalf("backfilled %d messages, want 3", len(got))
 	}
 	for i, msg := range got {
-		if msg.Seq != int64(i+1) || msg.Cause != storage.CauseNewMember || msg.SeenAt != nil || !msg.At.Equal(at.Add(time.Duration(i+2)*time.Second)) {
+		if msg.Seq != int64(i+1) || msg.Cause != inbox.CauseNewMember || msg.SeenAt != nil || !msg.At.Equal(at.Add(time.Duration(i+2)*time.Second)) {
 			t.Errorf("backfilled message %d: %+v", i, msg)
 		}
 	}
@@ -307,42 +362,42 @@ func TestInboxBackfillOfNewMember(t *testing.T) {
 	}
 	// The next event follows the backfill.
 	f.create(t, stateChanged("e9", "door1", 1, at.Add(time.Minute)))
-	if got := f.inbox(t, m.ID); len(got) != 4 || got[3].Seq != 4 || got[3].Cause != storage.CauseEvent {
+	if got := f.inbox(t, m.ID); len(got) != 4 || got[3].Seq != 4 || got[3].Cause != inbox.CauseEvent {
 		t.Fatalf("after the backfill: %+v", got)
 	}
 }
 
 func TestInboxAckStateAndCursors(t *testing.T) {
 	t.Parallel()
-	f := newOutboxFixture(t, "door1")
+	f := newFixture(t, "door1")
 	c := f.client(t, storage.Client{Name: "acme"}, "door1")
 	m := f.member(t, c.ID, "alice", storage.Backfill{})
 	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	for i := range 5 {
 		f.create(t, stateChanged(fmt.Sprint("e", i), "door1", i%2, at.Add(time.Duration(i)*time.Second)))
 	}
-	if err := f.pg.AckInbox(f.ctx, m.ID, 3); err != nil {
+	if err := f.in.AckInbox(f.ctx, m.ID, 3); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.pg.AckInbox(f.ctx, m.ID, 2); err != nil {
+	if err := f.in.AckInbox(f.ctx, m.ID, 2); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.pg.AckInbox(f.ctx, m.ID, 6); !errors.Is(err, storage.ErrSeqAhead) {
+	if err := f.in.AckInbox(f.ctx, m.ID, 6); !errors.Is(err, inbox.ErrSeqAhead) {
 		t.Fatalf("ack beyond the newest: %v", err)
 	}
-	if err := f.pg.AckInbox(f.ctx, uuid.NewString(), 1); !errors.Is(err, storage.ErrNotFound) {
+	if err := f.in.AckInbox(f.ctx, uuid.NewString(), 1); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("ack of an unknown member: %v", err)
 	}
-	state, err := f.pg.GetInboxState(f.ctx, m.ID)
+	state, err := f.in.GetInboxState(f.ctx, m.ID)
 	if err != nil || state.AckedSeq != 3 || state.LastSeq != 5 || state.FirstSeq != 1 || state.Epoch == "" {
 		t.Fatalf("state %+v %v", state, err)
 	}
 	// A deleted message is skipped by the stream too.
 	ids := f.inbox(t, m.ID)
-	if _, err := f.pg.MarkInbox(f.ctx, m.ID, storage.ActionDelete, []string{ids[3].ID}, false); err != nil {
+	if _, err := f.in.MarkInbox(f.ctx, m.ID, inbox.ActionDelete, []string{ids[3].ID}, false); err != nil {
 		t.Fatal(err)
 	}
-	got, err := f.pg.InboxAfter(f.ctx, []storage.InboxCursor{
+	got, err := f.in.InboxAfter(f.ctx, []inbox.Cursor{
 		{MemberID: m.ID, After: 3, Limit: 10},
 		{MemberID: m.ID, After: 0, Limit: 2},
 		{MemberID: uuid.NewString(), After: 0, Limit: 2},
@@ -357,15 +412,15 @@ func TestInboxAckStateAndCursors(t *testing.T) {
 
 func TestInboxPartitionsAndMemberLifecycle(t *testing.T) {
 	t.Parallel()
-	f := newOutboxFixture(t, "door1")
-	names, err := f.pg.CreateInboxPartitions(f.ctx, time.Date(2027, 1, 31, 23, 0, 0, 0, time.UTC), 2)
+	f := newFixture(t, "door1")
+	names, err := f.in.CreateInboxPartitions(f.ctx, time.Date(2027, 1, 31, 23, 0, 0, 0, time.UTC), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(names, []string{"inbox_messages_202701", "inbox_messages_202702", "inbox_messages_202703"}) {
 		t.Fatalf("partitions %v", names)
 	}
-	if _, err := f.pg.CreateInboxPartitions(f.ctx, time.Date(2027, 2, 1, 0, 0, 0, 0, time.UTC), 0); err != nil {
+	if _, err := f.in.CreateInboxPartitions(f.ctx, time.Date(2027, 2, 1, 0, 0, 0, 0, time.UTC), 0); err != nil {
 		t.Fatalf("creating an existing partition again: %v", err)
 	}
 
@@ -405,8 +460,8 @@ func TestInboxPartitionsAndMemberLifecycle(t *testing.T) {
 	if _, err := f.pg.GetMember(f.ctx, m.ID); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("deleted member: %v", err)
 	}
-	if total, _, err := f.pg.ListInbox(f.ctx, storage.InboxQuery{MemberID: m.ID, IncludeSeen: true,
-		Sort: storage.SortTimestamp, CountOnly: true}); err != nil || total != 0 {
+	if total, _, err := f.in.ListInbox(f.ctx, inbox.Query{MemberID: m.ID, IncludeSeen: true,
+		Sort: inbox.SortTimestamp, CountOnly: true}); err != nil || total != 0 {
 		t.Fatalf("deleted member's messages: %d %v", total, err)
 	}
 }
@@ -418,7 +473,7 @@ func TestInboxPartitionsAndMemberLifecycle(t *testing.T) {
 // leaves its key free.
 func TestRecordNotificationOncePerKey(t *testing.T) {
 	t.Parallel()
-	f := newOutboxFixture(t)
+	f := newFixture(t)
 	c := f.client(t, storage.Client{Name: "acme"})
 	var members []storage.Member
 	for _, name := range []string{"alice", "bob"} {
@@ -430,14 +485,14 @@ func TestRecordNotificationOncePerKey(t *testing.T) {
 		}
 		members = append(members, m)
 	}
-	n := storage.FreeFormNotification{ClientID: c.ID, Type: "billing", Subject: "invoice", Email: true, Key: "amqp-id:inv-1"}
+	n := inbox.FreeFormNotification{ClientID: c.ID, Type: "billing", Subject: "invoice", Email: true, Key: "amqp-id:inv-1"}
 	const copies = 8
-	results := make([]storage.RecordedNotification, copies)
+	results := make([]inbox.RecordedNotification, copies)
 	var wg sync.WaitGroup
 	for i := range copies {
 		wg.Go(func() {
 			var err error
-			if results[i], err = f.pg.RecordNotification(f.ctx, n); err != nil {
+			if results[i], err = f.in.RecordNotification(f.ctx, n); err != nil {
 				t.Error(err)
 			}
 		})
@@ -466,12 +521,54 @@ func TestRecordNotificationOncePerKey(t *testing.T) {
 		t.Errorf("%d deliveries (%v), want 2 emails", len(ds), err)
 	}
 
-	gone := storage.FreeFormNotification{MemberID: uuid.NewString(), Type: "billing", Subject: "x", Key: "amqp-id:inv-2"}
-	if _, err := f.pg.RecordNotification(f.ctx, gone); !errors.Is(err, storage.ErrNotFound) {
+	gone := inbox.FreeFormNotification{MemberID: uuid.NewString(), Type: "billing", Subject: "x", Key: "amqp-id:inv-2"}
+	if _, err := f.in.RecordNotification(f.ctx, gone); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("recording for an unknown member: %v, want ErrNotFound", err)
 	}
 	gone.MemberID = members[0].ID
-	if r, err := f.pg.RecordNotification(f.ctx, gone); err != nil || r.Duplicate || r.Messages != 1 {
+	if r, err := f.in.RecordNotification(f.ctx, gone); err != nil || r.Duplicate || r.Messages != 1 {
 		t.Errorf("recording under a key a failed recording used: %+v, %v", r, err)
+	}
+}
+
+// stateChanged is a state change of the sensor for the fan-out to write.
+func stateChanged(id, sensor string, data int, at time.Time) storage.NotificationInput {
+	prev := 1 - data
+	return storage.NotificationInput{EventID: id, Type: "state_changed", SensorID: sensor, Data: &data, Previous: &prev, At: at}
+}
+
+// The free-form notifications' emails wake the retriers on the channel they
+// listen on: storage's, which this package cannot import (storage imports it).
+func TestOutboxChannelIsStorages(t *testing.T) {
+	if inbox.OutboxChannel != storage.OutboxChannel {
+		t.Fatalf("inbox wakes the retriers on %q, they listen on %q", inbox.OutboxChannel, storage.OutboxChannel)
+	}
+}
+
+// A restore's message says how long its sensor was lost, from what the fan-out
+// stored; one stored without an outage, and other types, say nothing of it.
+func TestRestoredMessageSaysItsOutage(t *testing.T) {
+	t.Parallel()
+	restored := inbox.Message{Type: "connection_restored", SensorID: "d1", SensorAddress: "1 Main St",
+		Message: json.RawMessage(`{"lost_since":"2026-03-01T10:00:00Z","silent_seconds":8040}`)}
+	subject, text := restored.Describe()
+	if subject != "d1 is back online after 2 h 14 min" ||
+		!strings.Contains(string(text), "reports again after 2 h 14 min without a reading") ||
+		!strings.Contains(string(text), "2026-03-01T10:00:00Z") {
+		t.Errorf("restore: %q, %s", subject, text)
+	}
+	if since, silent, ok := restored.Outage(); !ok || silent != 8040 || !since.Equal(time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)) {
+		t.Errorf("Outage() = %v, %d, %v", since, silent, ok)
+	}
+	for _, m := range []inbox.Message{
+		{Type: "connection_restored", SensorID: "d1"},
+		{Type: "connection_lost", SensorID: "d1", Message: restored.Message},
+	} {
+		if _, _, ok := m.Outage(); ok {
+			t.Errorf("%+v has an outage", m)
+		}
+		if subject, _ := m.Describe(); strings.Contains(subject, "after") {
+			t.Errorf("%s without an outage: %q", m.Type, subject)
+		}
 	}
 }
