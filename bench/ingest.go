@@ -20,6 +20,7 @@ import (
 
 	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/history"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
 )
@@ -180,13 +181,13 @@ type IngestStore interface {
 // NewPostgresStore is the store the benchmarks run on: the consumer's
 // statements and the registry's, on pg.
 func NewPostgresStore(pg *storage.Postgres) PipelineStore {
-	return postgresStores{consumer.NewPostgresStore(pg), pg}
+	return postgresStores{consumer.NewPostgresStore(pg), registry.New(pg)}
 }
 
 // postgresStores is the consumer's store and the registry on one Postgres.
 type postgresStores struct {
 	*consumer.PostgresStore
-	*storage.Postgres
+	*registry.Store
 }
 
 // BenchSensorID returns the id of the benchmark's sensor i.

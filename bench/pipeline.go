@@ -21,7 +21,7 @@ import (
 
 	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/notifier/webhook"
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/stream"
 )
 
@@ -120,7 +120,7 @@ func (c PipelineConfig) Validate() error {
 // its client.
 type PipelineStore interface {
 	IngestStore
-	CreateClient(ctx context.Context, c storage.Client) (storage.Client, error)
+	CreateClient(ctx context.Context, c registry.Client) (registry.Client, error)
 	LinkSensors(ctx context.Context, clientID string, ids []string) error
 	AnalyzeRegistry(ctx context.Context) error
 }
@@ -320,7 +320,7 @@ func (p *pipelineRun) seed(ctx context.Context) error {
 		}
 	}
 	secret := webhook.NewSecret()
-	c, err := p.node.Store.CreateClient(ctx, storage.Client{Name: "pipeline bench", WebhookURL: p.sink.url, Secret: secret})
+	c, err := p.node.Store.CreateClient(ctx, registry.Client{Name: "pipeline bench", WebhookURL: p.sink.url, Secret: secret})
 	if err != nil {
 		return err
 	}

@@ -283,13 +283,21 @@ func collectAdded(rows pgx.Rows) ([]addedMessage, error) {
 	})
 }
 
-// backfillInbox copies into the new member's inbox the client's notifications of
+// Backfill says which of a client's recent messages a new member receives: those
+// of the last Window, at most Max of them (the newest). A zero Max gives none.
+type Backfill struct {
+	Window time.Duration
+	Max    int
+}
+
+// BackfillInbox copies into the new member's inbox the client's notifications of
 // the last b.Window, the newest b.Max of them, oldest first, unseen, with cause
-// new_member. It runs in the member's creating transaction, so a notification
+// new_member. It runs in the member's creating transaction (registry's
+// CreateMember), so a notification
 // is either copied here or written by the fan-out, never both: the fan-out sees
 // the member only once this transaction committed, and this one sees only
 // notifications committed before it.
-func backfillInbox(ctx context.Context, tx pgx.Tx, memberID, clientID string, b Backfill) (int, error) {
+func BackfillInbox(ctx context.Context, tx pgx.Tx, memberID, clientID string, b Backfill) (int, error) {
 	if b.Max <= 0 || b.Window <= 0 {
 		return 0, nil
 	}

@@ -12,15 +12,16 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
 // member creates a member of the client with a token of its own.
-func (f *outboxFixture) member(t *testing.T, clientID, name string, backfill storage.Backfill) storage.Member {
+func (f *outboxFixture) member(t *testing.T, clientID, name string, backfill storage.Backfill) registry.Member {
 	t.Helper()
 	hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
-	m, _, err := f.pg.CreateMember(f.ctx, storage.Member{ClientID: clientID, Name: name, Timezone: "UTC",
-		Preferences: storage.DefaultMemberPreferences()}, hash[:], backfill)
+	m, _, err := f.reg.CreateMember(f.ctx, registry.Member{ClientID: clientID, Name: name, Timezone: "UTC",
+		Preferences: registry.DefaultMemberPreferences()}, hash[:], backfill)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,8 +43,8 @@ func (f *outboxFixture) inbox(t *testing.T, memberID string) []storage.InboxMess
 func TestInboxFanoutOneMessagePerMemberInOrderIdempotent(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "door1", "door2")
-	c := f.client(t, storage.Client{Name: "acme"}, "door1")
-	lonely := f.client(t, storage.Client{Name: "no members"}, "door1")
+	c := f.client(t, registry.Client{Name: "acme"}, "door1")
+	lonely := f.client(t, registry.Client{Name: "no members"}, "door1")
 	a := f.member(t, c.ID, "alice", storage.Backfill{})
 	b := f.member(t, c.ID, "bob", storage.Backfill{})
 	_ = lonely
@@ -59,7 +60,7 @@ func TestInboxFanoutOneMessagePerMemberInOrderIdempotent(t *testing.T) {
 	if created.InboxMessages != 6 {
 		t.Fatalf("InboxMessages = %d, want 6 (3 events × 2 members)", created.InboxMessages)
 	}
-	for _, m := range []storage.Member{a, b} {
+	for _, m := range []registry.Member{a, b} {
 		got := f.inbox(t, m.ID)
 		if len(got) != 3 {
 			t.Fatalf("%s has %d messages, want 3: %+v", m.Name, len(got), got)
@@ -92,9 +93,9 @@ func TestInboxFanoutOneMessagePerMemberInOrderIdempotent(t *testing.T) {
 func TestInboxConcurrentWritersNoGapNoDuplicate(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "door1", "door2")
-	c1 := f.client(t, storage.Client{Name: "one"}, "door1", "door2")
-	c2 := f.client(t, storage.Client{Name: "two"}, "door2")
-	var members []storage.Member
+	c1 := f.client(t, registry.Client{Name: "one"}, "door1", "door2")
+	c2 := f.client(t, registry.Client{Name: "two"}, "door2")
+	var members []registry.Member
 	for i := range 12 {
 		c := c1
 		if i%3 == 0 {
@@ -195,7 +196,7 @@ func seqs(ms []storage.InboxMessage) []int64 {
 func TestInboxListFilterSortCountMark(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "bdoor", "adoor")
-	c := f.client(t, storage.Client{Name: "acme"}, "bdoor", "adoor")
+	c := f.client(t, registry.Client{Name: "acme"}, "bdoor", "adoor")
 	m := f.member(t, c.ID, "alice", storage.Backfill{})
 	other := f.member(t, c.ID, "bob", storage.Backfill{})
 	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
@@ -286,7 +287,7 @@ func TestInboxListFilterSortCountMark(t *testing.T) {
 func TestInboxBackfillOfNewMember(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "door1")
-	c := f.client(t, storage.Client{Name: "acme"}, "door1")
+	c := f.client(t, registry.Client{Name: "acme"}, "door1")
 	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	for i := range 5 {
 		f.create(t, stateChanged(fmt.Sprint("e", i), "door1", i%2, at.Add(time.Duration(i)*time.Second)))
@@ -315,7 +316,7 @@ func TestInboxBackfillOfNewMember(t *testing.T) {
 func TestInboxAckStateAndCursors(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "door1")
-	c := f.client(t, storage.Client{Name: "acme"}, "door1")
+	c := f.client(t, registry.Client{Name: "acme"}, "door1")
 	m := f.member(t, c.ID, "alice", storage.Backfill{})
 	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	for i := range 5 {
@@ -369,40 +370,40 @@ func TestInboxPartitionsAndMemberLifecycle(t *testing.T) {
 		t.Fatalf("creating an existing partition again: %v", err)
 	}
 
-	c := f.client(t, storage.Client{Name: "acme"}, "door1")
+	c := f.client(t, registry.Client{Name: "acme"}, "door1")
 	hash := sha256.Sum256([]byte("token"))
-	m, _, err := f.pg.CreateMember(f.ctx, storage.Member{ClientID: c.ID, Name: "alice", Email: "a@example.com",
-		Timezone: "Europe/Paris", Preferences: storage.MemberPreferences{Email: storage.EmailDigest, DigestTimes: []string{"08:30"}},
+	m, _, err := f.reg.CreateMember(f.ctx, registry.Member{ClientID: c.ID, Name: "alice", Email: "a@example.com",
+		Timezone: "Europe/Paris", Preferences: registry.MemberPreferences{Email: registry.EmailDigest, DigestTimes: []string{"08:30"}},
 		PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "k1"}}}, hash[:], storage.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := f.pg.CreateMember(f.ctx, storage.Member{ClientID: uuid.NewString(), Name: "x",
+	if _, _, err := f.reg.CreateMember(f.ctx, registry.Member{ClientID: uuid.NewString(), Name: "x",
 		Timezone: "UTC"}, []byte("other"), storage.Backfill{}); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("member of an unknown client: %v", err)
 	}
-	byToken, err := f.pg.MemberByTokenHash(f.ctx, hash[:], storage.DefaultMemberTokenIdle)
-	if err != nil || byToken.ID != m.ID || byToken.Timezone != "Europe/Paris" || byToken.Preferences.Email != storage.EmailDigest ||
+	byToken, err := f.reg.MemberByTokenHash(f.ctx, hash[:], registry.DefaultMemberTokenIdle)
+	if err != nil || byToken.ID != m.ID || byToken.Timezone != "Europe/Paris" || byToken.Preferences.Email != registry.EmailDigest ||
 		len(byToken.PushTargets) != 1 || byToken.Email != "a@example.com" {
 		t.Fatalf("by token: %+v %v", byToken, err)
 	}
 	newHash := sha256.Sum256([]byte("token2"))
-	if _, err := f.pg.RotateMemberToken(f.ctx, m.ID, newHash[:]); err != nil {
+	if _, err := f.reg.RotateMemberToken(f.ctx, m.ID, newHash[:]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.pg.MemberByTokenHash(f.ctx, hash[:], storage.DefaultMemberTokenIdle); !errors.Is(err, storage.ErrNotFound) {
+	if _, err := f.reg.MemberByTokenHash(f.ctx, hash[:], registry.DefaultMemberTokenIdle); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("old token after rotation: %v", err)
 	}
 	empty := ""
-	updated, err := f.pg.UpdateMember(f.ctx, m.ID, storage.MemberUpdate{Email: &empty, PushTargets: &[]storage.PushTarget{}})
+	updated, err := f.reg.UpdateMember(f.ctx, m.ID, registry.MemberUpdate{Email: &empty, PushTargets: &[]storage.PushTarget{}})
 	if err != nil || updated.Email != "" || len(updated.PushTargets) != 0 || updated.Name != "alice" {
 		t.Fatalf("update: %+v %v", updated, err)
 	}
 	f.create(t, stateChanged("e1", "door1", 1, time.Now()))
-	if err := f.pg.DeleteMember(f.ctx, m.ID); err != nil {
+	if err := f.reg.DeleteMember(f.ctx, m.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.pg.GetMember(f.ctx, m.ID); !errors.Is(err, storage.ErrNotFound) {
+	if _, err := f.reg.GetMember(f.ctx, m.ID); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("deleted member: %v", err)
 	}
 	if total, _, err := f.pg.ListInbox(f.ctx, storage.InboxQuery{MemberID: m.ID, IncludeSeen: true,
@@ -419,12 +420,12 @@ func TestInboxPartitionsAndMemberLifecycle(t *testing.T) {
 func TestRecordNotificationOncePerKey(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t)
-	c := f.client(t, storage.Client{Name: "acme"})
-	var members []storage.Member
+	c := f.client(t, registry.Client{Name: "acme"})
+	var members []registry.Member
 	for _, name := range []string{"alice", "bob"} {
 		hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
-		m, _, err := f.pg.CreateMember(f.ctx, storage.Member{ClientID: c.ID, Name: name, Email: name + "@example.com",
-			Timezone: "UTC", Preferences: storage.DefaultMemberPreferences()}, hash[:], storage.Backfill{})
+		m, _, err := f.reg.CreateMember(f.ctx, registry.Member{ClientID: c.ID, Name: name, Email: name + "@example.com",
+			Timezone: "UTC", Preferences: registry.DefaultMemberPreferences()}, hash[:], storage.Backfill{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,14 +10,17 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockstream/lockstream/registry/secretbox"
 )
 
 // Postgres is the registry, sensor state and outbox store. It is safe for concurrent
 // use.
 type Postgres struct {
 	pool *pgxpool.Pool
-	// secrets encrypts client signing secrets; see WithSecretBox.
-	secrets *SecretBox
+	// secrets opens client signing secrets for delivery targets and is the
+	// registry's to seal them with; see WithSecretBox.
+	secrets *secretbox.Box
 	// analyzer says when the outbox month CreateNotifications fills needs
 	// fresh statistics.
 	analyzer outboxAnalyzer
@@ -43,6 +46,20 @@ func (c *StatementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ p
 
 // TraceQueryEnd implements pgx's QueryTracer.
 func (c *StatementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// PostgresOption configures OpenPostgres.
+type PostgresOption func(*Postgres)
+
+// WithSecretBox gives the store the key of client signing secrets: the outbox's
+// delivery targets open them with it, and the registry (registry.New) seals
+// them with it when it stores one. Without it, creating a client, rotating its
+// secret and reading delivery targets fail.
+func WithSecretBox(box *secretbox.Box) PostgresOption {
+	return func(p *Postgres) { p.secrets = box }
+}
+
+// SecretBox returns the box given by WithSecretBox, nil without one.
+func (p *Postgres) SecretBox() *secretbox.Box { return p.secrets }
 
 // WithStatementCounter makes the store count every statement it sends in c.
 func WithStatementCounter(c *StatementCounter) PostgresOption {

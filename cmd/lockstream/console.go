@@ -8,6 +8,7 @@ import (
 	"github.com/lockstream/lockstream/console"
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/heartbeat"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/stream"
 )
 
@@ -18,7 +19,8 @@ import (
 // memberTokenIdle is LOCKSTREAM_MEMBER_TOKEN_IDLE, which the console's
 // sign-in applies as the API does.
 func newConsole(n *node, adminToken string, memberTokenIdle time.Duration, tracker *heartbeat.Tracker) (*console.Console, error) {
-	deps := console.Deps{Registry: n.pg, Members: n.pg, Inbox: n.pg, Deliveries: n.pg, Sessions: console.NewRedisStore(n.redis),
+	reg := registry.New(n.pg)
+	deps := console.Deps{Registry: reg, Members: reg, Inbox: n.pg, Deliveries: n.pg, Sessions: console.NewRedisStore(n.redis),
 		Heartbeat: n.heartbeatStores().Redis, Connections: tracker, History: n.analytics()}
 	if len(n.stream.Brokers) > 0 {
 		deps.Events = eventTail{cfg: n.stream, logger: n.logger.With("daemon", "console")}
