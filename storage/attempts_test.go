@@ -18,7 +18,7 @@ import (
 func TestFinishDeliveriesLogsAttempts(t *testing.T) {
 	t.Parallel()
 	stores := storagetest.New(t)
-	f := &outboxFixture{pg: stores.Postgres, ctx: context.Background()}
+	f := &outboxFixture{pg: stores.Postgres, reg: stores.Registry, ctx: context.Background()}
 	if _, err := f.reg.CreateSensor(f.ctx, registry.Sensor{ID: "s1", Address: "1 Street"}); err != nil {
 		t.Fatal(err)
 	}
