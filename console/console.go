@@ -200,7 +200,8 @@ type EventTail interface {
 
 // Deps are what the console reads through. Events may be nil: the live view then
 // says it needs Kafka. Members and Inbox may be nil together: then only the
-// admin signs in, and client pages list no members.
+// admin signs in, and client pages list no members. Incidents may be nil: the
+// incident pages then answer 404.
 type Deps struct {
 	Registry    Registry
 	Members     Members
@@ -211,6 +212,7 @@ type Deps struct {
 	Connections Connections
 	History     History
 	Events      EventTail
+	Incidents   Incidents
 }
 
 func (d Deps) validate() error {

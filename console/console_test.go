@@ -23,6 +23,7 @@ import (
 	"github.com/lockstream/lockstream/console"
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/heartbeat"
+	"github.com/lockstream/lockstream/incident"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
@@ -84,7 +85,8 @@ func newFixture(t *testing.T, token string, stores *storagetest.Stores, live boo
 	deps := console.Deps{Registry: stores.Registry, Members: stores.Registry, Inbox: stores.Postgres,
 		Deliveries: stores.Postgres, Sessions: console.NewRedisStore(stores.Redis),
 		Heartbeat: heartbeat.NewRedisStore(stores.Redis), Connections: connections{heartbeat.NewRedisStore(stores.Redis)},
-		History: analytics.New(stores.ClickHouse.Conn(), analytics.NewPostgresScopes(stores.Postgres.Pool()))}
+		History:   analytics.New(stores.ClickHouse.Conn(), analytics.NewPostgresScopes(stores.Postgres.Pool())),
+		Incidents: incident.NewAPIStore(incident.NewPostgresStore(stores.Postgres))}
 	if live {
 		f.stream = streamtest.Config(t, 2)
 		deps.Events = tail{f.stream}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -68,6 +69,7 @@ func loadPages() (*pages, error) {
 		},
 		"when":      formatTime,
 		"ago":       ago,
+		"span":      span,
 		"state":     stateName,
 		"lockState": func(data int) string { return stateName(&data) },
 		"pathEsc":   url.PathEscape,
@@ -75,6 +77,10 @@ func loadPages() (*pages, error) {
 		"lower":     strings.ToLower,
 		"failing":   func(e storage.EndpointHealth) int { return e.Failing() },
 		"stateOf":   func(m map[storage.DeliveryState]int, s string) int { return m[storage.DeliveryState(s)] },
+		"incidentRows": func(state string, list []domain.Incident, member bool, csrf string) incidentRows {
+			return incidentRows{State: state, List: list, Member: member, CSRF: csrf}
+		},
+		"incidentForm": func(inc domain.Incident, csrf string) incidentForm { return incidentForm{Incident: inc, CSRF: csrf} },
 		"deliveryStates": func() []string {
 			return []string{"SCHEDULED", "PENDING", "IN_FLIGHT", "RETRY", "PAUSED", "SENT", "FAILED", "GIVEN_UP", "SUPERSEDED"}
 		},
@@ -203,18 +209,26 @@ func ago(t time.Time) string {
 	if t.IsZero() {
 		return ""
 	}
-	d := time.Since(t).Round(time.Second)
-	switch {
-	case d < 0:
+	d := time.Since(t)
+	if d < 0 {
 		return "in the future"
-	case d < time.Minute:
-		return fmt.Sprintf("%d s ago", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%d min ago", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%d h %d min ago", int(d.Hours()), int(d.Minutes())%60)
 	}
-	return fmt.Sprintf("%d days ago", int(d.Hours()/24))
+	return span(d) + " ago"
+}
+
+// span says a duration as people read it: seconds, minutes, hours and
+// minutes, or days.
+func span(d time.Duration) string {
+	d = d.Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%d s", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%d min", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%d h %d min", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%d days", int(d.Hours()/24))
 }
 
 // stateName names a sensor's data: 1 is locked (closed), 0 unlocked (open).
