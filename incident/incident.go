@@ -9,11 +9,13 @@
 //     to it), a clearing event resolves it with its duration. A batch is one
 //     transaction under an advisory lock, its cursor moves with its effects:
 //     idempotent across restarts and processes.
-//   - reminder rounds: the incidents' escalation tiers that are due are
-//     claimed (FOR UPDATE SKIP LOCKED, next_at moved on) and their members
-//     reminded in the inbox (and thereby on the stream) in one statement,
-//     whatever the number of incidents: several processes never remind a
-//     member twice for one due time.
+//   - reminder rounds: a round moves one cursor over time and writes the
+//     window it covered as a mark, in one statement whatever the number of
+//     incidents; senders then take marks (SKIP LOCKED) and remind the members
+//     of the tiers due in them in the inbox (and thereby on the stream), a
+//     batch of incidents per statement, the mark moving with the reminders:
+//     several processes never remind a member twice for one due time, and a
+//     crash skips none.
 //
 // The API (package webapi) reads and acts on incidents through Store, which
 // cmd/lockstream hands to it; the types it shares are in package domain.
@@ -36,7 +38,7 @@ import (
 const (
 	DefaultInterval = 10 * time.Second
 	DefaultBatch    = 5000
-	DefaultLimit    = 20000
+	DefaultLimit    = 5000
 	DefaultAckTTL   = 7 * 24 * time.Hour
 	DefaultTimeout  = time.Minute
 )
@@ -49,8 +51,9 @@ type Config struct {
 	// Batch bounds the events one intake transaction reads. Defaults to
 	// DefaultBatch (5,000).
 	Batch int
-	// Limit bounds the due tiers one reminder round claims; a full round is
-	// followed by another at once. Defaults to DefaultLimit (20,000).
+	// Limit bounds the incidents one send statement reminds; a round's mark
+	// is sent in as many statements as it needs. Defaults to DefaultLimit
+	// (5,000).
 	Limit int
 	// PublicURL is where the API is reachable from outside; the one-click ack
 	// links of reminders are PublicURL + "/ack/<token>". Empty: no links.
@@ -154,16 +157,12 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 }
 
-// Step runs one intake batch, one reminder round and a purge of expired ack
-// tokens, each within Timeout and
-// not cut short by ctx (each is one transaction: cutting it would only roll it
-// back); full reports that either may have left work behind.
+// Step runs one intake batch, a purge of expired ack tokens and a reminder
+// round with its sends, each transaction within Timeout and not cut short by
+// ctx (cutting it would only roll it back); full reports that intake may have
+// left work behind.
 func (r *Runner) Step(ctx context.Context) (full bool, err error) {
 	in, err := r.Intake(ctx)
-	if err != nil {
-		return false, err
-	}
-	rem, err := r.Remind(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -174,7 +173,10 @@ func (r *Runner) Step(ctx context.Context) (full bool, err error) {
 	if _, err := r.store.PurgeTokens(pctx, r.cfg.Now().Add(-tokenKeep), r.cfg.Batch); err != nil {
 		return false, err
 	}
-	return in.Full || rem.Full, nil
+	if _, err := r.Remind(ctx); err != nil {
+		return false, err
+	}
+	return in.Full, nil
 }
 
 // tokenKeep is how long an expired ack token is kept before it is deleted.
@@ -199,13 +201,13 @@ func (r *Runner) Intake(ctx context.Context) (IntakeResult, error) {
 	return res, nil
 }
 
-// Remind runs one reminder round now at the Config's clock.
+// Remind runs one reminder round now at the Config's clock (its mark), then
+// sends marks until none is left to this process or ctx is done: each
+// statement within Timeout.
 func (r *Runner) Remind(ctx context.Context) (RoundResult, error) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Timeout)
-	defer cancel()
 	start := time.Now()
-	res, err := r.store.RemindRound(rctx, Round{Now: r.cfg.Now(), Limit: r.cfg.Limit, PublicURL: r.cfg.PublicURL,
-		AckTTL: r.cfg.AckTTL})
+	round := Round{Now: r.cfg.Now(), Limit: r.cfg.Limit, PublicURL: r.cfg.PublicURL, AckTTL: r.cfg.AckTTL}
+	res, err := r.remind(ctx, round)
 	r.m.duration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		r.m.steps.WithLabelValues("reminders", "error").Inc()
@@ -213,10 +215,36 @@ func (r *Runner) Remind(ctx context.Context) (RoundResult, error) {
 	}
 	r.m.steps.WithLabelValues("reminders", "ran").Inc()
 	r.m.reminders.Add(float64(res.Reminders))
-	r.m.statements.Set(float64(res.Statements))
+	r.m.statements.Set(float64(res.Mark.Statements))
 	if res.Reminders > 0 {
-		r.logger.InfoContext(ctx, "incident reminders", "tiers", res.Tiers, "reminders", res.Reminders,
-			"duration", time.Since(start))
+		r.logger.InfoContext(ctx, "incident reminders", "incidents", res.Incidents, "reminders", res.Reminders,
+			"sends", res.Sends, "duration", time.Since(start))
+	}
+	return res, nil
+}
+
+func (r *Runner) remind(ctx context.Context, round Round) (RoundResult, error) {
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Timeout)
+	m, err := r.store.MarkRound(mctx, round.Now)
+	cancel()
+	if err != nil {
+		return RoundResult{}, err
+	}
+	res := RoundResult{Mark: m, Statements: m.Statements}
+	for ctx.Err() == nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Timeout)
+		s, err := r.store.SendMarks(sctx, round)
+		cancel()
+		if err != nil {
+			return res, err
+		}
+		res.Statements += s.Statements
+		if s.Marks == 0 {
+			break
+		}
+		res.Sends++
+		res.Incidents += s.Incidents
+		res.Reminders += s.Reminders
 	}
 	return res, nil
 }

@@ -180,7 +180,7 @@ func TestConcurrentRoundsNeverRemindTwice(t *testing.T) {
 		}
 		for { // what the small limit left behind, as a full round's follow-up would
 			res := f.round(t, time.Duration(m)*time.Minute)
-			if res.Tiers == 0 {
+			if res.Sends == 0 {
 				break
 			}
 		}

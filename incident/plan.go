@@ -225,6 +225,9 @@ func (p *plan) write(ctx context.Context, tx pgx.Tx) error {
 		}
 	}
 	if len(p.tiers) > 0 {
+		// Each tier's since is the reminder cursor, read FOR SHARE: no round
+		// commits before this transaction does, so the first mark after it
+		// covers every due time of the tier up to its end (reminders.go).
 		var (
 			ids     []string
 			tiers   []int
@@ -238,10 +241,11 @@ func (p *plan) write(ctx context.Context, tx pgx.Tx) error {
 			next, repeats, stopAt = append(next, t.nextAt), append(repeats, t.repeat), append(stopAt, t.stopAt)
 		}
 		b.Queue(`
-			INSERT INTO incident_tiers (incident_id, tier, members, next_at, repeat_every, stop_at)
-			SELECT id, tier, string_to_array(members, ',')::uuid[], next_at, repeat_every, stop_at
+			INSERT INTO incident_tiers (incident_id, tier, members, next_at, repeat_every, stop_at, since)
+			SELECT id, tier, string_to_array(members, ',')::uuid[], next_at, repeat_every, stop_at, c.to_at
 			FROM unnest($1::uuid[], $2::int[], $3::text[], $4::timestamptz[], $5::interval[], $6::timestamptz[])
-				AS x (id, tier, members, next_at, repeat_every, stop_at)`, ids, tiers, members, next, repeats, stopAt)
+				AS x (id, tier, members, next_at, repeat_every, stop_at),
+			     (SELECT to_at FROM incident_reminder_cursor FOR SHARE) c`, ids, tiers, members, next, repeats, stopAt)
 	}
 	if len(p.entries) > 0 {
 		var ids, kinds, details []string

@@ -13,5 +13,5 @@ func (c *Config) RegisterSettings(s *settings.Set) {
 	s.Int(&c.Batch, DefaultBatch, settings.Decl{Name: "incident-batch",
 		Doc: "incidents: client feed events one intake transaction reads at most"})
 	s.Int(&c.Limit, DefaultLimit, settings.Decl{Name: "incident-limit",
-		Doc: "incidents: due escalation tiers one reminder round claims at most; a full round is followed by another at once"})
+		Doc: "incidents: incidents one reminder send statement reminds at most; a round's mark is sent in as many as it needs"})
 }

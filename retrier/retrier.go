@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -173,11 +174,45 @@ type lane struct {
 	refill int
 	busy   atomic.Int64  // attempts in flight
 	wake   chan struct{} // asks the claim loop to look again at once
+
+	alarmMu sync.Mutex
+	// alarms wake the claim loop when deliveries held back come due, by the
+	// millisecond they are set for.
+	alarms map[int64]*time.Timer
 }
 
 func newLane(name string, channels []storage.Channel, workers, batchSize int) *lane {
 	return &lane{name: name, channels: channels, workers: workers,
-		refill: max(1, min(batchSize, workers/4)), wake: make(chan struct{}, 1)}
+		refill: max(1, min(batchSize, workers/4)), wake: make(chan struct{}, 1), alarms: map[int64]*time.Timer{}}
+}
+
+// wakeAfter wakes the claim loop d from now (to the next millisecond, one
+// timer per millisecond): a delivery held back for d is claimed again when it
+// comes due, not at the next poll, which while the outbox listener is up is a
+// second away (FallbackPollInterval).
+func (l *lane) wakeAfter(d time.Duration) {
+	ms := time.Now().Add(d).UnixMilli() + 1
+	l.alarmMu.Lock()
+	defer l.alarmMu.Unlock()
+	if l.alarms == nil || l.alarms[ms] != nil {
+		return
+	}
+	l.alarms[ms] = time.AfterFunc(time.Until(time.UnixMilli(ms)), func() {
+		l.alarmMu.Lock()
+		delete(l.alarms, ms)
+		l.alarmMu.Unlock()
+		l.signalWake()
+	})
+}
+
+// stopAlarms stops the lane's pending wake-ups for good.
+func (l *lane) stopAlarms() {
+	l.alarmMu.Lock()
+	defer l.alarmMu.Unlock()
+	for _, t := range l.alarms {
+		t.Stop()
+	}
+	l.alarms = nil
 }
 
 // free reports how many more attempts the lane may start.
@@ -317,6 +352,9 @@ func (r *Retrier) Run(ctx context.Context) error {
 		claimers.Go(func() { r.claimLoop(ctx, work, l, outcomes) })
 	}
 	claimers.Wait()
+	for _, l := range r.lanes {
+		l.stopAlarms()
+	}
 
 	stopCtx := context.WithoutCancel(ctx)
 	inFlight := 0
@@ -717,6 +755,7 @@ func (r *Retrier) record(ctx context.Context, batch []outcome) {
 		states[f.ID] = f.State
 	}
 	r.recordHealth(ctx, batch, states)
+	r.wakeWhenDue(batch, states)
 	for _, o := range batch {
 		status, recorded := states[o.d.ID]
 		switch {
@@ -742,6 +781,24 @@ func (r *Retrier) record(ctx context.Context, batch []outcome) {
 		}
 		r.logger.DebugContext(ctx, "delivery attempt", "delivery_id", o.d.ID, "channel", o.d.Channel,
 			"attempt", o.d.Attempts, "status", status, "http_status", o.res.HTTPStatus, "err", o.res.Err)
+	}
+}
+
+// wakeWhenDue sets the claim loop of their lane to look again when the
+// recorded deliveries held back for their endpoint's or member's sake come
+// due: the limiter's wait is the whole of their delay. Set once they are
+// recorded, so the claim finds them RETRY, not still IN_FLIGHT.
+func (r *Retrier) wakeWhenDue(batch []outcome, states map[string]storage.DeliveryState) {
+	now := r.cfg.Now()
+	for _, o := range batch {
+		if !o.held || states[o.d.ID] != storage.DeliveryRetry {
+			continue
+		}
+		for _, l := range r.lanes {
+			if slices.Contains(l.channels, o.d.Channel) {
+				l.wakeAfter(o.next.Sub(now))
+			}
+		}
 	}
 }
 

@@ -67,6 +67,7 @@ func (c *clock) Set(t time.Time) {
 
 // request is what a sink received.
 type request struct {
+	at     time.Time // when the handler began
 	header http.Header
 	body   webhook.Body
 	raw    []byte
@@ -93,6 +94,7 @@ func newSink(t *testing.T, statuses ...int) *sink {
 }
 
 func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
+	at := time.Now()
 	raw, err := io.ReadAll(r.Body)
 	if err != nil {
 		s.t.Errorf("sink: reading body: %v", err)
@@ -102,7 +104,7 @@ func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
 		s.t.Errorf("sink: decoding body %q: %v", raw, err)
 	}
 	s.mu.Lock()
-	s.got = append(s.got, request{header: r.Header.Clone(), body: body, raw: raw})
+	s.got = append(s.got, request{at: at, header: r.Header.Clone(), body: body, raw: raw})
 	status := s.script[0]
 	if len(s.script) > 1 {
 		s.script = s.script[1:]

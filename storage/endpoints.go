@@ -68,7 +68,7 @@ func (p *Postgres) DisableFailingEndpoints(ctx context.Context, now time.Time, f
 			                      SELECT id FROM clients WHERE endpoint_disabled_at IS NOT NULL)
 			RETURNING 1
 		), resumed AS (
-			UPDATE deliveries d SET state = 'PENDING', next_attempt_at = $1, updated_at = now()
+			UPDATE deliveries d SET state = 'PENDING', next_attempt_at = $1, resumed_at = $1, updated_at = now()
 			FROM clients c
 			WHERE d.state = 'PAUSED' AND c.id = d.client_id AND c.endpoint_disabled_at IS NULL
 			  AND d.client_id NOT IN (SELECT id FROM dis)
@@ -100,7 +100,10 @@ func (p *Postgres) DisableFailingEndpoints(ctx context.Context, now time.Time, f
 // EnableEndpoint enables the client's webhook endpoint (healthy again, failures
 // forgotten), records an endpoint_enabled event when it was disabled, and makes
 // its PAUSED deliveries PENDING, due in event order (one microsecond apart, so
-// claims take them oldest first), in one statement. It returns how many
+// claims take them oldest first) and marked resumed (resumed_at), in one
+// statement. Resumed deliveries go out one after another in event order
+// across the client's sensors: the claim holds one back while an older
+// resumed delivery of the same client and channel is open (migration 00200). It returns how many
 // deliveries it resumed, or ErrNotFound.
 func (p *Postgres) EnableEndpoint(ctx context.Context, clientID string) (int, error) {
 	if uuid.Validate(clientID) != nil {
@@ -124,7 +127,8 @@ func (p *Postgres) EnableEndpoint(ctx context.Context, clientID string) (int, er
 			FROM deliveries WHERE client_id = $1 AND state = 'PAUSED'
 		), r AS (
 			UPDATE deliveries d
-			SET state = 'PENDING', next_attempt_at = now() + kept.rn * interval '1 microsecond', updated_at = now()
+			SET state = 'PENDING', next_attempt_at = now() + kept.rn * interval '1 microsecond', resumed_at = now(),
+			    updated_at = now()
 			FROM kept WHERE d.id = kept.id AND d.event_at = kept.event_at AND d.state = 'PAUSED'
 			  AND EXISTS (SELECT 1 FROM old)
 			RETURNING 1

@@ -481,6 +481,9 @@ const createNotificationsSQL = `
 // delivery is not claimed while an older one of the same key is PENDING, RETRY or
 // IN_FLIGHT (even one not due yet), so a retrying delivery holds back the newer
 // ones behind it. The check reads the small index of open deliveries.
+// Deliveries resumed when their endpoint was enabled (see EnableEndpoint) keep
+// the order of their client and channel as a whole: one is not claimed while an
+// older resumed one of the same client and channel is open.
 func (p *Postgres) ClaimDeliveries(ctx context.Context, now time.Time, limit int, lease time.Duration, channels ...Channel) ([]Delivery, error) {
 	if limit <= 0 {
 		return nil, nil
@@ -507,7 +510,7 @@ func (p *Postgres) ClaimDeliveries(ctx context.Context, now time.Time, limit int
 // $4 channels (NULL: all).
 const claimDeliveriesSQL = `
 		WITH due AS (
-			-- Migration 00120: the ordered walk of the due index whatever the
+			-- Migrations 00120 and 00200: the ordered walk of the due index whatever the
 			-- statistics say (a freshly filled outbox is not analyzed yet).
 			SELECT * FROM lockstream_due_deliveries($1, $2, $4::text[])
 		)
@@ -849,8 +852,9 @@ type DeliveryTarget struct {
 	// Quiet, for a member's push or email (no notification of its own), are
 	// the member's quiet hours and MemberTimezone its zone; nil when it has
 	// none. QuietCritical reports that the delivery is about a critical
-	// message the member has not seen (a sensor's, or any for a digest): it
-	// goes at once, quiet hours or not.
+	// message the member has not seen (a sensor's; any for a digest; for an
+	// escalation round's email or push, one after the round's cursor): it goes
+	// at once, quiet hours or not.
 	Quiet          *domain.QuietHours
 	MemberTimezone string
 	QuietCritical  bool
@@ -896,6 +900,13 @@ func (p *Postgres) deliveryTargets(ctx context.Context, ids []string, ats []*tim
 		           WHEN d.event_type = 'digest' THEN EXISTS (
 		               SELECT 1 FROM inbox_messages x
 		               WHERE x.member_id = q.id AND `+episodeUnseen+` AND x.severity = 'critical')
+		           -- An escalation round's email or push (about no one sensor):
+		           -- the episodes it escalates begin after its from_seq.
+		           WHEN d.event_type = 'unseen' THEN EXISTS (
+		               SELECT 1 FROM member_emails me
+		               JOIN inbox_messages x ON x.member_id = q.id AND x.seq > me.from_seq
+		               WHERE me.delivery_id = d.id AND me.event_at = d.event_at AND `+episodeUnseen+`
+		                 AND x.severity = 'critical')
 		           ELSE false END
 		FROM unnest($1::uuid[], $2::timestamptz[]) AS k (id, at)
 		JOIN deliveries d ON d.id = k.id AND (k.at IS NULL OR d.event_at = k.at)

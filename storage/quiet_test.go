@@ -41,20 +41,41 @@ func TestDeliveryTargetsCarryQuietHours(t *testing.T) {
 		}
 		return f.get(t, id)
 	}
+	// An escalation round's email and push: about no one sensor, the
+	// episodes after a cursor (member_emails.from_seq).
+	roundOf := func(channel, target, kind string, fromSeq int64) storage.Delivery {
+		t.Helper()
+		var id string
+		if err := f.pg.Pool().QueryRow(f.ctx, `
+			WITH d AS (
+				INSERT INTO deliveries (id, client_id, sensor_id, event_type, channel, target, state, next_attempt_at, event_at)
+				VALUES (gen_random_uuid(), $1, NULL, 'unseen', $2, $3, 'PENDING', now(), now())
+				RETURNING id, event_at
+			), m AS (
+				INSERT INTO member_emails (delivery_id, event_at, member_id, kind, key, from_seq, to_seq)
+				SELECT id, event_at, $4, $5, NULL, $6::bigint, $6::bigint + 1 FROM d
+			)
+			SELECT id::text FROM d`, c.ID, channel, target, ann.ID, kind, fromSeq).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return f.get(t, id)
+	}
+	roundMail, roundPush := roundOf("email", "member:"+ann.ID, "round", 0), roundOf("swrve", "IOS:ann-phone", "push", 0)
+	laterRound := roundOf("email", "member:"+ann.ID, "round", 1000) // escalates episodes after seq 1000
 	push := insert(&c.ID, "swrve", "IOS:ann-phone")
 	mail := insert(&c.ID, "email", "member:"+ann.ID)
 	stranger := insert(&c.ID, "swrve", "IOS:not-a-member")
 	standalone := insert(nil, "swrve", "IOS:ann-phone")
 	read := func() map[string]storage.DeliveryTarget {
 		t.Helper()
-		targets, err := f.pg.DeliveryTargets(f.ctx, []storage.Delivery{push, mail, stranger, standalone})
+		targets, err := f.pg.DeliveryTargets(f.ctx, []storage.Delivery{push, mail, stranger, standalone, roundMail, roundPush, laterRound})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return targets
 	}
 	targets := read()
-	for _, d := range []storage.Delivery{push, mail} {
+	for _, d := range []storage.Delivery{push, mail, roundMail, roundPush, laterRound} {
 		if tg := targets[d.ID]; tg.Quiet == nil || *tg.Quiet != quiet || tg.MemberTimezone != "Europe/Paris" || tg.QuietCritical {
 			t.Errorf("%s %s: quiet %+v in %q, critical %v; want ann's, not critical", d.Channel, d.Target, tg.Quiet, tg.MemberTimezone, tg.QuietCritical)
 		}
@@ -71,5 +92,11 @@ func TestDeliveryTargetsCarryQuietHours(t *testing.T) {
 	targets = read()
 	if !targets[push.ID].QuietCritical || !targets[mail.ID].QuietCritical {
 		t.Errorf("after a critical message: push %+v, mail %+v; want both critical", targets[push.ID], targets[mail.ID])
+	}
+	// A round's email and push that escalate it go at once too; a round of
+	// later episodes only does not.
+	if !targets[roundMail.ID].QuietCritical || !targets[roundPush.ID].QuietCritical || targets[laterRound.ID].QuietCritical {
+		t.Errorf("after a critical message: the round's mail %+v, push %+v (want critical), a later round's %+v (want not)",
+			targets[roundMail.ID], targets[roundPush.ID], targets[laterRound.ID])
 	}
 }
