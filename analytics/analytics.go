@@ -33,6 +33,8 @@ type Store struct {
 	now       func() time.Time
 	// source forces raw rows or rollups (tests, benchmarks); SourceAuto by default.
 	source Source
+	// sealMargin: see WithSealMargin.
+	sealMargin time.Duration
 }
 
 // Source says where aggregates come from.
@@ -56,10 +58,16 @@ func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = no
 // WithSource forces the source of aggregates (tests compare both).
 func WithSource(src Source) Option { return func(s *Store) { s.source = src } }
 
+// WithSealMargin sets how long before a seal's start an insert must have
+// touched an hour for SealRollups to count it as seen (an insert's views run
+// one after the other, and may end after the seal began). Defaults to 5
+// minutes; a test whose inserts have all returned may use 0.
+func WithSealMargin(d time.Duration) Option { return func(s *Store) { s.sealMargin = d } }
+
 // New returns a Store reading ClickHouse through conn and resolving scopes to
 // their sensors through scopes (nil: only the raw lists work).
 func New(conn driver.Conn, scopes Scopes, opts ...Option) *Store {
-	s := &Store{conn: conn, scopes: scopes, now: time.Now}
+	s := &Store{conn: conn, scopes: scopes, now: time.Now, sealMargin: DefaultSealMargin}
 	for _, o := range opts {
 		o(s)
 	}

@@ -127,7 +127,9 @@ func (p plan) groupKey(col string) string {
 	return fmt.Sprintf("'' AS k, toInt64(intDiv(toUInt32(%s), %d) * %[2]d) AS u", col, p.width)
 }
 
-func newPlan(edges []int64, src Source) plan {
+// newPlan plans the range between edges (unix seconds); untrusted lists the
+// hours (unix seconds / 3600) whose rollups are not sealed, read raw.
+func newPlan(edges []int64, src Source, untrusted []int64) plan {
 	p := plan{from: edges[0], to: edges[len(edges)-1], width: 60}
 	for _, e := range edges[1 : len(edges)-1] {
 		if e%60 != 0 {
@@ -148,6 +150,11 @@ func newPlan(edges []int64, src Source) plan {
 	for _, e := range edges[1 : len(edges)-1] {
 		if e%3600 != 0 {
 			raw[e/3600] = true
+		}
+	}
+	for _, h := range untrusted {
+		if h >= first && h < last {
+			raw[h] = true
 		}
 	}
 	if len(raw) > int(last-first)/2 {
@@ -340,9 +347,9 @@ func scanEventSums(scan func(...any) error, k *string, key *int64, e *sums) erro
 
 // carryIn returns how many of the scope's sensors were unlocked and how many
 // lost just before from (by sensor when bySensor): Σ δ over everything before
-// it, from the rollups for whole hours and raw rows for the hour from cuts,
-// or raw rows only.
-func (s *Store) carryIn(ctx context.Context, sc scopeSet, from int64, src Source, bySensor bool) (map[string]carry, error) {
+// it, from the rollups for whole trusted hours, raw rows for the hour from
+// cuts and for untrusted hours (unix seconds / 3600, sorted); or raw rows only.
+func (s *Store) carryIn(ctx context.Context, sc scopeSet, from int64, src Source, untrusted []int64, bySensor bool) (map[string]carry, error) {
 	out := map[string]carry{}
 	key := "'' AS k"
 	if bySensor {
@@ -362,21 +369,37 @@ func (s *Store) carryIn(ctx context.Context, sc scopeSet, from int64, src Source
 	}
 	scope, args := sc.filter("sensor_id")
 	rawFrom := int64(0)
+	var before []int64 // untrusted hours wholly before rawFrom: read raw
 	if src != SourceRaw {
 		rawFrom = from / 3600 * 3600
+		for _, h := range untrusted {
+			if h*3600 < rawFrom {
+				before = append(before, h)
+			}
+		}
+		cond, condArgs := "hour < toDateTime(?)", []any{rawFrom}
+		if len(before) > 0 {
+			cond += " AND NOT has(?, toInt64(intDiv(toUInt32(hour), 3600)))"
+			condArgs = append(condArgs, before)
+		}
 		err := s.query(ctx, sc, `
 			SELECT `+key+`, sum(unlocked_n), sum(lost_n) FROM `+sc.rollup("events", bySensor)+`
-			WHERE `+scope+` AND hour < toDateTime(?) GROUP BY k`, append(args, rawFrom), add)
-		if err != nil || rawFrom == from {
+			WHERE `+scope+` AND `+cond+` GROUP BY k`, append(args, condArgs...), add)
+		if err != nil || rawFrom == from && len(before) == 0 {
 			return out, err
 		}
+	}
+	cond, condArgs := "at >= toDateTime(?) AND at < toDateTime(?)", []any{rawFrom, from}
+	if len(before) > 0 {
+		cond = "(" + cond + " OR at >= toDateTime(?) AND at < toDateTime(?) AND has(?, toInt64(intDiv(toUInt32(at), 3600))))"
+		condArgs = append(condArgs, before[0]*3600, rawFrom, before)
 	}
 	err := s.query(ctx, sc, `
 		SELECT `+key+`,
 		       sumIf(toInt64(ifNull(data, 1) = 0) - toInt64(ifNull(previous, 1) = 0), type = 'state_changed'),
 		       sumIf(if(type = 'connection_lost', 1, -1), type IN ('connection_lost', 'connection_restored'))
-		FROM events FINAL WHERE `+scope+` AND at >= toDateTime(?) AND at < toDateTime(?) GROUP BY k`,
-		append(args, rawFrom, from), add)
+		FROM events FINAL WHERE `+scope+` AND `+cond+` GROUP BY k`,
+		append(args, condArgs...), add)
 	return out, err
 }
 

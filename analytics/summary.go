@@ -65,8 +65,12 @@ func (s *Store) summarize(ctx context.Context, scope Scope, edges []time.Time) (
 		for i, e := range edges {
 			unix[i] = e.Unix()
 		}
-		p := newPlan(unix, s.source)
-		carried, err := s.carryIn(ctx, sc, p.from, s.source, false)
+		untrusted, err := s.untrusted(ctx, unix[len(unix)-1])
+		if err != nil {
+			return Summary{}, err
+		}
+		p := newPlan(unix, s.source, untrusted)
+		carried, err := s.carryIn(ctx, sc, p.from, s.source, untrusted, false)
 		if err != nil {
 			return Summary{}, err
 		}
@@ -85,4 +89,13 @@ func (s *Store) scopeSensors(ctx context.Context, scope Scope) ([]string, error)
 		return nil, fmt.Errorf("analytics: no scope resolver")
 	}
 	return s.scopes.ScopeSensors(ctx, scope)
+}
+
+// untrusted returns the hours before to (unix seconds) whose rollups are not
+// sealed; none when the store reads raw rows only.
+func (s *Store) untrusted(ctx context.Context, to int64) ([]int64, error) {
+	if s.source == SourceRaw {
+		return nil, nil
+	}
+	return s.untrustedHours(ctx, to)
 }

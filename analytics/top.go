@@ -59,9 +59,13 @@ func (s *Store) Top(ctx context.Context, q TopQuery) ([]TopItem, error) {
 		return []TopItem{}, err
 	}
 	sc := scopeSet{ids: ids, fleet: q.Scope.Kind == ScopeFleet}
-	p := newPlan([]int64{from.Unix(), to.Unix()}, s.source)
+	untrusted, err := s.untrusted(ctx, to.Unix())
+	if err != nil {
+		return nil, err
+	}
+	p := newPlan([]int64{from.Unix(), to.Unix()}, s.source, untrusted)
 	p.bySensor = true
-	carried, err := s.carryIn(ctx, sc, p.from, s.source, true)
+	carried, err := s.carryIn(ctx, sc, p.from, s.source, untrusted, true)
 	if err != nil {
 		return nil, err
 	}

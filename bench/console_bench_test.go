@@ -20,6 +20,7 @@ import (
 	"github.com/lockstream/lockstream/console"
 	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/history"
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
@@ -70,7 +71,7 @@ func BenchmarkConsolePages(b *testing.B) {
 	}
 	const token = "console-bench-admin"
 	con, err := console.New(console.Config{AdminToken: token}, console.Deps{Registry: stores.Registry,
-		Members: stores.Registry, Inbox: stores.Postgres, Deliveries: stores.Postgres, Sessions: console.NewRedisStore(stores.Redis),
+		Members: stores.Registry, Inbox: inbox.NewPostgresStore(stores.Postgres), Deliveries: stores.Postgres, Sessions: console.NewRedisStore(stores.Redis),
 		Heartbeat: hb.Redis, Connections: tracker,
 		History: analytics.New(stores.ClickHouse.Conn(), analytics.NewPostgresScopes(stores.Postgres.Pool()))},
 		prometheus.NewRegistry(), discardLogger())
@@ -287,7 +288,7 @@ func seedConsoleInbox(b *testing.B, pg *storage.Postgres, clientID string, now t
 	b.Helper()
 	ctx := context.Background()
 	// What the inbox-partitions daemon keeps ready in production.
-	if _, err := pg.CreateInboxPartitions(ctx, now, 3); err != nil {
+	if _, err := inbox.NewPostgresStore(pg).CreateInboxPartitions(ctx, now, 3); err != nil {
 		b.Fatal(err)
 	}
 	var first string
@@ -299,7 +300,7 @@ func seedConsoleInbox(b *testing.B, pg *storage.Postgres, clientID string, now t
 		hash := sha256.Sum256([]byte(token))
 		m, _, err := registry.New(pg).CreateMember(ctx, registry.Member{ClientID: clientID, Name: fmt.Sprintf("Member %02d", i),
 			Email: fmt.Sprintf("member%d@example.com", i), Timezone: "Europe/Paris",
-			Preferences: registry.DefaultMemberPreferences()}, hash[:], storage.Backfill{})
+			Preferences: registry.DefaultMemberPreferences()}, hash[:], registry.Backfill{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -321,7 +322,7 @@ func seedConsoleInbox(b *testing.B, pg *storage.Postgres, clientID string, now t
 	if created.InboxMessages != consoleMembers*consoleInbox {
 		b.Fatalf("fan-out put %d messages in inboxes, want %d", created.InboxMessages, consoleMembers*consoleInbox)
 	}
-	_, oldest, err := pg.ListInbox(ctx, storage.InboxQuery{MemberID: first, IncludeSeen: true, Sort: storage.SortTimestamp,
+	_, oldest, err := inbox.NewPostgresStore(pg).ListInbox(ctx, inbox.Query{MemberID: first, IncludeSeen: true, Sort: inbox.SortTimestamp,
 		Limit: consoleSeen})
 	if err != nil {
 		b.Fatal(err)
@@ -330,7 +331,7 @@ func seedConsoleInbox(b *testing.B, pg *storage.Postgres, clientID string, now t
 	for i, m := range oldest {
 		ids[i] = m.ID
 	}
-	if n, err := pg.MarkInbox(ctx, first, storage.ActionSeen, ids, false); err != nil || n != consoleSeen {
+	if n, err := inbox.NewPostgresStore(pg).MarkInbox(ctx, first, inbox.ActionSeen, ids, false); err != nil || n != consoleSeen {
 		b.Fatalf("marked %d messages seen (%v), want %d", n, err, consoleSeen)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/migrations"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/registry/secretbox"
@@ -156,7 +157,7 @@ func measureInbox(ctx context.Context, b *testing.B, pg *storage.Postgres, perMe
 	b.Helper()
 	reg := prometheus.NewRegistry()
 	server, err := webapi.New(webapi.Config{AdminToken: "bench-admin-token"}, registry.New(pg), nil, reg, reg,
-		slog.New(slog.DiscardHandler), webapi.WithInbox(registry.New(pg), pg, nil, webapi.InboxConfig{}))
+		slog.New(slog.DiscardHandler), webapi.WithInbox(registry.New(pg), inbox.NewPostgresStore(pg), nil, webapi.InboxConfig{}))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -522,7 +523,7 @@ func BenchmarkStreamLatency(b *testing.B) {
 	const token = "lsm_latency"
 	hash := sha256.Sum256([]byte(token))
 	if _, _, err := registry.New(pg).CreateMember(ctx, registry.Member{ClientID: client.ID, Name: "reader", Timezone: "UTC",
-		Preferences: registry.DefaultMemberPreferences()}, hash[:], storage.Backfill{}); err != nil {
+		Preferences: registry.DefaultMemberPreferences()}, hash[:], registry.Backfill{}); err != nil {
 		b.Fatal(err)
 	}
 	api := startInboxServer(b, stores)
@@ -581,7 +582,7 @@ func startInboxServer(b *testing.B, stores *storagetest.Stores) string {
 	b.Helper()
 	reg := prometheus.NewRegistry()
 	server, err := webapi.New(webapi.Config{AdminToken: "bench-admin-token"}, stores.Registry, nil, reg, reg,
-		slog.New(slog.DiscardHandler), webapi.WithInbox(stores.Registry, stores.Postgres, stores.Redis, webapi.InboxConfig{}))
+		slog.New(slog.DiscardHandler), webapi.WithInbox(stores.Registry, inbox.NewPostgresStore(stores.Postgres), stores.Redis, webapi.InboxConfig{}))
 	if err != nil {
 		b.Fatal(err)
 	}

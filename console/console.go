@@ -34,6 +34,7 @@ import (
 	"github.com/lockstream/lockstream/analytics"
 	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
@@ -144,10 +145,10 @@ type Members interface {
 	ListClientMembers(ctx context.Context, clientID string, page storage.Page) ([]registry.Member, error)
 }
 
-// Inbox is the part of storage.Postgres a member's inbox page reads and marks.
+// Inbox is the part of inbox.PostgresStore a member's inbox page reads and marks.
 type Inbox interface {
-	ListInbox(ctx context.Context, q storage.InboxQuery) (int, []storage.InboxMessage, error)
-	MarkInbox(ctx context.Context, memberID string, action storage.InboxAction, ids []string, all bool) (int, error)
+	ListInbox(ctx context.Context, q inbox.Query) (int, []inbox.Message, error)
+	MarkInbox(ctx context.Context, memberID string, action inbox.Action, ids []string, all bool) (int, error)
 }
 
 // Sessions stores console sessions (RedisStore).

@@ -23,6 +23,7 @@ import (
 	"github.com/lockstream/lockstream/console"
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/heartbeat"
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/incident"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
@@ -82,7 +83,7 @@ func newFixture(t *testing.T, token string, stores *storagetest.Stores, live boo
 		stores = storagetest.New(t)
 	}
 	f := &fixture{stores: stores}
-	deps := console.Deps{Registry: stores.Registry, Members: stores.Registry, Inbox: stores.Postgres,
+	deps := console.Deps{Registry: stores.Registry, Members: stores.Registry, Inbox: inbox.NewPostgresStore(stores.Postgres),
 		Deliveries: stores.Postgres, Sessions: console.NewRedisStore(stores.Redis),
 		Heartbeat: heartbeat.NewRedisStore(stores.Redis), Connections: connections{heartbeat.NewRedisStore(stores.Redis)},
 		History:   analytics.New(stores.ClickHouse.Conn(), analytics.NewPostgresScopes(stores.Postgres.Pool())),

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockstream/lockstream/escalation"
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
@@ -71,7 +72,7 @@ func (f *fixture) member(t *testing.T, clientID, name string, change func(*regis
 		change(&m)
 	}
 	hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
-	created, _, err := registry.New(f.pg).CreateMember(f.ctx, m, hash[:], storage.Backfill{})
+	created, _, err := registry.New(f.pg).CreateMember(f.ctx, m, hash[:], registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,9 +143,9 @@ func byTarget(ds []storage.Delivery) map[string]int {
 	return out
 }
 
-func (f *fixture) markAll(t *testing.T, memberID string, action storage.InboxAction) {
+func (f *fixture) markAll(t *testing.T, memberID string, action inbox.Action) {
 	t.Helper()
-	if _, err := f.pg.MarkInbox(f.ctx, memberID, action, nil, true); err != nil {
+	if _, err := inbox.NewPostgresStore(f.pg).MarkInbox(f.ctx, memberID, action, nil, true); err != nil {
 		t.Fatal(err)
 	}
 }

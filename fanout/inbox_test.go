@@ -9,8 +9,8 @@ import (
 
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/fanout"
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/registry"
-	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream/streamtest"
 )
@@ -36,14 +36,14 @@ func TestFanoutFillsMembersInboxesOncePerEvent(t *testing.T) {
 	for _, name := range []string{"ann", "bob"} {
 		hash := sha256.Sum256([]byte("lsm_" + name))
 		m, _, err := registry.New(pg).CreateMember(ctx, registry.Member{ClientID: client.ID, Name: name, Timezone: "UTC",
-			Preferences: registry.DefaultMemberPreferences()}, hash[:], storage.Backfill{})
+			Preferences: registry.DefaultMemberPreferences()}, hash[:], registry.Backfill{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		members = append(members, m.ID)
 	}
-	inbox := func(member string) []storage.InboxMessage {
-		_, ms, err := pg.ListInbox(ctx, storage.InboxQuery{MemberID: member, IncludeSeen: true, Sort: storage.SortTimestamp, Limit: 100})
+	inbox := func(member string) []inbox.Message {
+		_, ms, err := inbox.NewPostgresStore(pg).ListInbox(ctx, inbox.Query{MemberID: member, IncludeSeen: true, Sort: inbox.SortTimestamp, Limit: 100})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -69,7 +69,7 @@ func (f *fixture) member(t testing.TB, clientID, name string) registry.Member {
 	m := registry.Member{ClientID: clientID, Name: name, Email: name + "@example.com", Timezone: "UTC",
 		Preferences: registry.DefaultMemberPreferences()}
 	hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
-	created, _, err := registry.New(f.pg).CreateMember(f.ctx, m, hash[:], storage.Backfill{})
+	created, _, err := registry.New(f.pg).CreateMember(f.ctx, m, hash[:], registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}

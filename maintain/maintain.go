@@ -34,9 +34,6 @@ const (
 	// DefaultReportLateness is how late after Monday 08:00 a week's report
 	// still goes out.
 	DefaultReportLateness = 24 * time.Hour
-	// DefaultRollupSettle is how long after a month ends its rollups are
-	// first checked.
-	DefaultRollupSettle = 24 * time.Hour
 )
 
 // DefaultTables are the Postgres tables partitioned by month. deliveries holds
@@ -48,7 +45,8 @@ var DefaultTables = []string{"notifications", "deliveries", "pushes", "delivery_
 // raw history and the analytics rollups its views fill (a month of rollups
 // goes with its month of rows).
 var DefaultHistoryTables = []string{"readings", "events", "delivery_attempts",
-	"readings_hourly", "events_hourly", "fleet_readings_hourly", "fleet_events_hourly"}
+	"readings_hourly", "events_hourly", "fleet_readings_hourly", "fleet_events_hourly",
+	"history_touched", "rollup_seals"}
 
 // Config configures the maintainer.
 type Config struct {
@@ -77,11 +75,6 @@ type Config struct {
 	// this (the maintainers were down) is skipped. Defaults to
 	// DefaultReportLateness (24h).
 	ReportLateness time.Duration
-	// RollupSettle: with WithRollupRepair, a month's rollups are checked (and
-	// rebuilt if they drift) from this long after the month ended — late
-	// events still arriving for it would be missed by a rebuild — until the
-	// next month ends. Defaults to DefaultRollupSettle (24h).
-	RollupSettle time.Duration
 	// Now returns the current time; tests walk through months with it.
 	// Defaults to time.Now.
 	Now func() time.Time
@@ -94,7 +87,6 @@ func (c Config) WithDefaults() Config {
 	c.Ahead = cmp.Or(c.Ahead, DefaultAhead)
 	c.ReportInterval = cmp.Or(c.ReportInterval, DefaultReportInterval)
 	c.ReportLateness = cmp.Or(c.ReportLateness, DefaultReportLateness)
-	c.RollupSettle = cmp.Or(c.RollupSettle, DefaultRollupSettle)
 	if c.Tables == nil {
 		c.Tables = DefaultTables
 	}
@@ -118,9 +110,6 @@ func (c Config) Validate() error {
 	}
 	if c.ReportInterval <= 0 || c.ReportLateness <= 0 {
 		errs = append(errs, errors.New("maintain: ReportInterval and ReportLateness must be positive"))
-	}
-	if c.RollupSettle <= 0 || c.RollupSettle >= 28*24*time.Hour {
-		errs = append(errs, errors.New("maintain: RollupSettle must be positive and under 28 days"))
 	}
 	return errors.Join(errs...)
 }
@@ -165,9 +154,10 @@ type Report struct {
 	Created, Dropped, Kept, HistoryDropped []string
 	// KeysDeleted counts the notification idempotency keys deleted.
 	KeysDeleted int64
-	// RollupsRebuilt names the months (YYYYMM) whose analytics rollups were
-	// rebuilt because they drifted from the raw history.
-	RollupsRebuilt []string
+	// RollupHoursSealed counts the hours whose analytics rollups were sealed,
+	// RollupRowsCorrected the rollup rows corrected on the way because they
+	// drifted from the raw history (a replayed batch).
+	RollupHoursSealed, RollupRowsCorrected int
 }
 
 // Maintainer runs the passes. Create it with New.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/maintain"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
@@ -179,8 +180,8 @@ func TestMaintainExpiresNotificationKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := storage.FreeFormNotification{ClientID: c.ID, Type: "billing", Subject: "invoice", Key: "amqp-id:inv-1"}
-	if r, err := pg.RecordNotification(ctx, n); err != nil || r.Duplicate {
+	n := inbox.FreeFormNotification{ClientID: c.ID, Type: "billing", Subject: "invoice", Key: "amqp-id:inv-1"}
+	if r, err := inbox.NewPostgresStore(pg).RecordNotification(ctx, n); err != nil || r.Duplicate {
 		t.Fatalf("recording: %+v, %v", r, err)
 	}
 	now := time.Now() // the keys' time is Postgres's: this machine's clock
@@ -205,7 +206,7 @@ func TestMaintainExpiresNotificationKeys(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := pg.RecordNotification(ctx, n)
+		r, err := inbox.NewPostgresStore(pg).RecordNotification(ctx, n)
 		if err != nil || rep.KeysDeleted != step.deleted || r.Duplicate != step.duplicate {
 			t.Errorf("%v on: deleted %d keys, a copy recorded %+v (%v); want %d deleted, duplicate %v",
 				step.after, rep.KeysDeleted, r, err, step.deleted, step.duplicate)

@@ -12,7 +12,7 @@ type maintainMetrics struct {
 	defaultRows                      *prometheus.GaugeVec
 	errors, keysDeleted              prometheus.Counter
 	reports, reportErrors            prometheus.Counter
-	rollupRebuilds                   prometheus.Counter
+	rollupCorrections                prometheus.Counter
 }
 
 func newMaintainMetrics(reg prometheus.Registerer) (*maintainMetrics, error) {
@@ -35,11 +35,11 @@ func newMaintainMetrics(reg prometheus.Registerer) (*maintainMetrics, error) {
 			Name: "maintain_weekly_reports_total", Help: "Weekly reports put into the outbox (one per client and week, across maintainers)."}),
 		reportErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace,
 			Name: "maintain_weekly_report_errors_total", Help: "Weekly report rounds that failed in part (retried at the next round)."}),
-		rollupRebuilds: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace,
-			Name: "maintain_rollup_rebuilds_total", Help: "Months of analytics rollups rebuilt because they drifted from the raw history (a replayed batch)."}),
+		rollupCorrections: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace,
+			Name: "maintain_rollup_corrections_total", Help: "Analytics rollup rows (a sensor's or the fleet's hour) corrected because they drifted from the raw history (a replayed batch)."}),
 	}
 	if err := metrics.RegisterAll(reg, m.created, m.dropped, m.historyDropped, m.kept, m.defaultRows, m.errors,
-		m.keysDeleted, m.reports, m.reportErrors, m.rollupRebuilds); err != nil {
+		m.keysDeleted, m.reports, m.reportErrors, m.rollupCorrections); err != nil {
 		return nil, err
 	}
 	return m, nil

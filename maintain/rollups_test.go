@@ -3,7 +3,6 @@ package maintain_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -33,14 +32,15 @@ func rollupBatch(start time.Time) ([]storage.HistoryEvent, []storage.HistoryRead
 	return events, readings
 }
 
-// TestRollupsRepairedOnceTheMonthCloses: batches of October and of November
-// are inserted twice (a history writer replaying after a crash). The rollups
-// count them twice; the maintainer leaves October alone for RollupSettle
-// after it ends, then finds its drift and rebuilds it once (the summary
-// through the rollups equals the raw rows again), leaves open November as it
-// is, and rebuilds November once December has settled. No staging table is
-// left behind.
-func TestRollupsRepairedOnceTheMonthCloses(t *testing.T) {
+// TestRollupsSealedEachPass: batches of October and of November are
+// inserted twice (a history writer replaying after a crash); the rollups'
+// views count them twice. A pass in open November seals every hour before it:
+// the rollups of both months — the open one too — are corrected to the raw
+// rows (40 rows a month: the sensor's and the fleet's, events and readings,
+// ten hours), and the summary through the rollups equals raw rows. A later
+// pass has nothing to do; a third copy of November's batch is corrected by
+// the next pass, and only it.
+func TestRollupsSealedEachPass(t *testing.T) {
 	t.Parallel()
 	stores := storagetest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -50,7 +50,8 @@ func TestRollupsRepairedOnceTheMonthCloses(t *testing.T) {
 	}
 	oct, nov := time.Date(2026, 10, 10, 12, 0, 0, 0, time.UTC), time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC)
 	h := history.NewClickHouseStore(stores.ClickHouse)
-	for _, start := range []time.Time{oct, oct, nov, nov} { // each batch twice
+	insert := func(start time.Time) {
+		t.Helper()
 		events, readings := rollupBatch(start)
 		if err := h.InsertEvents(ctx, events); err != nil {
 			t.Fatal(err)
@@ -59,9 +60,13 @@ func TestRollupsRepairedOnceTheMonthCloses(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	for _, start := range []time.Time{oct, oct, nov, nov} { // each batch twice
+		insert(start)
+	}
 	scopes := analytics.NewPostgresScopes(stores.Postgres.Pool())
 	after := func() time.Time { return time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC) }
-	auto := analytics.New(stores.ClickHouse.Conn(), scopes, analytics.WithClock(after))
+	// The seal counts inserts up to its own start: the test's have returned.
+	auto := analytics.New(stores.ClickHouse.Conn(), scopes, analytics.WithClock(after), analytics.WithSealMargin(0))
 	raw := analytics.New(stores.ClickHouse.Conn(), scopes, analytics.WithClock(after), analytics.WithSource(analytics.SourceRaw))
 	drift := func(month time.Time) analytics.RollupDrift {
 		t.Helper()
@@ -75,57 +80,69 @@ func TestRollupsRepairedOnceTheMonthCloses(t *testing.T) {
 		t.Fatalf("October's drift after the replay = %+v; want 10 copies in every rollup", d)
 	}
 
-	now := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	now := time.Date(2026, 11, 20, 12, 30, 0, 0, time.UTC) // November open
 	mt, err := maintain.New(maintain.Config{Now: func() time.Time { return now }}, maintain.NewPostgresStore(stores.Postgres),
 		nil, prometheus.NewRegistry(), nil, maintain.WithRollupRepair(auto))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pass := func(want ...string) {
+	// passes runs passes until one finds nothing left to seal (an hour
+	// touched in the second a seal starts waits for the next) and returns
+	// the rows they corrected.
+	passes := func() int {
 		t.Helper()
-		rep, err := mt.RunOnce(ctx)
+		corrected := 0
+		for {
+			rep, err := mt.RunOnce(ctx)
+			if err != nil {
+				t.Fatalf("pass at %s: %v", now, err)
+			}
+			corrected += rep.RollupRowsCorrected
+			if rep.RollupHoursSealed == 0 {
+				return corrected
+			}
+		}
+	}
+	if n := passes(); n != 80 {
+		t.Fatalf("the passes corrected %d rollup rows; want 80 (4 rollups × 10 hours × 2 months)", n)
+	}
+	for _, m := range []time.Time{oct, nov} {
+		if d := drift(m); !d.Zero() {
+			t.Fatalf("%s's drift after the seal = %+v", m.Format("2006-01"), d)
+		}
+	}
+	summaries := func(from, to time.Time) (analytics.Summary, analytics.Summary) {
+		t.Helper()
+		q := analytics.SummaryQuery{Scope: analytics.Scope{Kind: analytics.ScopeSensor, ID: "r1"}, From: from, To: to,
+			Bucket: analytics.Bucket1d, Location: time.UTC}
+		a, err := auto.Summary(ctx, q)
 		if err != nil {
-			t.Fatalf("pass at %s: %v", now, err)
+			t.Fatal(err)
 		}
-		if !slices.Equal(rep.RollupsRebuilt, want) {
-			t.Fatalf("pass at %s rebuilt %v; want %v", now, rep.RollupsRebuilt, want)
+		r, err := raw.Summary(ctx, q)
+		if err != nil {
+			t.Fatal(err)
 		}
+		return a, r
 	}
-	pass() // October ended 12 h ago: late events may still come
-	now = time.Date(2026, 11, 2, 1, 0, 0, 0, time.UTC)
-	pass("202610")
-	if d := drift(oct); !d.Zero() {
-		t.Fatalf("October's drift after the rebuild = %+v", d)
+	a, r := summaries(time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	if a.Total.Readings != 20 || a.Total.Changes != 20 || a.Total.UnlockedSeconds != r.Total.UnlockedSeconds || r.Total.Readings != 20 {
+		t.Fatalf("October and November through the rollups %+v, raw %+v; want 20 readings and changes, the same time unlocked",
+			a.Total, r.Total)
 	}
-	if d := drift(nov); d.Readings != 10 {
-		t.Fatalf("November (open) drift = %+v; want its copies still counted", d)
+	if n := passes(); n != 0 {
+		t.Fatalf("a pass with nothing replayed corrected %d rows", n)
 	}
-	q := analytics.SummaryQuery{Scope: analytics.Scope{Kind: analytics.ScopeSensor, ID: "r1"},
-		From: time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC), To: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC),
-		Bucket: analytics.Bucket1d, Location: time.UTC}
-	a, err := auto.Summary(ctx, q)
-	if err != nil {
-		t.Fatal(err)
+
+	insert(nov) // a third copy
+	a, r = summaries(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	if a.Total.Readings != 10 || a.Total.Changes != 10 || a.Total.UnlockedSeconds != r.Total.UnlockedSeconds {
+		t.Fatalf("November after a third copy, through the rollups %+v, raw %+v; want 10 readings and changes", a.Total, r.Total)
 	}
-	r, err := raw.Summary(ctx, q)
-	if err != nil {
-		t.Fatal(err)
+	if n := passes(); n != 40 {
+		t.Fatalf("the passes after a third copy corrected %d rows; want 40", n)
 	}
-	if a.Total.Readings != 10 || a.Total.Changes != 10 || a.Total.UnlockedSeconds != r.Total.UnlockedSeconds ||
-		r.Total.Readings != 10 {
-		t.Fatalf("October through the rollups %+v, raw %+v; want 10 readings and changes, the same time unlocked", a.Total, r.Total)
-	}
-	now = now.Add(time.Hour)
-	pass() // checked again, nothing to do
-	now = time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
-	pass("202611")
-	pass()
 	if d := drift(nov); !d.Zero() {
-		t.Fatalf("November's drift after the rebuild = %+v", d)
-	}
-	var staging uint64
-	if err := stores.ClickHouse.Conn().QueryRow(ctx, `SELECT count() FROM system.tables
-		WHERE database = currentDatabase() AND name LIKE '%_rebuild_%'`).Scan(&staging); err != nil || staging != 0 {
-		t.Fatalf("staging tables left: %d, %v", staging, err)
+		t.Fatalf("November's drift after the third copy was sealed = %+v", d)
 	}
 }

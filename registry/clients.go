@@ -12,6 +12,7 @@ import (
 	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/registry/secretbox"
 	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/storage/pgutil"
 )
 
 // clientColumns are selected by every client query, in scanClient's order; the secret
@@ -69,7 +70,7 @@ func (r *Store) CreateClient(ctx context.Context, c Client) (Client, error) {
 			`INSERT INTO clients (id, name, webhook_url, email, secret, event_types, rate_limit)
 			 VALUES ($1, $2, $3, nullif($4, ''), $5, $6, nullif($7, 0))`,
 			id, c.Name, c.WebhookURL, c.Email, r.box.Seal(id.String(), c.Secret), c.EventTypes, c.RateLimit); err != nil {
-			return storage.MapError(err)
+			return pgutil.MapError(err)
 		}
 		return replacePushTargets(ctx, tx, "client_id", id.String(), c.PushTargets)
 	})
@@ -112,7 +113,7 @@ func replacePushTargets(ctx context.Context, tx pgx.Tx, ownerColumn, ownerID str
 		SELECT $1, platform, push_key FROM unnest($2::text[], $3::text[]) AS t (platform, push_key)
 		ON CONFLICT DO NOTHING`, ownerID, platforms, keys)
 	if err != nil {
-		return fmt.Errorf("storing push targets: %w", storage.MapError(err))
+		return fmt.Errorf("storing push targets: %w", pgutil.MapError(err))
 	}
 	return nil
 }
@@ -124,7 +125,7 @@ func (r *Store) GetClient(ctx context.Context, id string) (Client, error) {
 	}
 	c, err := scanClient(r.pool.QueryRow(ctx, `SELECT `+clientColumns+` FROM clients c WHERE c.id = $1`, id))
 	if err != nil {
-		return Client{}, fmt.Errorf("getting client %s: %w", id, storage.MapError(err))
+		return Client{}, fmt.Errorf("getting client %s: %w", id, pgutil.MapError(err))
 	}
 	return c, nil
 }
@@ -169,7 +170,7 @@ func (r *Store) UpdateClient(ctx context.Context, id string, u ClientUpdate) (Cl
 			WHERE id = $1`, id, u.Name, u.WebhookURL, u.Email, u.EventTypes != nil, eventTypesArg(u.EventTypes), u.RateLimit,
 			u.ReportWeekly, u.ReportTimezone)
 		if err != nil {
-			return storage.MapError(err)
+			return pgutil.MapError(err)
 		}
 		if tag.RowsAffected() == 0 {
 			return storage.ErrNotFound
@@ -267,7 +268,7 @@ func (r *Store) LinkSensor(ctx context.Context, clientID, sensorID string) error
 		`INSERT INTO client_sensors (client_id, sensor_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
 		clientID, sensorID)
 	if err != nil {
-		return fmt.Errorf("linking client %s to sensor %s: %w", clientID, sensorID, storage.MapError(err))
+		return fmt.Errorf("linking client %s to sensor %s: %w", clientID, sensorID, pgutil.MapError(err))
 	}
 	return nil
 }
@@ -344,7 +345,7 @@ func (r *Store) LinkSensors(ctx context.Context, clientID string, ids []string) 
 		SELECT $1, s FROM unnest($2::text[]) AS s
 		ON CONFLICT DO NOTHING`, clientID, ids)
 	if err != nil {
-		return fmt.Errorf("linking client %s to %d sensors: %w", clientID, len(ids), storage.MapError(err))
+		return fmt.Errorf("linking client %s to %d sensors: %w", clientID, len(ids), pgutil.MapError(err))
 	}
 	return nil
 }

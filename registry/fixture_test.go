@@ -56,7 +56,7 @@ func (f *fixture) client(t *testing.T, c registry.Client, sensors ...string) reg
 }
 
 // member creates a member of the client with a token of its own.
-func (f *fixture) member(t *testing.T, clientID, name string, backfill storage.Backfill) registry.Member {
+func (f *fixture) member(t *testing.T, clientID, name string, backfill registry.Backfill) registry.Member {
 	t.Helper()
 	hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
 	m, _, err := f.reg.CreateMember(f.ctx, registry.Member{ClientID: clientID, Name: name, Timezone: "UTC",

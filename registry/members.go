@@ -13,7 +13,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/lockstream/lockstream/domain"
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/storage/pgutil"
 )
 
 // EmailPreference is how a member wants to hear by email of messages it has not
@@ -101,6 +103,13 @@ type MemberUpdate struct {
 	QuietHours *domain.QuietHours
 }
 
+// Backfill says which of a client's recent messages a new member receives: those
+// of the last Window, at most Max of them (the newest). A zero Max gives none.
+type Backfill struct {
+	Window time.Duration
+	Max    int
+}
+
 // memberColumns are selected by every member query, in scanMember's order.
 const memberColumns = `m.id::text, m.client_id::text, m.name, coalesce(m.email, ''), m.timezone, m.preferences,
 	m.created_at, m.updated_at,
@@ -157,7 +166,7 @@ func newEpoch() string {
 // messages that backfill asks for, unseen, with cause new_member — all in one
 // transaction. It returns the member and how many messages it was given, or
 // storage.ErrNotFound when the client does not exist.
-func (r *Store) CreateMember(ctx context.Context, m Member, tokenHash []byte, backfill storage.Backfill) (Member, int, error) {
+func (r *Store) CreateMember(ctx context.Context, m Member, tokenHash []byte, backfill Backfill) (Member, int, error) {
 	if uuid.Validate(m.ClientID) != nil {
 		return Member{}, 0, fmt.Errorf("creating member of client %s: %w", m.ClientID, storage.ErrNotFound)
 	}
@@ -175,7 +184,7 @@ func (r *Store) CreateMember(ctx context.Context, m Member, tokenHash []byte, ba
 			INSERT INTO members (id, client_id, name, email, timezone, preferences, token_hash, username)
 			VALUES ($1, $2, $3, nullif($4, ''), $5, $6, $7, nullif($8, ''))`,
 			id, m.ClientID, m.Name, m.Email, m.Timezone, prefs, tokenHash, m.Username); err != nil {
-			return storage.MapError(err)
+			return pgutil.MapError(err)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO member_inbox (member_id, epoch) VALUES ($1, $2)`, id, newEpoch()); err != nil {
 			return err
@@ -183,7 +192,7 @@ func (r *Store) CreateMember(ctx context.Context, m Member, tokenHash []byte, ba
 		if err := replacePushTargets(ctx, tx, "member_id", id.String(), m.PushTargets); err != nil {
 			return err
 		}
-		copied, err = storage.BackfillInbox(ctx, tx, id.String(), m.ClientID, backfill)
+		copied, err = inbox.Backfill(ctx, tx, id.String(), m.ClientID, backfill.Window, backfill.Max)
 		return err
 	})
 	if err != nil {
@@ -200,7 +209,7 @@ func (r *Store) GetMember(ctx context.Context, id string) (Member, error) {
 	}
 	m, err := scanMember(r.pool.QueryRow(ctx, `SELECT `+memberColumns+` FROM members m WHERE m.id = $1`, id))
 	if err != nil {
-		return Member{}, fmt.Errorf("getting member %s: %w", id, storage.MapError(err))
+		return Member{}, fmt.Errorf("getting member %s: %w", id, pgutil.MapError(err))
 	}
 	return m, nil
 }
@@ -218,7 +227,7 @@ func (r *Store) MemberByUser(ctx context.Context, user string) (Member, error) {
 		WHERE m.username = $1 OR m.id = $2::uuid
 		ORDER BY m.username IS NOT DISTINCT FROM $1 DESC LIMIT 1`, user, id))
 	if err != nil {
-		return Member{}, fmt.Errorf("finding member %q: %w", user, storage.MapError(err))
+		return Member{}, fmt.Errorf("finding member %q: %w", user, pgutil.MapError(err))
 	}
 	return m, nil
 }
@@ -257,7 +266,7 @@ func (r *Store) MemberByTokenHash(ctx context.Context, hash []byte, idle time.Du
 		SELECT f.idle, `+memberColumns+` FROM found f JOIN members m ON m.id = f.id`,
 		hash, idle.Microseconds(), MemberTokenUseInterval.Microseconds()), &isIdle)
 	if err != nil {
-		return Member{}, fmt.Errorf("finding member by token: %w", storage.MapError(err))
+		return Member{}, fmt.Errorf("finding member by token: %w", pgutil.MapError(err))
 	}
 	if isIdle {
 		return m, fmt.Errorf("member %s's token: %w", m.ID, ErrTokenIdle)
@@ -274,7 +283,7 @@ func (r *Store) MemberTokenHash(ctx context.Context, id string) ([]byte, error) 
 	}
 	var hash []byte
 	if err := r.pool.QueryRow(ctx, `SELECT token_hash FROM members WHERE id = $1`, id).Scan(&hash); err != nil {
-		return nil, fmt.Errorf("reading member %s's token: %w", id, storage.MapError(err))
+		return nil, fmt.Errorf("reading member %s's token: %w", id, pgutil.MapError(err))
 	}
 	return hash, nil
 }
@@ -338,7 +347,7 @@ func (r *Store) UpdateMember(ctx context.Context, id string, u MemberUpdate) (Me
 			WHERE id = $1`, id, u.Name, u.Email, u.Timezone, prefs, u.Username, rt.set, rt.sites, rt.sensors, rt.minSeverity,
 			u.QuietHours != nil, quiet.From, quiet.To)
 		if err != nil {
-			return storage.MapError(err)
+			return pgutil.MapError(err)
 		}
 		if tag.RowsAffected() == 0 {
 			return storage.ErrNotFound
@@ -363,7 +372,7 @@ func (r *Store) RotateMemberToken(ctx context.Context, id string, tokenHash []by
 	tag, err := r.pool.Exec(ctx, `UPDATE members SET token_hash = $2, token_used_at = now(), updated_at = now()
 		WHERE id = $1`, id, tokenHash)
 	if err != nil {
-		return Member{}, fmt.Errorf("rotating token of member %s: %w", id, storage.MapError(err))
+		return Member{}, fmt.Errorf("rotating token of member %s: %w", id, pgutil.MapError(err))
 	}
 	if tag.RowsAffected() == 0 {
 		return Member{}, fmt.Errorf("rotating token of member %s: %w", id, storage.ErrNotFound)
@@ -405,7 +414,7 @@ const (
 //     second statement runs after the first has waited for any inbox writer
 //     holding one of the counters, so its snapshot holds what that writer
 //     added; a writer coming later finds no counter and adds nothing
-//     (inboxWrite).
+//     (inbox.Write).
 //
 // member_emails rows stay: each is the content of an email delivery, kept and
 // retired by retention with it, and the retrier reads it to record a pending

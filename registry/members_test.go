@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
@@ -57,16 +58,16 @@ func TestDeleteClientDeletesItsMembersAndTheirInboxes(t *testing.T) {
 	hash := sha256.Sum256([]byte("lsm_alice"))
 	alice, _, err := f.reg.CreateMember(ctx, registry.Member{ClientID: gone.ID, Name: "alice", Email: "a@example.com",
 		Timezone: "UTC", Preferences: registry.MemberPreferences{Email: registry.EmailDigest, DigestTimes: []string{"09:00"}},
-		PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "k1"}}}, hash[:], storage.Backfill{})
+		PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "k1"}}}, hash[:], registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	bob := f.member(t, gone.ID, "bob", storage.Backfill{})
-	carol := f.member(t, kept.ID, "carol", storage.Backfill{})
+	bob := f.member(t, gone.ID, "bob", registry.Backfill{})
+	carol := f.member(t, kept.ID, "carol", registry.Backfill{})
 
 	at := time.Now().Add(-time.Minute)
 	f.create(t, stateChanged("e1", "door1", 1, at), stateChanged("e2", "door1", 0, at.Add(time.Second)))
-	if _, err := f.pg.RecordNotification(ctx, storage.FreeFormNotification{ClientID: gone.ID, Type: "notice",
+	if _, err := inbox.NewPostgresStore(f.pg).RecordNotification(ctx, inbox.FreeFormNotification{ClientID: gone.ID, Type: "notice",
 		Subject: "hello", Email: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func TestDeleteClientWhileWritingLeavesNoOrphan(t *testing.T) {
 		c := f.client(t, registry.Client{Name: fmt.Sprint("c", i)}, "door1")
 		ids[i] = c.ID
 		for j := range 3 {
-			f.member(t, c.ID, fmt.Sprint("m", j), storage.Backfill{Window: time.Hour, Max: 20})
+			f.member(t, c.ID, fmt.Sprint("m", j), registry.Backfill{Window: time.Hour, Max: 20})
 		}
 	}
 	var wg sync.WaitGroup
@@ -141,7 +142,7 @@ func TestDeleteClientWhileWritingLeavesNoOrphan(t *testing.T) {
 		wg.Go(func() { // a member added (with a backfill) as the client goes
 			hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
 			_, _, err := f.reg.CreateMember(ctx, registry.Member{ClientID: id, Name: "late", Timezone: "UTC",
-				Preferences: registry.DefaultMemberPreferences()}, hash[:], storage.Backfill{Window: time.Hour, Max: 20})
+				Preferences: registry.DefaultMemberPreferences()}, hash[:], registry.Backfill{Window: time.Hour, Max: 20})
 			if err != nil && !errors.Is(err, storage.ErrNotFound) {
 				errs <- err
 			}
@@ -184,7 +185,7 @@ func TestMemberTokenIdle(t *testing.T) {
 	c := f.client(t, registry.Client{Name: "acme"})
 	hash := sha256.Sum256([]byte("lsm_idle_" + c.ID))
 	m, _, err := f.reg.CreateMember(f.ctx, registry.Member{ClientID: c.ID, Name: "alice", Timezone: "UTC",
-		Preferences: registry.DefaultMemberPreferences()}, hash[:], storage.Backfill{})
+		Preferences: registry.DefaultMemberPreferences()}, hash[:], registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}

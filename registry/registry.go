@@ -4,7 +4,8 @@
 // secretbox. It holds their types and every statement that writes them; the
 // boxes that only read them in their own statements (the fan-out's, the
 // consumer's lookups) keep those. Like storage, it is a data box: it imports
-// storage's plumbing (the pool, Page, the error mapping) and no daemon.
+// storage's plumbing (the pool, Page, pgutil's error mapping), the inbox's
+// backfill of a new member, and no daemon.
 package registry
 
 import (

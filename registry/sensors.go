@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/storage/pgutil"
 )
 
 // sensorColumns are selected by every sensor query, in scanSensor's order.
@@ -51,7 +52,7 @@ func (r *Store) CreateSensor(ctx context.Context, s Sensor) (Sensor, error) {
 		`INSERT INTO sensors (id, address, heartbeat_timeout, open_alert_after, site) VALUES ($1, $2, $3, $4, nullif($5, ''))`,
 		s.ID, s.Address, timeout, openAfter, s.Site)
 	if err != nil {
-		return Sensor{}, fmt.Errorf("creating sensor %s: %w", s.ID, storage.MapError(err))
+		return Sensor{}, fmt.Errorf("creating sensor %s: %w", s.ID, pgutil.MapError(err))
 	}
 	return r.GetSensor(ctx, s.ID)
 }
@@ -60,7 +61,7 @@ func (r *Store) CreateSensor(ctx context.Context, s Sensor) (Sensor, error) {
 func (r *Store) GetSensor(ctx context.Context, id string) (Sensor, error) {
 	s, err := scanSensor(r.pool.QueryRow(ctx, `SELECT `+sensorColumns+` `+sensorFrom+` WHERE s.id = $1`, id))
 	if err != nil {
-		return Sensor{}, fmt.Errorf("getting sensor %s: %w", id, storage.MapError(err))
+		return Sensor{}, fmt.Errorf("getting sensor %s: %w", id, pgutil.MapError(err))
 	}
 	return s, nil
 }
@@ -99,7 +100,7 @@ func (r *Store) UpdateSensor(ctx context.Context, id string, u SensorUpdate) (Se
 		WHERE id = $1`,
 		id, u.Address, u.HeartbeatTimeout != nil, timeout, u.OpenAlertAfter != nil, openAfter, u.Site)
 	if err != nil {
-		return Sensor{}, fmt.Errorf("updating sensor %s: %w", id, storage.MapError(err))
+		return Sensor{}, fmt.Errorf("updating sensor %s: %w", id, pgutil.MapError(err))
 	}
 	if tag.RowsAffected() == 0 {
 		return Sensor{}, fmt.Errorf("updating sensor %s: %w", id, storage.ErrNotFound)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/escalation"
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/notifier"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/retrier"
@@ -60,7 +61,7 @@ func TestEscalationsCheckedWhenSent(t *testing.T) {
 		m, _, err := registry.New(b.pg).CreateMember(b.ctx, registry.Member{ClientID: b.client.ID, Name: name,
 			Email: strings.ToLower(name) + "@example.com", Timezone: "UTC", Preferences: registry.DefaultMemberPreferences(),
 			PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: strings.ToLower(name) + "-phone"}}},
-			hash[:], storage.Backfill{})
+			hash[:], registry.Backfill{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,7 +121,7 @@ func TestEscalationsCheckedWhenSent(t *testing.T) {
 		t.Fatalf("escalation emails sent: %+v to %v", emails.sent, emails.to)
 	}
 	if calls := pushes.sent(); len(calls) != 1 || calls[0].push.PushKey != "ann-phone" ||
-		calls[0].push.MessagePrototypeKey != storage.UnseenPushPrototype ||
+		calls[0].push.MessagePrototypeKey != escalation.UnseenPushPrototype ||
 		calls[0].push.Message != "You have unseen notifications about sensor "+sensorID {
 		t.Fatalf("pushes sent: %+v", calls)
 	}
@@ -134,16 +135,16 @@ func TestNotificationEmailsGoOutThroughTheOutbox(t *testing.T) {
 	b := setup(t, setupOpts{noRetrier: true})
 	withMail := sha256.Sum256([]byte("lsm_with_mail"))
 	ann, _, err := registry.New(b.pg).CreateMember(b.ctx, registry.Member{ClientID: b.client.ID, Name: "Ann", Email: "ann@example.com",
-		Timezone: "UTC", Preferences: registry.DefaultMemberPreferences()}, withMail[:], storage.Backfill{})
+		Timezone: "UTC", Preferences: registry.DefaultMemberPreferences()}, withMail[:], registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	noMail := sha256.Sum256([]byte("lsm_no_mail"))
 	if _, _, err := registry.New(b.pg).CreateMember(b.ctx, registry.Member{ClientID: b.client.ID, Name: "Bo",
-		Timezone: "UTC", Preferences: registry.DefaultMemberPreferences()}, noMail[:], storage.Backfill{}); err != nil {
+		Timezone: "UTC", Preferences: registry.DefaultMemberPreferences()}, noMail[:], registry.Backfill{}); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := b.pg.RecordNotification(b.ctx, storage.FreeFormNotification{ClientID: b.client.ID, Type: "billing",
+	rec, err := inbox.NewPostgresStore(b.pg).RecordNotification(b.ctx, inbox.FreeFormNotification{ClientID: b.client.ID, Type: "billing",
 		Subject: "Your invoice is ready", Email: true})
 	if err != nil || rec.Messages != 2 || rec.Emails != 1 {
 		t.Fatalf("recording: %+v, %v; want 2 messages and 1 email", rec, err)
@@ -155,7 +156,7 @@ func TestNotificationEmailsGoOutThroughTheOutbox(t *testing.T) {
 		}
 	}
 	// Seen before the email goes out: a notification email is sent all the same.
-	if n, err := b.pg.MarkInbox(b.ctx, ann.ID, storage.ActionSeen, []string{annMessage}, false); err != nil || n != 1 {
+	if n, err := inbox.NewPostgresStore(b.pg).MarkInbox(b.ctx, ann.ID, inbox.ActionSeen, []string{annMessage}, false); err != nil || n != 1 {
 		t.Fatalf("marking seen: %d, %v", n, err)
 	}
 	b.clock.Set(time.Now().Add(time.Minute)) // the deliveries are due
@@ -200,7 +201,7 @@ func TestQuietHoursHoldNonCriticalMemberEmails(t *testing.T) {
 	b.clock.Set(now)
 	hash := sha256.Sum256([]byte("lsm_quiet"))
 	ann, _, err := registry.New(b.pg).CreateMember(b.ctx, registry.Member{ClientID: b.client.ID, Name: "Ann", Email: "ann@example.com",
-		Timezone: "UTC", Preferences: registry.DefaultMemberPreferences()}, hash[:], storage.Backfill{})
+		Timezone: "UTC", Preferences: registry.DefaultMemberPreferences()}, hash[:], registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +223,7 @@ func TestQuietHoursHoldNonCriticalMemberEmails(t *testing.T) {
 		RETURNING id::text`, b.client.ID, sensorID, ann.ID).Scan(&critical); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.pg.RecordNotification(b.ctx, storage.FreeFormNotification{MemberID: ann.ID, Type: "billing",
+	if _, err := inbox.NewPostgresStore(b.pg).RecordNotification(b.ctx, inbox.FreeFormNotification{MemberID: ann.ID, Type: "billing",
 		Subject: "Your invoice is ready", Email: true}); err != nil {
 		t.Fatal(err)
 	}

@@ -77,8 +77,8 @@ func TestEndpointNoticesOnePerStreak(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "noticeDoor")
 	c := f.client(t, registry.Client{Name: "notified", Email: "owner@example.com"}, "noticeDoor")
-	alice := f.member(t, c.ID, "alice", storage.Backfill{})
-	bob := f.member(t, c.ID, "bob", storage.Backfill{})
+	alice := f.member(t, c.ID, "alice", registry.Backfill{})
+	bob := f.member(t, c.ID, "bob", registry.Backfill{})
 	now := time.Now()
 	start := now.Add(-2 * time.Hour)
 
@@ -214,7 +214,7 @@ func TestRestoredCarriesTheOutage(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "backDoor")
 	c := f.client(t, registry.Client{Name: "outage", Email: "o@example.com"}, "backDoor")
-	m := f.member(t, c.ID, "alice", storage.Backfill{})
+	m := f.member(t, c.ID, "alice", registry.Backfill{})
 	at := time.Date(2026, 11, 22, 12, 14, 0, 0, time.UTC)
 	since := at.Add(-(2*time.Hour + 14*time.Minute))
 	one := 1

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/lockstream/lockstream/storage/pgutil"
 )
 
 // OutboxChannel is the Postgres notification channel on which a transaction
@@ -59,7 +60,7 @@ func outboxPayload(created map[Channel]int) string {
 // place: deliveries created while nobody listened are found by the caller's
 // next look.
 func (p *Postgres) ListenOutbox(ctx context.Context, ready func(), notice func([]Channel)) error {
-	return p.listen(ctx, OutboxChannel, "new deliveries", ready, func(payload string) {
+	return pgutil.Listen(ctx, p.pool, OutboxChannel, "new deliveries", ready, func(payload string) {
 		var channels []Channel
 		for name := range strings.SplitSeq(payload, ",") {
 			if name != "" {
@@ -68,33 +69,4 @@ func (p *Postgres) ListenOutbox(ctx context.Context, ready func(), notice func([
 		}
 		notice(channels)
 	})
-}
-
-// listen listens on the Postgres notification channel on a connection of its
-// own (taken out of the pool: a listening connection must never serve queries
-// again) and calls payload with every notification's payload, in order, until
-// ctx ends (it then returns nil) or the connection fails (it returns the
-// error, naming what it waited for). ready is called once the LISTEN is in
-// place.
-func (p *Postgres) listen(ctx context.Context, channel, what string, ready func(), payload func(string)) error {
-	pooled, err := p.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("listening for %s: %w", what, err)
-	}
-	conn := pooled.Hijack()
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, `LISTEN `+channel); err != nil {
-		return fmt.Errorf("listening for %s: %w", what, err)
-	}
-	ready()
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
-		}
-		payload(n.Payload)
-	}
 }

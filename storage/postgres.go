@@ -2,16 +2,15 @@ package storage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockstream/lockstream/registry/secretbox"
+	"github.com/lockstream/lockstream/storage/pgutil"
 )
 
 // Postgres is the registry, sensor state and outbox store. It is safe for concurrent
@@ -120,29 +119,6 @@ func (p *Postgres) Close() {
 	p.pool.Close()
 }
 
-// Postgres error codes this package maps to sentinel errors.
-const (
-	pgUniqueViolation     = "23505"
-	pgForeignKeyViolation = "23503"
-)
-
-// mapError turns pgx's errors into the package's sentinels, keeping the cause.
-func mapError(err error) error {
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ErrNotFound
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case pgUniqueViolation:
-			return fmt.Errorf("%w: %s", ErrConflict, pgErr.Detail)
-		case pgForeignKeyViolation:
-			return fmt.Errorf("%w: %s", ErrNotFound, pgErr.Detail)
-		}
-	}
-	return err
-}
-
 // Pool returns the connection pool, for the boxes that own their statements
 // (registry, inbox, fanout, …): plumbing is shared, statements are not.
 func (p *Postgres) Pool() *pgxpool.Pool { return p.pool }
@@ -150,4 +126,4 @@ func (p *Postgres) Pool() *pgxpool.Pool { return p.pool }
 // MapError turns pgx's errors into the domain's sentinels (no rows →
 // ErrNotFound, a unique violation → ErrConflict, a foreign key violation →
 // ErrNotFound), keeping the cause.
-func MapError(err error) error { return mapError(err) }
+func MapError(err error) error { return pgutil.MapError(err) }

@@ -22,7 +22,7 @@ func TestDeliveryTargetsCarryQuietHours(t *testing.T) {
 	hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
 	ann, _, err := f.reg.CreateMember(f.ctx, registry.Member{ClientID: c.ID, Name: "ann", Timezone: "Europe/Paris",
 		Email: "ann@example.com", Preferences: registry.DefaultMemberPreferences(),
-		PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "ann-phone"}}}, hash[:], storage.Backfill{})
+		PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "ann-phone"}}}, hash[:], registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,11 +44,11 @@ func TestInboxFollowsMemberRouting(t *testing.T) {
 		}
 	}
 	c := f.client(t, registry.Client{Name: "routed"}, "rN1", "rN2", "rS1")
-	all := f.member(t, c.ID, "all", storage.Backfill{})
-	north := f.member(t, c.ID, "north", storage.Backfill{})
-	one := f.member(t, c.ID, "one sensor", storage.Backfill{})
-	critical := f.member(t, c.ID, "critical only", storage.Backfill{})
-	south := f.member(t, c.ID, "south warnings", storage.Backfill{})
+	all := f.member(t, c.ID, "all", registry.Backfill{})
+	north := f.member(t, c.ID, "north", registry.Backfill{})
+	one := f.member(t, c.ID, "one sensor", registry.Backfill{})
+	critical := f.member(t, c.ID, "critical only", registry.Backfill{})
+	south := f.member(t, c.ID, "south warnings", registry.Backfill{})
 	f.route(t, north, registry.MemberRouting{Sites: []string{"north"}})
 	f.route(t, one, registry.MemberRouting{Sensors: []string{"rS1"}})
 	f.route(t, critical, registry.MemberRouting{MinSeverity: "critical"})
@@ -101,8 +101,8 @@ func TestDigestMemberGetsCriticalAtOnce(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "dgDoor")
 	c := f.client(t, registry.Client{Name: "digests"}, "dgDoor")
-	digest := f.member(t, c.ID, "digest", storage.Backfill{})
-	episodic := f.member(t, c.ID, "episodic", storage.Backfill{})
+	digest := f.member(t, c.ID, "digest", registry.Backfill{})
+	episodic := f.member(t, c.ID, "episodic", registry.Backfill{})
 	prefs := registry.DefaultMemberPreferences()
 	prefs.Email = registry.EmailDigest
 	address := "d@example.com"

@@ -27,7 +27,7 @@ import (
 // MemberStore is the part of storage.Postgres the member routes and member
 // authentication use.
 type MemberStore interface {
-	CreateMember(ctx context.Context, m registry.Member, tokenHash []byte, backfill storage.Backfill) (registry.Member, int, error)
+	CreateMember(ctx context.Context, m registry.Member, tokenHash []byte, backfill registry.Backfill) (registry.Member, int, error)
 	GetMember(ctx context.Context, id string) (registry.Member, error)
 	MemberByTokenHash(ctx context.Context, hash []byte, idle time.Duration) (registry.Member, error)
 	MemberByUser(ctx context.Context, user string) (registry.Member, error)
@@ -308,7 +308,7 @@ func (s *Server) createMember(w http.ResponseWriter, r *http.Request) error {
 
 	token, hash := newMemberToken()
 	created, backfilled, err := s.members.CreateMember(r.Context(), m, hash,
-		storage.Backfill{Window: s.inboxCfg.NewMemberWindow, Max: NewMemberMaxMessages})
+		registry.Backfill{Window: s.inboxCfg.NewMemberWindow, Max: NewMemberMaxMessages})
 	if errors.Is(err, storage.ErrNotFound) {
 		return clientNotFound(clientID)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/history"
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/incident"
 	"github.com/lockstream/lockstream/internal/settings"
 	"github.com/lockstream/lockstream/maintain"
@@ -444,7 +445,7 @@ func (b *apiBox) daemon(ctx context.Context, n *node) (daemon, error) {
 	opts := []webapi.Option{webapi.WithHealth(n.health), webapi.WithHistory(a), webapi.WithAnalytics(a), webapi.WithDeliveries(n.pg, n.pg), webapi.WithClientEvents(n.pg), webapi.WithMaintenance(n.heartbeatStores().Postgres), webapi.WithPushes(n.pg, n.pg),
 		webapi.WithSensorStatus(tracker),
 		webapi.WithSensorObserver(tracker), webapi.WithLostSensors(tracker), webapi.WithConsole(con.Handler()),
-		webapi.WithInbox(reg, n.pg, n.redis, b.Inbox), webapi.WithUnregistered(consumer.NewPostgresStore(n.pg))}
+		webapi.WithInbox(reg, inbox.NewPostgresStore(n.pg), n.redis, b.Inbox), webapi.WithUnregistered(consumer.NewPostgresStore(n.pg))}
 	opts = append(opts, webapi.WithDeliveryControls(n.pg, b.Retention))
 	opts = append(opts, webapi.WithIncidents(incident.NewAPIStore(incident.NewPostgresStore(n.pg))))
 	d := daemon{name: "api"}

@@ -8,6 +8,7 @@ import (
 	"github.com/lockstream/lockstream/console"
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/heartbeat"
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/incident"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/stream"
@@ -21,7 +22,7 @@ import (
 // sign-in applies as the API does.
 func newConsole(n *node, adminToken string, memberTokenIdle time.Duration, tracker *heartbeat.Tracker) (*console.Console, error) {
 	reg := registry.New(n.pg)
-	deps := console.Deps{Registry: reg, Members: reg, Inbox: n.pg, Deliveries: n.pg, Sessions: console.NewRedisStore(n.redis),
+	deps := console.Deps{Registry: reg, Members: reg, Inbox: inbox.NewPostgresStore(n.pg), Deliveries: n.pg, Sessions: console.NewRedisStore(n.redis),
 		Heartbeat: n.heartbeatStores().Redis, Connections: tracker, History: n.analytics(),
 		Incidents: incident.NewAPIStore(incident.NewPostgresStore(n.pg))}
 	if len(n.stream.Brokers) > 0 {

@@ -83,7 +83,7 @@ func TestEscalationSurvivesSIGKILL(t *testing.T) {
 		if _, _, err := registry.New(pg).CreateMember(ctx, registry.Member{ClientID: c.ID, Name: name, Email: name + "@example.com",
 			Timezone: "UTC", Preferences: registry.DefaultMemberPreferences(),
 			PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "dev-" + name}}},
-			hash[:], storage.Backfill{}); err != nil {
+			hash[:], registry.Backfill{}); err != nil {
 			t.Fatal(err)
 		}
 	}
