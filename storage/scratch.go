@@ -109,3 +109,28 @@ func connectOne(ctx context.Context, url string) (*pgx.Conn, error) {
 	}
 	return pgx.ConnectConfig(ctx, config.ConnConfig)
 }
+
+// PostgresCost is a reading of what Postgres has done so far, for a benchmark
+// to take the difference of two readings: the cluster's WAL position and the
+// backend processes serving this store's database.
+type PostgresCost struct {
+	// WALBytes is pg_current_wal_lsn() in bytes: the whole cluster's WAL,
+	// other databases' writes included.
+	WALBytes int64
+	// BackendPIDs are the process ids of the client backends connected to
+	// this store's database (pg_stat_activity), for their CPU time in /proc.
+	BackendPIDs []int
+}
+
+// PostgresCost reads the WAL position and this database's backends.
+func (p *Postgres) PostgresCost(ctx context.Context) (PostgresCost, error) {
+	var c PostgresCost
+	if err := p.pool.QueryRow(ctx, `
+		SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint,
+		       coalesce((SELECT array_agg(pid) FROM pg_stat_activity
+		                 WHERE datname = current_database() AND backend_type = 'client backend'), '{}')`).
+		Scan(&c.WALBytes, &c.BackendPIDs); err != nil {
+		return PostgresCost{}, fmt.Errorf("reading the WAL position and backends: %w", err)
+	}
+	return c, nil
+}

@@ -263,6 +263,9 @@ func openNode(ctx context.Context, cfg *nodeSettings, logger *slog.Logger) (*nod
 			}
 			opts = append(opts, storage.WithSecretBox(box))
 		}
+		if cfg.statements != nil {
+			opts = append(opts, storage.WithStatementCounter(cfg.statements))
+		}
 		if n.pg, err = storage.OpenPostgres(ctx, cfg.PGURL, opts...); err != nil {
 			return nil, err
 		}
