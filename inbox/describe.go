@@ -3,6 +3,9 @@ package inbox
 import (
 	"encoding/json"
 	"fmt"
+	"time"
+
+	"github.com/lockstream/lockstream/event"
 )
 
 // Describe is how m reads to a person, as the API, its stream and the CyVerse
@@ -48,6 +51,11 @@ func describeSensorMessage(m Message) (string, json.RawMessage) {
 	case "connection_restored":
 		subject = fmt.Sprintf("%s is back online", m.SensorID)
 		text = fmt.Sprintf("The lock at %s reports again.", where)
+		if lostSince, silent, ok := m.Outage(); ok {
+			subject += " after " + event.Outage(silent)
+			text = fmt.Sprintf("The lock at %s reports again after %s without a reading (its last reading before the loss was at %s).",
+				where, event.Outage(silent), lostSince.UTC().Format(time.RFC3339))
+		}
 	case "site_outage":
 		site := siteName(m)
 		subject = fmt.Sprintf("%s is out", site)
@@ -83,4 +91,22 @@ func siteName(m Message) string {
 		return "the site of " + m.SensorID
 	}
 	return "site " + m.SensorSite
+}
+
+// Outage is how long a connection_restored's sensor was lost, as its message
+// was stored when the fan-out wrote it: the sensor's last reading before the
+// loss and the seconds from then to the restoring reading; ok is false for
+// other messages and for restores fanned out before outages were kept.
+func (m Message) Outage() (lostSince time.Time, silentSeconds int64, ok bool) {
+	if m.Type != "connection_restored" || len(m.Message) == 0 {
+		return time.Time{}, 0, false
+	}
+	var o struct {
+		LostSince     *time.Time `json:"lost_since"`
+		SilentSeconds int64      `json:"silent_seconds"`
+	}
+	if json.Unmarshal(m.Message, &o) != nil || o.LostSince == nil {
+		return time.Time{}, 0, false
+	}
+	return *o.LostSince, o.SilentSeconds, true
 }

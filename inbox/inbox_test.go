@@ -3,9 +3,11 @@ package inbox_test
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -541,5 +543,33 @@ func stateChanged(id, sensor string, data int, at time.Time) storage.Notificatio
 func TestOutboxChannelIsStorages(t *testing.T) {
 	if inbox.OutboxChannel != storage.OutboxChannel {
 		t.Fatalf("inbox wakes the retriers on %q, they listen on %q", inbox.OutboxChannel, storage.OutboxChannel)
+	}
+}
+
+// A restore's message says how long its sensor was lost, from what the fan-out
+// stored; one stored without an outage, and other types, say nothing of it.
+func TestRestoredMessageSaysItsOutage(t *testing.T) {
+	t.Parallel()
+	restored := inbox.Message{Type: "connection_restored", SensorID: "d1", SensorAddress: "1 Main St",
+		Message: json.RawMessage(`{"lost_since":"2026-03-01T10:00:00Z","silent_seconds":8040}`)}
+	subject, text := restored.Describe()
+	if subject != "d1 is back online after 2 h 14 min" ||
+		!strings.Contains(string(text), "reports again after 2 h 14 min without a reading") ||
+		!strings.Contains(string(text), "2026-03-01T10:00:00Z") {
+		t.Errorf("restore: %q, %s", subject, text)
+	}
+	if since, silent, ok := restored.Outage(); !ok || silent != 8040 || !since.Equal(time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)) {
+		t.Errorf("Outage() = %v, %d, %v", since, silent, ok)
+	}
+	for _, m := range []inbox.Message{
+		{Type: "connection_restored", SensorID: "d1"},
+		{Type: "connection_lost", SensorID: "d1", Message: restored.Message},
+	} {
+		if _, _, ok := m.Outage(); ok {
+			t.Errorf("%+v has an outage", m)
+		}
+		if subject, _ := m.Describe(); strings.Contains(subject, "after") {
+			t.Errorf("%s without an outage: %q", m.Type, subject)
+		}
 	}
 }

@@ -856,8 +856,8 @@ type DeliveryTarget struct {
 	// the member's quiet hours and MemberTimezone its zone; nil when it has
 	// none. QuietCritical reports that the delivery is about a critical
 	// message the member has not seen (a sensor's; any for a digest; for an
-	// escalation round's email or push, one after the round's cursor): it goes
-	// at once, quiet hours or not.
+	// escalation round's email or push, one of the episodes it escalates): it
+	// goes at once, quiet hours or not.
 	Quiet          *domain.QuietHours
 	MemberTimezone string
 	QuietCritical  bool
@@ -904,10 +904,12 @@ func (p *Postgres) deliveryTargets(ctx context.Context, ids []string, ats []*tim
 		               SELECT 1 FROM inbox_messages x
 		               WHERE x.member_id = q.id AND `+escalation.EpisodeUnseen+` AND x.severity = 'critical')
 		           -- An escalation round's email or push (about no one sensor):
-		           -- the episodes it escalates begin after its from_seq.
+		           -- the episodes it escalates, first_seq in (from_seq, to_seq].
 		           WHEN d.event_type = 'unseen' THEN EXISTS (
 		               SELECT 1 FROM member_emails me
-		               JOIN inbox_messages x ON x.member_id = q.id AND x.seq > me.from_seq
+		               JOIN escalation_episodes e ON e.member_id = q.id AND e.first_seq > me.from_seq
+		                    AND e.first_seq <= me.to_seq AND e.critical_at IS NOT NULL
+		               JOIN inbox_messages x ON x.member_id = q.id AND `+escalation.EpisodeKey+` = e.key AND x.seq >= e.first_seq
 		               WHERE me.delivery_id = d.id AND me.event_at = d.event_at AND `+escalation.EpisodeUnseen+`
 		                 AND x.severity = 'critical')
 		           ELSE false END

@@ -43,7 +43,7 @@ func TestDeliveryTargetsCarryQuietHours(t *testing.T) {
 	}
 	// An escalation round's email and push: about no one sensor, the
 	// episodes after a cursor (member_emails.from_seq).
-	roundOf := func(channel, target, kind string, fromSeq int64) storage.Delivery {
+	roundOf := func(channel, target, kind string, fromSeq, toSeq int64) storage.Delivery {
 		t.Helper()
 		var id string
 		if err := f.pg.Pool().QueryRow(f.ctx, `
@@ -53,15 +53,15 @@ func TestDeliveryTargetsCarryQuietHours(t *testing.T) {
 				RETURNING id, event_at
 			), m AS (
 				INSERT INTO member_emails (delivery_id, event_at, member_id, kind, key, from_seq, to_seq)
-				SELECT id, event_at, $4, $5, NULL, $6::bigint, $6::bigint + 1 FROM d
+				SELECT id, event_at, $4, $5, NULL, $6::bigint, $7::bigint FROM d
 			)
-			SELECT id::text FROM d`, c.ID, channel, target, ann.ID, kind, fromSeq).Scan(&id); err != nil {
+			SELECT id::text FROM d`, c.ID, channel, target, ann.ID, kind, fromSeq, toSeq).Scan(&id); err != nil {
 			t.Fatal(err)
 		}
 		return f.get(t, id)
 	}
-	roundMail, roundPush := roundOf("email", "member:"+ann.ID, "round", 0), roundOf("swrve", "IOS:ann-phone", "push", 0)
-	laterRound := roundOf("email", "member:"+ann.ID, "round", 1000) // escalates episodes after seq 1000
+	roundMail, roundPush := roundOf("email", "member:"+ann.ID, "round", 0, 1000), roundOf("swrve", "IOS:ann-phone", "push", 0, 1000)
+	laterRound := roundOf("email", "member:"+ann.ID, "round", 1000, 1001) // episodes that begin at seq 1001 only
 	push := insert(&c.ID, "swrve", "IOS:ann-phone")
 	mail := insert(&c.ID, "email", "member:"+ann.ID)
 	stranger := insert(&c.ID, "swrve", "IOS:not-a-member")
@@ -93,8 +93,8 @@ func TestDeliveryTargetsCarryQuietHours(t *testing.T) {
 	if !targets[push.ID].QuietCritical || !targets[mail.ID].QuietCritical {
 		t.Errorf("after a critical message: push %+v, mail %+v; want both critical", targets[push.ID], targets[mail.ID])
 	}
-	// A round's email and push that escalate it go at once too; a round of
-	// later episodes only does not.
+	// A round's email and push whose episodes include its sensor's go at once
+	// too; a round of other episodes does not.
 	if !targets[roundMail.ID].QuietCritical || !targets[roundPush.ID].QuietCritical || targets[laterRound.ID].QuietCritical {
 		t.Errorf("after a critical message: the round's mail %+v, push %+v (want critical), a later round's %+v (want not)",
 			targets[roundMail.ID], targets[roundPush.ID], targets[laterRound.ID])

@@ -54,6 +54,9 @@ type messageBody struct {
 	Cause    string          `json:"cause"`
 	Subject  string          `json:"subject"`
 	Message  json.RawMessage `json:"message"`
+	// LostSince and SilentSeconds: a connection_restored's outage.
+	LostSince     *time.Time `json:"lost_since,omitempty"`
+	SilentSeconds *int64     `json:"silent_seconds,omitempty"`
 }
 
 func renderMessage(m inbox.Message) messageBody {
@@ -62,6 +65,10 @@ func renderMessage(m inbox.Message) messageBody {
 		Severity: m.Severity, Seen: m.SeenAt != nil, Cause: m.Cause,
 	}
 	body.Subject, body.Message = m.Describe()
+	if lostSince, silent, ok := m.Outage(); ok {
+		at := lostSince.UTC()
+		body.LostSince, body.SilentSeconds = &at, &silent
+	}
 	if m.SeenAt != nil {
 		at := m.SeenAt.UTC()
 		body.SeenAt = &at
