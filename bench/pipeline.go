@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,15 +13,20 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lockstream/lockstream/consumer"
+	"github.com/lockstream/lockstream/notifier"
 	"github.com/lockstream/lockstream/notifier/webhook"
+	"github.com/lockstream/lockstream/registry"
+	"github.com/lockstream/lockstream/retrier"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
 )
@@ -33,6 +39,7 @@ const (
 	DefaultPipelineLatencyRate     = 1000
 	DefaultPipelineLatencyDuration = 10 * time.Second
 	DefaultPipelineTimeout         = 15 * time.Minute
+	DefaultPipelineClients         = 1
 )
 
 // PipelineConfig sizes the whole-pipeline benchmark.
@@ -62,7 +69,35 @@ type PipelineConfig struct {
 	Timeout time.Duration `json:"-"`
 	// Seed makes the readings repeatable. Defaults to 1.
 	Seed uint64 `json:"seed"`
+	// Clients share the linked sensors (sensor i is watched by client
+	// i mod Clients), each with a sink endpoint of its own. Defaults to
+	// DefaultPipelineClients (1).
+	Clients int `json:"clients"`
+	// FailingClients of them (the last ones) answer 500 from the second
+	// webhook phase on; 0 runs no second webhook phase.
+	FailingClients int `json:"failing_clients"`
+	// Webhook is the retrier's webhook sender's config, for the bare webhook
+	// phase (signed POSTs with no database).
+	Webhook webhook.Config `json:"-"`
+	// Workers is how many webhooks the bare phase keeps in flight: the
+	// retrier's. Defaults to retrier.DefaultWorkers.
+	Workers int `json:"-"`
 }
+
+// healthyLinked returns the linked sensors watched by the clients that
+// answer 200 throughout, in index order.
+func (c PipelineConfig) healthyLinked() []int {
+	var out []int
+	for i := range c.Linked {
+		if !c.failing(i % c.Clients) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// failing reports whether client k is one of the FailingClients.
+func (c PipelineConfig) failing(k int) bool { return k >= c.Clients-c.FailingClients }
 
 // WithDefaults returns the config with every unset field at its default.
 func (c PipelineConfig) WithDefaults() PipelineConfig {
@@ -90,6 +125,8 @@ func (c PipelineConfig) WithDefaults() PipelineConfig {
 	if c.Seed == 0 {
 		c.Seed = 1
 	}
+	c.Clients = cmp.Or(c.Clients, DefaultPipelineClients)
+	c.Workers = cmp.Or(c.Workers, retrier.DefaultWorkers)
 	return c
 }
 
@@ -111,6 +148,13 @@ func (c PipelineConfig) Validate() error {
 			int(c.LatencyRate*c.LatencyDuration.Seconds()), c.Linked)
 	case c.Timeout <= 0:
 		return fmt.Errorf("pipeline bench config: Timeout %v, want more than 0", c.Timeout)
+	case c.Clients < 1 || c.Clients > c.Linked:
+		return fmt.Errorf("pipeline bench config: Clients %d, want 1 to Linked (%d)", c.Clients, c.Linked)
+	case c.FailingClients < 0 || c.FailingClients >= c.Clients:
+		return fmt.Errorf("pipeline bench config: FailingClients %d, want 0 to Clients-1 (%d)", c.FailingClients, c.Clients-1)
+	case int(c.LatencyRate*c.LatencyDuration.Seconds()) > len(c.healthyLinked()):
+		return fmt.Errorf("pipeline bench config: LatencyRate × LatencyDuration = %d changes, more than the healthy clients' linked sensors (%d)",
+			int(c.LatencyRate*c.LatencyDuration.Seconds()), len(c.healthyLinked()))
 	}
 	return nil
 }
@@ -120,9 +164,10 @@ func (c PipelineConfig) Validate() error {
 // its client.
 type PipelineStore interface {
 	IngestStore
-	CreateClient(ctx context.Context, c storage.Client) (storage.Client, error)
+	CreateClient(ctx context.Context, c registry.Client) (registry.Client, error)
 	LinkSensors(ctx context.Context, clientID string, ids []string) error
 	AnalyzeRegistry(ctx context.Context) error
+	PostgresCost(ctx context.Context) (storage.PostgresCost, error)
 }
 
 // PipelineNode is a running pipeline, as the starter hands it over.
@@ -133,6 +178,10 @@ type PipelineNode struct {
 	Metrics prometheus.Gatherer
 	// Store is its Postgres.
 	Store PipelineStore
+	// Statements returns how many statements its Postgres pool has sent so
+	// far (every statement of a pipelined batch and every COPY counted);
+	// nil: not counted.
+	Statements func() int64
 }
 
 // PipelineRunner runs every daemon of the pipeline (as `lockstream all` does)
@@ -221,6 +270,30 @@ type PipelineResult struct {
 	// WebhookStages says when, in seconds from the phase's first production,
 	// each stage had handled every change of the phase.
 	WebhookStages WebhookStages `json:"webhook_stages"`
+	// What Postgres spent on the webhook phase, per webhook: WAL (the
+	// cluster's: other databases' writes on the server count too), statements
+	// the pipeline's pool sent (pg_stat_statements is not preloaded on the
+	// benchmark's machine: a pgx tracer counts them, every statement of a
+	// pipelined batch and every COPY included, statements run inside SQL
+	// functions not), and CPU time of the backends serving the benchmark's
+	// database (user + system, /proc; the WAL writer, checkpointer and
+	// autovacuum not included).
+	PostgresWALBytesPerWebhook   float64 `json:"postgres_wal_bytes_per_webhook"`
+	PostgresStatementsPerWebhook float64 `json:"postgres_statements_per_webhook"`
+	PostgresCPUMsPerWebhook      float64 `json:"postgres_cpu_ms_per_webhook"`
+	PostgresBackendsSeen         int     `json:"postgres_backends_seen"`
+	BareWebhooks                 int     `json:"bare_webhooks"`
+	BareWebhooksPerSec           float64 `json:"bare_webhooks_per_s"`
+	WebhookRatio                 float64 `json:"webhook_ratio"`
+
+	// With FailingClients: the healthy clients' webhooks/s in the webhook
+	// phase, all clients healthy (HealthyAllHealthyPerSec), and in the second
+	// webhook phase, the failing ones answering 500 (HealthyWebhooksPerSec);
+	// HealthyShare is the second over the first.
+	HealthyWebhooks         int     `json:"healthy_webhooks,omitempty"`
+	HealthyAllHealthyPerSec float64 `json:"healthy_webhooks_per_second_all_healthy,omitempty"`
+	HealthyWebhooksPerSec   float64 `json:"healthy_webhooks_per_second,omitempty"`
+	HealthyShare            float64 `json:"healthy_share,omitempty"`
 
 	// Latency phase: LatencyRate changes a second; production → sink receipt.
 	LatencySeconds float64 `json:"latency_phase_seconds"`
@@ -267,7 +340,7 @@ func (p *pipelineRun) phases(ctx context.Context, exited <-chan error) error {
 	}
 	defer client.Close()
 	p.client = client
-	sink, err := startPipelineSink()
+	sink, err := startPipelineSink(p.cfg.Clients, p.cfg.FailingClients)
 	if err != nil {
 		return err
 	}
@@ -278,7 +351,7 @@ func (p *pipelineRun) phases(ctx context.Context, exited <-chan error) error {
 		run  func(context.Context) error
 	}{
 		{"seed", p.seed}, {"warm-up", p.warmUp}, {"throughput", p.throughput}, {"webhooks", p.webhooks},
-		{"latency", p.latency}, {"bare", p.bare},
+		{"failing", p.failingPhase}, {"latency", p.latency}, {"bare", p.bare}, {"bare-webhooks", p.bareWebhooks},
 	}
 	for _, s := range steps {
 		select {
@@ -319,19 +392,22 @@ func (p *pipelineRun) seed(ctx context.Context) error {
 			ids, changes = ids[:0], changes[:0]
 		}
 	}
-	secret := webhook.NewSecret()
-	c, err := p.node.Store.CreateClient(ctx, storage.Client{Name: "pipeline bench", WebhookURL: p.sink.url, Secret: secret})
-	if err != nil {
-		return err
-	}
-	p.sink.secret = secret
-	linked := make([]string, p.cfg.Linked)
-	for i := range linked {
-		linked[i] = BenchSensorID(i)
-	}
-	for chunk := range slices.Chunk(linked, seedChunk) {
-		if err := p.node.Store.LinkSensors(ctx, c.ID, chunk); err != nil {
+	for k, ep := range p.sink.endpoints {
+		secret := webhook.NewSecret()
+		c, err := p.node.Store.CreateClient(ctx, registry.Client{Name: fmt.Sprintf("pipeline bench %d", k),
+			WebhookURL: ep.url, Secret: secret})
+		if err != nil {
 			return err
+		}
+		ep.secret = secret
+		var linked []string
+		for i := k; i < p.cfg.Linked; i += p.cfg.Clients {
+			linked = append(linked, BenchSensorID(i))
+		}
+		for chunk := range slices.Chunk(linked, seedChunk) {
+			if err := p.node.Store.LinkSensors(ctx, c.ID, chunk); err != nil {
+				return err
+			}
 		}
 	}
 	// A fleet registered over time has statistics (autovacuum); one
@@ -449,6 +525,10 @@ func (p *pipelineRun) webhooks(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	cost, err := p.readCost(ctx)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	for i := range p.cfg.Linked {
 		now := time.Now()
@@ -464,6 +544,9 @@ func (p *pipelineRun) webhooks(ctx context.Context) error {
 		return err
 	}
 	elapsed := p.sink.last("webhooks").Sub(start)
+	if p.cfg.FailingClients > 0 {
+		p.res.HealthyAllHealthyPerSec = float64(len(p.cfg.healthyLinked())) / p.sink.lastHealthy("webhooks").Sub(start).Seconds()
+	}
 	// The next phase starts once the retrier has recorded every outcome, so
 	// that it measures latency, not this phase's tail.
 	if err := p.waitCounter(ctx, "lockstream_deliveries_total", recorded0+float64(p.cfg.Linked)); err != nil {
@@ -477,9 +560,174 @@ func (p *pipelineRun) webhooks(ctx context.Context) error {
 		return t.Sub(start).Seconds()
 	}
 	p.res.WebhookStages = WebhookStages{Changed: since(at[0]), Notified: since(at[1]), Recorded: since(at[2])}
+	if err := p.costPerWebhook(ctx, cost, p.cfg.Linked); err != nil {
+		return err
+	}
 	p.res.Webhooks = received
 	p.res.WebhookPhaseSecs = elapsed.Seconds()
 	p.res.WebhooksPerSec = float64(p.cfg.Linked) / elapsed.Seconds()
+	return nil
+}
+
+// failingPhase, with FailingClients, makes those clients' endpoints answer
+// 500 from now on and flips every linked sensor again, all at once: the
+// healthy clients' webhooks/s, beside their figure with every client healthy.
+func (p *pipelineRun) failingPhase(ctx context.Context) error {
+	if p.cfg.FailingClients == 0 {
+		return nil
+	}
+	for _, ep := range p.sink.endpoints {
+		if !ep.healthy {
+			ep.failing.Store(true)
+		}
+	}
+	expect := p.sink.expect("failing")
+	errc := make(chan error, 1)
+	recorded0, err := p.counter("lockstream_deliveries_total")
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	healthy := 0
+	for i := range p.cfg.Linked {
+		now := time.Now()
+		p.state[i] = 1 - p.state[i]
+		if !p.cfg.failing(i % p.cfg.Clients) {
+			expect(BenchSensorID(i), int(p.state[i]), now)
+			healthy++
+		}
+		p.produce(ctx, i, p.state[i], now, errc)
+	}
+	if err := p.flush(ctx, errc); err != nil {
+		return err
+	}
+	received, err := p.sink.waitSettled(ctx, "failing", healthy)
+	if err != nil {
+		return err
+	}
+	p.res.HealthyWebhooks = received
+	p.res.HealthyWebhooksPerSec = float64(healthy) / p.sink.lastHealthy("failing").Sub(start).Seconds()
+	p.res.HealthyShare = p.res.HealthyWebhooksPerSec / p.res.HealthyAllHealthyPerSec
+	// Every outcome recorded (the failing ones' RETRY too) before the latency
+	// phase counts its own.
+	return p.waitCounter(ctx, "lockstream_deliveries_total", recorded0+float64(p.cfg.Linked))
+}
+
+// postgresCost is a reading of what Postgres has spent: the WAL position, the
+// statements sent, and each backend's CPU time.
+type postgresCost struct {
+	wal        int64
+	statements int64
+	cpu        map[int]time.Duration
+}
+
+func (p *pipelineRun) readCost(ctx context.Context) (postgresCost, error) {
+	c, err := p.node.Store.PostgresCost(ctx)
+	if err != nil {
+		return postgresCost{}, err
+	}
+	out := postgresCost{wal: c.WALBytes, cpu: map[int]time.Duration{}}
+	if p.node.Statements != nil {
+		out.statements = p.node.Statements()
+	}
+	for _, pid := range c.BackendPIDs {
+		if t, ok := processCPU(pid); ok {
+			out.cpu[pid] = t
+		}
+	}
+	return out, nil
+}
+
+// costPerWebhook reads the cost again and files the difference since before,
+// per webhook. A backend that started since counts from zero; one that ended
+// since is lost (the pool keeps its connections).
+func (p *pipelineRun) costPerWebhook(ctx context.Context, before postgresCost, webhooks int) error {
+	after, err := p.readCost(ctx)
+	if err != nil {
+		return err
+	}
+	var cpu time.Duration
+	for pid, t := range after.cpu {
+		cpu += t - before.cpu[pid]
+	}
+	n := float64(webhooks)
+	p.res.PostgresWALBytesPerWebhook = float64(after.wal-before.wal) / n
+	p.res.PostgresStatementsPerWebhook = float64(after.statements-before.statements) / n
+	p.res.PostgresCPUMsPerWebhook = float64(cpu.Microseconds()) / 1000 / n
+	p.res.PostgresBackendsSeen = len(after.cpu)
+	return nil
+}
+
+// clockTick is the unit of /proc's CPU times (USER_HZ: 100 on Linux).
+const clockTick = 10 * time.Millisecond
+
+// processCPU reads a process's user + system CPU time from /proc/<pid>/stat.
+func processCPU(pid int) (time.Duration, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// The command may hold spaces: the fields after it start past its ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, false
+	}
+	// Fields 14 and 15 of stat (utime, stime) are 12 and 13 after the command.
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(utime+stime) * clockTick, true
+}
+
+// bareWebhooks sends as many signed webhooks as the webhook phase delivered,
+// from this process to a healthy client's endpoint with the retrier's webhook
+// sender and its number of workers, no database: the machine's delivery
+// ceiling, which the pipeline's webhooks/s is compared with.
+func (p *pipelineRun) bareWebhooks(ctx context.Context) error {
+	sender, err := webhook.New(p.cfg.Webhook, nil)
+	if err != nil {
+		return fmt.Errorf("bare webhooks: %w", err)
+	}
+	defer sender.Close()
+	ep := p.sink.endpoints[0]
+	target := webhook.Target{URL: strings.TrimSuffix(ep.url, "/hook") + "/bare", Secret: ep.secret}
+	total := p.cfg.Linked
+	next := atomic.Int64{}
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range min(p.cfg.Workers, total) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= total || ctx.Err() != nil {
+					return
+				}
+				data, prev := 1, 0
+				res := sender.Send(ctx, target, notifier.Notification{ID: fmt.Sprintf("bare-%d", i), EventID: fmt.Sprintf("bare-%d", i),
+					Type: "state_changed", SensorID: BenchSensorID(i), Data: &data, Previous: &prev, At: time.Now(), Attempt: 1})
+				if res.Outcome != notifier.Sent {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if n := failed.Load(); n > 0 {
+		return fmt.Errorf("bare webhooks: %d of %d not accepted", n, total)
+	}
+	p.sink.mu.Lock()
+	p.res.BareWebhooks = p.sink.bare
+	p.sink.mu.Unlock()
+	p.res.BareWebhooksPerSec = float64(total) / elapsed.Seconds()
+	p.res.WebhookRatio = p.res.WebhooksPerSec / p.res.BareWebhooksPerSec
 	return nil
 }
 
@@ -616,11 +864,12 @@ func (p *pipelineRun) latency(ctx context.Context) error {
 		return err
 	}
 	produced := make([]time.Time, 0, total)
+	healthy := p.cfg.healthyLinked()
 	start := time.Now()
 	for sent := 0; sent < total; {
 		due := min(total, int(perTick*float64(time.Since(start)/tick+1)))
 		for ; sent < due; sent++ {
-			i, now := sent, time.Now()
+			i, now := healthy[sent], time.Now()
 			p.state[i] = 1 - p.state[i]
 			expect(BenchSensorID(i), int(p.state[i]), now)
 			p.produce(ctx, i, p.state[i], now, errc)
@@ -715,20 +964,35 @@ func loadAverage() [3]float64 {
 	return out
 }
 
-// pipelineSink is the client system: it verifies each webhook's signature and
-// records when each expected change arrived.
+// pipelineSink is the client systems: one endpoint (a listener of its own)
+// per client; it verifies each webhook's signature and records when each
+// expected change arrived.
 type pipelineSink struct {
-	url string
-	srv *http.Server
+	endpoints []*sinkEndpoint
 
 	mu     sync.Mutex
-	secret string
 	phases map[string]*sinkPhase
 	// changes are each sensor's expected changes, oldest first.
 	changes map[string][]*sinkExpect
 	seen    map[string]bool
 	dups    int
 	bad     int
+	// bare counts the verified webhooks of the bare phase.
+	bare int
+}
+
+// sinkEndpoint is one client's webhook endpoint.
+type sinkEndpoint struct {
+	sink *pipelineSink
+	url  string
+	srv  *http.Server
+	// secret is set once, before the pipeline sends anything.
+	secret string
+	// failing makes it answer 500 to everything but the bare phase.
+	failing atomic.Bool
+	// healthy: not one of the FailingClients, whose arrivals lastHealthy
+	// times.
+	healthy bool
 }
 
 // sinkExpect is one change produced. Only a sensor's newest change is sure to
@@ -747,44 +1011,63 @@ type sinkPhase struct {
 	// expected and received count the changes that must arrive; all counts
 	// every arrival of the phase's changes, superseded ones' included.
 	expected, received, all int
-	last                    time.Time
-	latencies               []time.Duration
+	// last is the last arrival; lastHealthy the last at an endpoint that is
+	// not one of the failing clients'.
+	last, lastHealthy time.Time
+	latencies         []time.Duration
 }
 
-func startPipelineSink() (*pipelineSink, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("pipeline bench: sink: %w", err)
+func startPipelineSink(endpoints, failing int) (*pipelineSink, error) {
+	s := &pipelineSink{phases: map[string]*sinkPhase{}, changes: map[string][]*sinkExpect{}, seen: map[string]bool{}}
+	for range endpoints {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			s.close()
+			return nil, fmt.Errorf("pipeline bench: sink: %w", err)
+		}
+		ep := &sinkEndpoint{sink: s, url: "http://" + ln.Addr().String() + "/hook", healthy: len(s.endpoints) < endpoints-failing}
+		ep.srv = &http.Server{Handler: ep, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = ep.srv.Serve(ln) }()
+		s.endpoints = append(s.endpoints, ep)
 	}
-	s := &pipelineSink{url: "http://" + ln.Addr().String() + "/hook", phases: map[string]*sinkPhase{},
-		changes: map[string][]*sinkExpect{}, seen: map[string]bool{}}
-	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
 }
 
-func (s *pipelineSink) close() { _ = s.srv.Close() }
+func (s *pipelineSink) close() {
+	for _, ep := range s.endpoints {
+		_ = ep.srv.Close()
+	}
+}
 
 // ServeHTTP verifies the webhook and records it: 204 when it verifies, 401 when
-// it does not (counted).
-func (s *pipelineSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// it does not (counted); 500 while the endpoint is failing. Path /bare is the
+// bare phase's: verified and counted only.
+func (ep *sinkEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	at := time.Now()
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err != nil {
 		http.Error(w, "reading body", http.StatusBadRequest)
 		return
 	}
-	s.mu.Lock()
-	secret := s.secret
-	s.mu.Unlock()
-	verifyErr := webhook.Verify(secret, r.Header, body, 0)
+	bare := r.URL.Path == "/bare"
+	if ep.failing.Load() && !bare {
+		w.WriteHeader(http.StatusInternalServerError)
+		return
+	}
+	verifyErr := webhook.Verify(ep.secret, r.Header, body, 0)
 	var msg webhook.Body
 	decodeErr := json.Unmarshal(body, &msg)
+	s := ep.sink
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if verifyErr != nil || decodeErr != nil || msg.Data == nil {
 		s.bad++
 		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	if bare {
+		s.bare++
+		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	id := r.Header.Get(webhook.HeaderID)
@@ -798,6 +1081,9 @@ func (s *pipelineSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		e.received = true
 		e.phase.all++
 		e.phase.last = at
+		if ep.healthy {
+			e.phase.lastHealthy = at
+		}
 		if !e.optional {
 			e.phase.received++
 		}
@@ -869,6 +1155,13 @@ func (s *pipelineSink) last(name string) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.phases[name].last
+}
+
+// lastHealthy is the phase's last arrival at a healthy client's endpoint.
+func (s *pipelineSink) lastHealthy(name string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.phases[name].lastHealthy
 }
 
 func (s *pipelineSink) latencies(name string) []time.Duration {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -16,7 +17,7 @@ const maxInboxOffset = 100_000
 
 // inboxData is a member's inbox page.
 type inboxData struct {
-	Messages []storage.InboxMessage
+	Messages []inbox.Message
 	// Total counts the member's messages (seen ones included); Unseen the others.
 	Total, Unseen int
 	Offset        int
@@ -41,13 +42,13 @@ func (c *Console) inbox(w http.ResponseWriter, r *http.Request, s *session) erro
 	ctx := r.Context()
 	d := inboxData{Offset: offset, Next: -1, Prev: -1}
 	var err error
-	d.Total, d.Messages, err = c.deps.Inbox.ListInbox(ctx, storage.InboxQuery{MemberID: s.Subject, IncludeSeen: true,
-		Sort: storage.SortTimestamp, Descending: true, Limit: c.cfg.PageSize, Offset: offset})
+	d.Total, d.Messages, err = c.deps.Inbox.ListInbox(ctx, inbox.Query{MemberID: s.Subject, IncludeSeen: true,
+		Sort: inbox.SortTimestamp, Descending: true, Limit: c.cfg.PageSize, Offset: offset})
 	if err != nil {
 		return err
 	}
-	if d.Unseen, _, err = c.deps.Inbox.ListInbox(ctx, storage.InboxQuery{MemberID: s.Subject,
-		Sort: storage.SortTimestamp, CountOnly: true}); err != nil {
+	if d.Unseen, _, err = c.deps.Inbox.ListInbox(ctx, inbox.Query{MemberID: s.Subject,
+		Sort: inbox.SortTimestamp, CountOnly: true}); err != nil {
 		return err
 	}
 	if offset+len(d.Messages) < d.Total {
@@ -74,7 +75,7 @@ func (c *Console) markSeen(w http.ResponseWriter, r *http.Request, s *session) e
 	if uuid.Validate(id) != nil {
 		return storage.ErrNotFound
 	}
-	n, err := c.deps.Inbox.MarkInbox(r.Context(), s.Subject, storage.ActionSeen, []string{id}, false)
+	n, err := c.deps.Inbox.MarkInbox(r.Context(), s.Subject, inbox.ActionSeen, []string{id}, false)
 	if err != nil {
 		return err
 	}

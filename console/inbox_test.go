@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/inbox"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
 
@@ -19,9 +20,9 @@ import (
 func newMember(t *testing.T, f *fixture, clientID, name, token string) string {
 	t.Helper()
 	hash := sha256.Sum256([]byte(token))
-	m, _, err := f.stores.Postgres.CreateMember(context.Background(), storage.Member{ClientID: clientID, Name: name,
-		Email: strings.ToLower(name) + "@example.com", Timezone: "Europe/Paris", Preferences: storage.DefaultMemberPreferences()},
-		hash[:], storage.Backfill{})
+	m, _, err := f.stores.Registry.CreateMember(context.Background(), registry.Member{ClientID: clientID, Name: name,
+		Email: strings.ToLower(name) + "@example.com", Timezone: "Europe/Paris", Preferences: registry.DefaultMemberPreferences()},
+		hash[:], registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,8 +32,8 @@ func newMember(t *testing.T, f *fixture, clientID, name, token string) string {
 // notify puts a free-form message into one member's inbox and returns its id.
 func notify(t *testing.T, f *fixture, memberID, subject string) string {
 	t.Helper()
-	rec, err := f.stores.Postgres.RecordNotification(context.Background(),
-		storage.FreeFormNotification{MemberID: memberID, Type: "announcement", Subject: subject})
+	rec, err := inbox.NewPostgresStore(f.stores.Postgres).RecordNotification(context.Background(),
+		inbox.FreeFormNotification{MemberID: memberID, Type: "announcement", Subject: subject})
 	if err != nil || len(rec.Members) != 1 {
 		t.Fatalf("recording a notification: %+v, %v", rec, err)
 	}
@@ -47,7 +48,7 @@ func TestMemberInbox(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, adminToken, nil, false)
 	ctx := context.Background()
-	client, err := f.stores.Postgres.CreateClient(ctx, storage.Client{Name: "Acme", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
+	client, err := f.stores.Registry.CreateClient(ctx, registry.Client{Name: "Acme", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,10 +94,10 @@ func TestMemberInbox(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/console/inbox?seen="+first {
 		t.Fatalf("mark seen = %d to %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
-	if m, err := f.stores.Postgres.GetInboxMessage(ctx, alice, first); err != nil || m.SeenAt == nil {
+	if m, err := inbox.NewPostgresStore(f.stores.Postgres).GetInboxMessage(ctx, alice, first); err != nil || m.SeenAt == nil {
 		t.Fatalf("after mark seen the message is %+v, %v; want seen", m, err)
 	}
-	if m, err := f.stores.Postgres.GetInboxMessage(ctx, bob, bobs); err != nil || m.SeenAt != nil {
+	if m, err := inbox.NewPostgresStore(f.stores.Postgres).GetInboxMessage(ctx, bob, bobs); err != nil || m.SeenAt != nil {
 		t.Fatalf("Bob's message is %+v, %v; want unseen", m, err)
 	}
 	_, body = get(t, c, f.srv.URL+"/console/inbox?seen="+first)
@@ -106,7 +107,7 @@ func TestMemberInbox(t *testing.T) {
 
 	// A rotated token ends the member's session.
 	rotated := sha256.Sum256([]byte("lsm_alice-new-token"))
-	if _, err := f.stores.Postgres.RotateMemberToken(ctx, alice, rotated[:]); err != nil {
+	if _, err := f.stores.Registry.RotateMemberToken(ctx, alice, rotated[:]); err != nil {
 		t.Fatal(err)
 	}
 	if resp, _ := get(t, c, f.srv.URL+"/console/inbox"); resp.StatusCode != http.StatusSeeOther ||
@@ -130,7 +131,7 @@ func TestIdleMemberTokenSignsInNoMore(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, adminToken, nil, false)
 	ctx := context.Background()
-	client, err := f.stores.Postgres.CreateClient(ctx, storage.Client{Name: "Acme", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
+	client, err := f.stores.Registry.CreateClient(ctx, registry.Client{Name: "Acme", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,20 +20,22 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/internal/httpapi"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
 // Inbox reads and marks members' messages.
 type Inbox interface {
-	ListInbox(ctx context.Context, q storage.InboxQuery) (int, []storage.InboxMessage, error)
-	MarkInbox(ctx context.Context, memberID string, action storage.InboxAction, ids []string, all bool) (int, error)
-	MarkAllInbox(ctx context.Context, memberID string, action storage.InboxAction, typ string) (int, error)
+	ListInbox(ctx context.Context, q inbox.Query) (int, []inbox.Message, error)
+	MarkInbox(ctx context.Context, memberID string, action inbox.Action, ids []string, all bool) (int, error)
+	MarkAllInbox(ctx context.Context, memberID string, action inbox.Action, typ string) (int, error)
 }
 
 // Members finds a member by its username or id.
 type Members interface {
-	MemberByUser(ctx context.Context, user string) (storage.Member, error)
+	MemberByUser(ctx context.Context, user string) (registry.Member, error)
 }
 
 // API holds the v1 handlers' dependencies.
@@ -49,7 +51,7 @@ type API struct {
 	// Describe is how a message reads to a person, as v2 shows it: its
 	// subject, and its message (a JSON string, or a free-form notification's
 	// message as it was sent).
-	Describe func(storage.InboxMessage) (subject string, message json.RawMessage)
+	Describe func(inbox.Message) (subject string, message json.RawMessage)
 }
 
 // Handler is a handler that reports failure by returning an error; the
@@ -153,7 +155,7 @@ func (p v1Params) count(name string) (int, error) {
 
 // applySeen applies seen (only seen when "true", only unseen otherwise, both
 // when absent) to q.
-func (p v1Params) applySeen(q *storage.InboxQuery) {
+func (p v1Params) applySeen(q *inbox.Query) {
 	raw, ok := p["seen"]
 	switch {
 	case !ok:
@@ -165,7 +167,7 @@ func (p v1Params) applySeen(q *storage.InboxQuery) {
 
 // applyFilter applies filter to q the agent's way: lower-cased, spaces as
 // underscores; "new" keeps the unseen messages of every type.
-func (p v1Params) applyFilter(q *storage.InboxQuery) {
+func (p v1Params) applyFilter(q *inbox.Query) {
 	raw, ok := p["filter"]
 	if !ok {
 		return
@@ -181,17 +183,17 @@ func (p v1Params) applyFilter(q *storage.InboxQuery) {
 func v1Type(raw string) string { return strings.ToLower(strings.ReplaceAll(raw, " ", "_")) }
 
 // v1Sorts maps sortField to the inbox's sort fields; date_created is timestamp.
-var v1Sorts = map[string]storage.InboxSort{
-	"timestamp":    storage.SortTimestamp,
-	"date_created": storage.SortTimestamp,
-	"uuid":         storage.SortID,
-	"subject":      storage.SortSubject,
-	"type":         storage.SortType,
+var v1Sorts = map[string]inbox.Sort{
+	"timestamp":    inbox.SortTimestamp,
+	"date_created": inbox.SortTimestamp,
+	"uuid":         inbox.SortID,
+	"subject":      inbox.SortSubject,
+	"type":         inbox.SortType,
 }
 
 // applySort applies sortField (default timestamp) and sortDir (default desc).
-func (p v1Params) applySort(q *storage.InboxQuery) error {
-	q.Sort, q.Descending = storage.SortTimestamp, true
+func (p v1Params) applySort(q *inbox.Query) error {
+	q.Sort, q.Descending = inbox.SortTimestamp, true
 	if raw, ok := p["sortfield"]; ok {
 		sort, known := v1Sorts[strings.ToLower(raw)]
 		if !known {
@@ -211,22 +213,22 @@ func (p v1Params) applySort(q *storage.InboxQuery) error {
 
 // v1Member finds the member user names (username or id); ok is false for none,
 // which the agent answers as a user without messages.
-func (a *API) v1Member(r *http.Request, user string) (m storage.Member, ok bool, err error) {
+func (a *API) v1Member(r *http.Request, user string) (m registry.Member, ok bool, err error) {
 	if a.Members == nil || a.Inbox == nil {
-		return storage.Member{}, false, a.Disabled
+		return registry.Member{}, false, a.Disabled
 	}
 	m, err = a.Members.MemberByUser(r.Context(), user)
 	if errors.Is(err, storage.ErrNotFound) {
-		return storage.Member{}, false, nil
+		return registry.Member{}, false, nil
 	}
 	if err != nil {
-		return storage.Member{}, false, fmt.Errorf("finding user %q: %w", user, err)
+		return registry.Member{}, false, fmt.Errorf("finding user %q: %w", user, err)
 	}
 	return m, true, nil
 }
 
 // v1List answers a message list: the page q selects, with every match's count.
-func (a *API) v1List(w http.ResponseWriter, r *http.Request, user string, q storage.InboxQuery, ascending bool) error {
+func (a *API) v1List(w http.ResponseWriter, r *http.Request, user string, q inbox.Query, ascending bool) error {
 	m, ok, err := a.v1Member(r, user)
 	if err != nil || !ok {
 		return v1Empty(w, err)
@@ -255,7 +257,7 @@ func v1Empty(w http.ResponseWriter, err error) error {
 }
 
 // v1UserName is how v1 names a member: its username, or its id without one.
-func v1UserName(m storage.Member) string {
+func v1UserName(m registry.Member) string {
 	if m.Username != "" {
 		return m.Username
 	}
@@ -267,7 +269,7 @@ func v1UserName(m storage.Member) string {
 // free-form notification's message when it is a string (else its subject) or a
 // sensor event's sentence, and the payload a free-form notification's message
 // when it is an object, or a sensor event's facts.
-func (a *API) renderV1Message(m storage.InboxMessage, user string) v1Message {
+func (a *API) renderV1Message(m inbox.Message, user string) v1Message {
 	subject, message := a.Describe(m)
 	out := v1Message{
 		Message: v1MessageText{ID: strings.ToUpper(m.ID), Text: subject, Timestamp: m.At.UnixMilli()},
@@ -302,7 +304,7 @@ func (a *API) v1Messages(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var q storage.InboxQuery
+	var q inbox.Query
 	if q.Limit, err = p.count("limit"); err != nil {
 		return err
 	}
@@ -324,7 +326,7 @@ func (a *API) v1UnseenMessages(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return a.v1List(w, r, user, storage.InboxQuery{Sort: storage.SortTimestamp}, false)
+	return a.v1List(w, r, user, inbox.Query{Sort: inbox.SortTimestamp}, false)
 }
 
 // v1LastTen handles GET /last-ten-messages: the ten newest messages, seen or
@@ -334,7 +336,7 @@ func (a *API) v1LastTen(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return a.v1List(w, r, user, storage.InboxQuery{Sort: storage.SortTimestamp, Descending: true, Limit: 10,
+	return a.v1List(w, r, user, inbox.Query{Sort: inbox.SortTimestamp, Descending: true, Limit: 10,
 		IncludeSeen: true}, true)
 }
 
@@ -352,7 +354,7 @@ func (a *API) v1CountMessages(w http.ResponseWriter, r *http.Request) error {
 	}
 	var counts v1Counts
 	if ok {
-		q := storage.InboxQuery{MemberID: m.ID, Sort: storage.SortTimestamp, CountOnly: true}
+		q := inbox.Query{MemberID: m.ID, Sort: inbox.SortTimestamp, CountOnly: true}
 		p.applySeen(&q)
 		p.applyFilter(&q)
 		if counts.UserTotal, _, err = a.Inbox.ListInbox(r.Context(), q); err != nil {
@@ -407,7 +409,7 @@ func (a *API) v1Seen(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return a.v1MarkSeen(w, r, user, func(memberID string) error {
-		_, err := a.Inbox.MarkInbox(r.Context(), memberID, storage.ActionSeen, ids, false)
+		_, err := a.Inbox.MarkInbox(r.Context(), memberID, inbox.ActionSeen, ids, false)
 		return err
 	})
 }
@@ -429,7 +431,7 @@ func (a *API) v1MarkAllSeen(w http.ResponseWriter, r *http.Request) error {
 		return errs.Err()
 	}
 	return a.v1MarkSeen(w, r, body.User, func(memberID string) error {
-		_, err := a.Inbox.MarkAllInbox(r.Context(), memberID, storage.ActionSeen, v1Type(body.Type))
+		_, err := a.Inbox.MarkAllInbox(r.Context(), memberID, inbox.ActionSeen, v1Type(body.Type))
 		return err
 	})
 }
@@ -454,7 +456,7 @@ func (a *API) v1MarkSeen(w http.ResponseWriter, r *http.Request, user string, ma
 
 // v1UnseenCount counts the member's unseen messages.
 func (a *API) v1UnseenCount(r *http.Request, memberID string) (int, error) {
-	n, _, err := a.Inbox.ListInbox(r.Context(), storage.InboxQuery{MemberID: memberID, Sort: storage.SortTimestamp,
+	n, _, err := a.Inbox.ListInbox(r.Context(), inbox.Query{MemberID: memberID, Sort: inbox.SortTimestamp,
 		CountOnly: true})
 	if err != nil {
 		return 0, fmt.Errorf("counting unseen messages: %w", err)
@@ -478,7 +480,7 @@ func (a *API) v1Delete(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if ok {
-		if _, err := a.Inbox.MarkInbox(r.Context(), m.ID, storage.ActionDelete, ids, false); err != nil {
+		if _, err := a.Inbox.MarkInbox(r.Context(), m.ID, inbox.ActionDelete, ids, false); err != nil {
 			return fmt.Errorf("deleting messages: %w", err)
 		}
 	}
@@ -500,9 +502,9 @@ func (a *API) v1DeleteAll(w http.ResponseWriter, r *http.Request) error {
 	}
 	left := 0
 	if ok {
-		var q storage.InboxQuery
+		var q inbox.Query
 		p.applyFilter(&q) // "new" deletes every type, as the agent's get-filter drops it
-		if _, err := a.Inbox.MarkAllInbox(r.Context(), m.ID, storage.ActionDelete, q.Type); err != nil {
+		if _, err := a.Inbox.MarkAllInbox(r.Context(), m.ID, inbox.ActionDelete, q.Type); err != nil {
 			return fmt.Errorf("deleting messages: %w", err)
 		}
 		if left, err = a.v1UnseenCount(r, m.ID); err != nil {

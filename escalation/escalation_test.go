@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockstream/lockstream/escalation"
+	"github.com/lockstream/lockstream/inbox"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -20,10 +22,10 @@ func TestRoundEscalatesEachEpisodeOnce(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, "door1", "door2")
 	c := f.client(t, "door1", "door2")
-	alice := f.member(t, c.ID, "alice", nil)                                            // leaves it unseen
-	bob := f.member(t, c.ID, "bob", nil)                                                // sees it in time
-	f.member(t, c.ID, "carol", func(m *storage.Member) { m.Preferences.Email = "off" }) // email off
-	dave := f.member(t, c.ID, "dave", func(m *storage.Member) { m.Preferences.Push = false; m.PushTargets = nil })
+	alice := f.member(t, c.ID, "alice", nil)                                             // leaves it unseen
+	bob := f.member(t, c.ID, "bob", nil)                                                 // sees it in time
+	f.member(t, c.ID, "carol", func(m *registry.Member) { m.Preferences.Email = "off" }) // email off
+	dave := f.member(t, c.ID, "dave", func(m *registry.Member) { m.Preferences.Push = false; m.PushTargets = nil })
 	now := time.Now()
 	e := f.escalator(t, &now)
 
@@ -31,7 +33,7 @@ func TestRoundEscalatesEachEpisodeOnce(t *testing.T) {
 	if res := f.round(t, e); res.Episodes != 0 {
 		t.Fatalf("nothing is due yet, the round handled %+v", res)
 	}
-	f.markAll(t, bob.ID, storage.ActionSeen)
+	f.markAll(t, bob.ID, inbox.ActionSeen)
 
 	// After the push wait: one push per member with a device and push on.
 	now = time.Now().Add(3 * time.Minute)
@@ -39,7 +41,7 @@ func TestRoundEscalatesEachEpisodeOnce(t *testing.T) {
 		t.Fatalf("after the push wait: %+v, want 2 pushes (alice, carol) and no email", res)
 	}
 	f.flip(t, "state_changed", 0, "door1") // joins the episodes (bob's ended: a new one he sees in time too)
-	f.markAll(t, bob.ID, storage.ActionSeen)
+	f.markAll(t, bob.ID, inbox.ActionSeen)
 
 	// After the email wait: one email each for alice and dave; carol has it off.
 	now = time.Now().Add(16 * time.Minute)
@@ -78,9 +80,9 @@ func TestRoundEscalatesEachEpisodeOnce(t *testing.T) {
 	}
 
 	// Alice sees everything: the next flip opens a new episode and a new email.
-	f.markAll(t, alice.ID, storage.ActionSeen)
+	f.markAll(t, alice.ID, inbox.ActionSeen)
 	f.flip(t, "state_changed", 1, "door1")
-	f.markAll(t, bob.ID, storage.ActionSeen)
+	f.markAll(t, bob.ID, inbox.ActionSeen)
 	now = time.Now().Add(16 * time.Minute)
 	// Alice's new episode; dave's is still the old one (handled), bob saw it.
 	if res := f.round(t, e); res.Emails != 1 {
@@ -110,9 +112,9 @@ func TestRoundSkipsSelfUnseenAndLostAccess(t *testing.T) {
 	e := f.escalator(t, &now)
 
 	f.flip(t, "state_changed", 1, "door1", "door2")
-	f.markAll(t, erin.ID, storage.ActionSeen)
-	f.markAll(t, erin.ID, storage.ActionUnseen)
-	if err := f.pg.UnlinkSensor(f.ctx, c2.ID, "door2"); err != nil {
+	f.markAll(t, erin.ID, inbox.ActionSeen)
+	f.markAll(t, erin.ID, inbox.ActionUnseen)
+	if err := registry.New(f.pg).UnlinkSensor(f.ctx, c2.ID, "door2"); err != nil {
 		t.Fatal(err)
 	}
 	now = time.Now().Add(time.Hour)
@@ -154,15 +156,15 @@ func TestRoundDigestAtDigestTimes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hana := f.member(t, c.ID, "hana", func(m *storage.Member) {
+	hana := f.member(t, c.ID, "hana", func(m *registry.Member) {
 		m.Timezone, m.Preferences.Email, m.Preferences.DigestTimes = "Europe/Paris", "digest", []string{"09:00"}
 		m.PushTargets = nil
 	})
-	ivan := f.member(t, c.ID, "ivan", func(m *storage.Member) {
+	ivan := f.member(t, c.ID, "ivan", func(m *registry.Member) {
 		m.Preferences.Email, m.Preferences.DigestTimes = "digest", []string{"09:00"}
 		m.PushTargets = nil
 	})
-	f.markAll(t, ivan.ID, storage.ActionSeen)
+	f.markAll(t, ivan.ID, inbox.ActionSeen)
 	// The first 09:00 in Paris at least an hour ahead: no other 09:00 Paris
 	// falls between the message and the round just before it, whatever the
 	// hour the test runs at.
@@ -174,7 +176,7 @@ func TestRoundDigestAtDigestTimes(t *testing.T) {
 	now := nine.Add(-time.Minute)
 	e := f.escalator(t, &now)
 	f.flip(t, "state_changed", 1, "door1")
-	f.markAll(t, ivan.ID, storage.ActionSeen) // ivan has nothing unseen
+	f.markAll(t, ivan.ID, inbox.ActionSeen) // ivan has nothing unseen
 
 	if res := f.round(t, e); res.Digests != 0 {
 		t.Fatalf("before 09:00 Paris: %+v", res)
@@ -251,14 +253,14 @@ func TestRoundBackfillAndFreeForm(t *testing.T) {
 	c := f.client(t, "door1")
 	f.flip(t, "state_changed", 1, "door1")
 	hash := [32]byte{1}
-	late, n, err := f.pg.CreateMember(f.ctx, storage.Member{ClientID: c.ID, Name: "late", Email: "late@example.com",
-		Timezone: "UTC", Preferences: storage.DefaultMemberPreferences()}, hash[:],
-		storage.Backfill{Window: time.Hour, Max: 20})
+	late, n, err := registry.New(f.pg).CreateMember(f.ctx, registry.Member{ClientID: c.ID, Name: "late", Email: "late@example.com",
+		Timezone: "UTC", Preferences: registry.DefaultMemberPreferences()}, hash[:],
+		registry.Backfill{Window: time.Hour, Max: 20})
 	if err != nil || n != 1 {
 		t.Fatalf("backfill: %d messages, %v", n, err)
 	}
 	for _, typ := range []string{"invoice", "invoice", "news"} {
-		if _, err := f.pg.RecordNotification(f.ctx, storage.FreeFormNotification{MemberID: late.ID, Type: typ,
+		if _, err := inbox.NewPostgresStore(f.pg).RecordNotification(f.ctx, inbox.FreeFormNotification{MemberID: late.ID, Type: typ,
 			Subject: "about " + typ}); err != nil {
 			t.Fatal(err)
 		}
@@ -279,8 +281,8 @@ func TestRoundBackfillAndFreeForm(t *testing.T) {
 	// Newest first: news, the two invoices, then door1's backfilled flip.
 	me := emails[ds[0].ID]
 	if len(me.Messages) != 4 || me.Messages[0].Type != "news" || me.Messages[1].Subject != "about invoice" ||
-		me.Messages[2].Subject != "about invoice" || me.Messages[1].Cause != storage.CauseEvent ||
-		me.Messages[3].SensorID != "door1" || me.Messages[3].Cause != storage.CauseNewMember {
+		me.Messages[2].Subject != "about invoice" || me.Messages[1].Cause != inbox.CauseEvent ||
+		me.Messages[3].SensorID != "door1" || me.Messages[3].Cause != inbox.CauseNewMember {
 		t.Fatalf("the email lists %+v", me.Messages)
 	}
 }
@@ -296,7 +298,7 @@ func TestRoundDeliveriesSayWhatToSend(t *testing.T) {
 	c := f.client(t, "door1")
 	hana := f.member(t, c.ID, "hana", nil)
 	f.flip(t, "state_changed", 1, "door1")
-	if _, err := f.pg.RecordNotification(f.ctx, storage.FreeFormNotification{MemberID: hana.ID, Type: "invoice",
+	if _, err := inbox.NewPostgresStore(f.pg).RecordNotification(f.ctx, inbox.FreeFormNotification{MemberID: hana.ID, Type: "invoice",
 		Subject: "about invoice"}); err != nil {
 		t.Fatal(err)
 	}
@@ -346,8 +348,8 @@ func TestRoundDeliveriesSayWhatToSend(t *testing.T) {
 	}
 	said := map[string]bool{}
 	for _, r := range reqs {
-		if r.Platform != storage.PlatformIOS || r.PushKey != "dev-hana" || r.MessagePrototypeKey != storage.UnseenPushPrototype {
-			t.Fatalf("push request %+v, want hana's device and %s", r, storage.UnseenPushPrototype)
+		if r.Platform != storage.PlatformIOS || r.PushKey != "dev-hana" || r.MessagePrototypeKey != escalation.UnseenPushPrototype {
+			t.Fatalf("push request %+v, want hana's device and %s", r, escalation.UnseenPushPrototype)
 		}
 		said[r.Message] = true
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -273,6 +274,6 @@ WITH k AS MATERIALIZED (
 	           AS message,
 	       row_number() OVER (ORDER BY r.due_at, r.incident_id) AS ord
 	FROM rcpt r
-	` + storage.InboxWriteNotified + `
+	` + inbox.WriteNotified + `
 SELECT (SELECT count(*) FROM k), (SELECT count(*) FROM pick), (SELECT count(*) FROM ins), (SELECT count(*) FROM notified),
        EXISTS (SELECT 1 FROM sent)`

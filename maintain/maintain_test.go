@@ -9,7 +9,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/maintain"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -37,14 +39,14 @@ func TestMaintainWalksThroughMonths(t *testing.T) {
 	t.Parallel()
 	stores := storagetest.New(t)
 	pg, ctx := stores.Postgres, context.Background()
-	if _, err := pg.CreateSensor(ctx, storage.Sensor{ID: "s1", Address: "1 Street"}); err != nil {
+	if _, err := registry.New(pg).CreateSensor(ctx, registry.Sensor{ID: "s1", Address: "1 Street"}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := pg.CreateClient(ctx, storage.Client{Name: "c"})
+	c, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "c"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pg.LinkSensor(ctx, c.ID, "s1"); err != nil {
+	if err := registry.New(pg).LinkSensor(ctx, c.ID, "s1"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -174,12 +176,12 @@ func TestMaintainExpiresNotificationKeys(t *testing.T) {
 	t.Parallel()
 	stores := storagetest.New(t)
 	pg, ctx := stores.Postgres, context.Background()
-	c, err := pg.CreateClient(ctx, storage.Client{Name: "c"})
+	c, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "c"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := storage.FreeFormNotification{ClientID: c.ID, Type: "billing", Subject: "invoice", Key: "amqp-id:inv-1"}
-	if r, err := pg.RecordNotification(ctx, n); err != nil || r.Duplicate {
+	n := inbox.FreeFormNotification{ClientID: c.ID, Type: "billing", Subject: "invoice", Key: "amqp-id:inv-1"}
+	if r, err := inbox.NewPostgresStore(pg).RecordNotification(ctx, n); err != nil || r.Duplicate {
 		t.Fatalf("recording: %+v, %v", r, err)
 	}
 	now := time.Now() // the keys' time is Postgres's: this machine's clock
@@ -204,7 +206,7 @@ func TestMaintainExpiresNotificationKeys(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := pg.RecordNotification(ctx, n)
+		r, err := inbox.NewPostgresStore(pg).RecordNotification(ctx, n)
 		if err != nil || rep.KeysDeleted != step.deleted || r.Duplicate != step.duplicate {
 			t.Errorf("%v on: deleted %d keys, a copy recorded %+v (%v); want %d deleted, duplicate %v",
 				step.after, rep.KeysDeleted, r, err, step.deleted, step.duplicate)

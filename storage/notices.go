@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/lockstream/lockstream/inbox"
 )
 
 // Operational notices (docs/DESIGN.md "Operational notices"): the health of a
@@ -169,7 +170,7 @@ func (p *Postgres) PublishEndpointNotices(ctx context.Context, limit int) (int, 
 		if len(created) == 0 {
 			return nil
 		}
-		var added []addedMessage
+		var added []inbox.Added
 		b := &pgx.Batch{}
 		queueClientLocks(b, created)
 		queueNoticeMessages(b, inputs, created, details, &added)
@@ -177,7 +178,7 @@ func (p *Postgres) PublishEndpointNotices(ctx context.Context, limit int) (int, 
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
-		return notifyInbox(ctx, tx, added)
+		return inbox.Notify(ctx, tx, added)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("publishing endpoint notices: %w", err)
@@ -212,7 +213,7 @@ const publishNoticesSQL = `
 // queueNoticeMessages queues the statement that puts each new notice in the
 // inbox of every member of its client whose routing lets its severity through: severity as event.SeverityOf grades the
 // notice, no sensor, the notice's detail as the subject.
-func queueNoticeMessages(b *pgx.Batch, events []NotificationInput, created []newNotification, details []string, added *[]addedMessage) {
+func queueNoticeMessages(b *pgx.Batch, events []NotificationInput, created []newNotification, details []string, added *[]inbox.Added) {
 	ids := make([]string, len(created))
 	clients := make([]string, len(created))
 	types := make([]string, len(created))
@@ -229,13 +230,13 @@ func queueNoticeMessages(b *pgx.Batch, events []NotificationInput, created []new
 		), t AS (
 			SELECT m.id AS member_id, nn.client_id, nn.notification_id, nn.type, NULL::text AS sensor_id,
 			       NULL::int2 AS data, NULL::int2 AS previous, nn.event_at,
-			       `+fmt.Sprintf(eventSeverity, "nn")+` AS severity, 'event' AS cause,
+			       `+fmt.Sprintf(inbox.EventSeverity, "nn")+` AS severity, 'event' AS cause,
 			       nn.subject, NULL::jsonb AS message, nn.ord
 			FROM nn JOIN members m ON m.client_id = nn.client_id
-			WHERE `+MemberRoutes("m", "NULL", "NULL", fmt.Sprintf(eventSeverity, "nn"))+`
-		`+inboxWriteRows, func(rows pgx.Rows) error {
+			WHERE `+MemberRoutes("m", "NULL", "NULL", fmt.Sprintf(inbox.EventSeverity, "nn"))+`
+		`+inbox.WriteRows, func(rows pgx.Rows) error {
 		var err error
-		*added, err = collectAdded(rows)
+		*added, err = inbox.CollectAdded(rows)
 		return err
 	}, ids, clients, types, times, details, ords)
 }

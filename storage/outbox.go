@@ -10,6 +10,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/lockstream/lockstream/domain"
+	"github.com/lockstream/lockstream/escalation"
+	"github.com/lockstream/lockstream/inbox"
+	"github.com/lockstream/lockstream/registry/secretbox"
+	"github.com/lockstream/lockstream/storage/pgutil"
 )
 
 // Channel is the way a delivery reaches its client.
@@ -319,7 +324,7 @@ func (p *Postgres) writeFanout(ctx context.Context, fb fanoutBatch, created *Not
 	if err := br.Close(); err != nil {
 		return fmt.Errorf("inserting notifications: %w", err)
 	}
-	var added []addedMessage
+	var added []inbox.Added
 	then := &pgx.Batch{}
 	queueClientLocks(then, r.newNotifs)
 	queueSiteAnnotations(then, fb.unique)
@@ -333,7 +338,7 @@ func (p *Postgres) writeFanout(ctx context.Context, fb fanoutBatch, created *Not
 		}
 	}
 	created.InboxMessages = len(added)
-	if err := notifyInbox(ctx, tx, added); err != nil {
+	if err := inbox.Notify(ctx, tx, added); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)
@@ -757,7 +762,7 @@ func (p *Postgres) RetryDelivery(ctx context.Context, id string) (Delivery, erro
 	var prior DeliveryState
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT state FROM deliveries WHERE id = $1 FOR UPDATE`, id).Scan(&prior); err != nil {
-			return mapError(err)
+			return pgutil.MapError(err)
 		}
 		if prior != DeliveryFailed && prior != DeliveryGivenUp {
 			return fmt.Errorf("%w: the delivery is %s; only FAILED and GIVEN_UP ones are retried", ErrConflict, prior)
@@ -782,7 +787,7 @@ func (p *Postgres) GetDelivery(ctx context.Context, id string) (Delivery, error)
 	d, err := scanDelivery(p.pool.QueryRow(ctx, `SELECT `+deliveryColumns+`
 		FROM deliveries d LEFT JOIN notifications n ON n.id = d.notification_id AND n.event_at = d.event_at WHERE d.id = $1`, id))
 	if err != nil {
-		return Delivery{}, fmt.Errorf("getting delivery %s: %w", id, mapError(err))
+		return Delivery{}, fmt.Errorf("getting delivery %s: %w", id, pgutil.MapError(err))
 	}
 	return d, nil
 }
@@ -800,7 +805,7 @@ type DeliveryFilter struct {
 // creation order (ids are time-ordered), after page.After. It returns ErrNotFound
 // when the client does not exist.
 func (p *Postgres) ListClientDeliveries(ctx context.Context, clientID string, f DeliveryFilter, page Page) ([]Delivery, error) {
-	if _, err := p.GetClient(ctx, clientID); err != nil {
+	if err := p.requireClient(ctx, clientID); err != nil {
 		return nil, err
 	}
 	after := page.After
@@ -851,9 +856,9 @@ type DeliveryTarget struct {
 	// the member's quiet hours and MemberTimezone its zone; nil when it has
 	// none. QuietCritical reports that the delivery is about a critical
 	// message the member has not seen (a sensor's; any for a digest; for an
-	// escalation round's email or push, one after the round's cursor): it goes
-	// at once, quiet hours or not.
-	Quiet          *QuietHours
+	// escalation round's email or push, one of the episodes it escalates): it
+	// goes at once, quiet hours or not.
+	Quiet          *domain.QuietHours
 	MemberTimezone string
 	QuietCritical  bool
 }
@@ -893,17 +898,19 @@ func (p *Postgres) deliveryTargets(ctx context.Context, ids []string, ats []*tim
 		       q.id IS NOT NULL AND CASE
 		           WHEN d.sensor_id IS NOT NULL THEN EXISTS (
 		               SELECT 1 FROM inbox_messages x
-		               WHERE x.member_id = q.id AND `+episodeKeyX+` = d.sensor_id AND `+episodeUnseen+`
+		               WHERE x.member_id = q.id AND `+escalation.EpisodeKey+` = d.sensor_id AND `+escalation.EpisodeUnseen+`
 		                 AND x.severity = 'critical')
 		           WHEN d.event_type = 'digest' THEN EXISTS (
 		               SELECT 1 FROM inbox_messages x
-		               WHERE x.member_id = q.id AND `+episodeUnseen+` AND x.severity = 'critical')
+		               WHERE x.member_id = q.id AND `+escalation.EpisodeUnseen+` AND x.severity = 'critical')
 		           -- An escalation round's email or push (about no one sensor):
-		           -- the episodes it escalates begin after its from_seq.
+		           -- the episodes it escalates, first_seq in (from_seq, to_seq].
 		           WHEN d.event_type = 'unseen' THEN EXISTS (
 		               SELECT 1 FROM member_emails me
-		               JOIN inbox_messages x ON x.member_id = q.id AND x.seq > me.from_seq
-		               WHERE me.delivery_id = d.id AND me.event_at = d.event_at AND `+episodeUnseen+`
+		               JOIN escalation_episodes e ON e.member_id = q.id AND e.first_seq > me.from_seq
+		                    AND e.first_seq <= me.to_seq AND e.critical_at IS NOT NULL
+		               JOIN inbox_messages x ON x.member_id = q.id AND `+escalation.EpisodeKey+` = e.key AND x.seq >= e.first_seq
+		               WHERE me.delivery_id = d.id AND me.event_at = d.event_at AND `+escalation.EpisodeUnseen+`
 		                 AND x.severity = 'critical')
 		           ELSE false END
 		FROM unnest($1::uuid[], $2::timestamptz[]) AS k (id, at)
@@ -938,7 +945,7 @@ func (p *Postgres) deliveryTargets(ctx context.Context, ids []string, ats []*tim
 			t        DeliveryTarget
 			clientID string
 			until    *time.Time
-			quiet    QuietHours
+			quiet    domain.QuietHours
 		)
 		if err := rows.Scan(&t.DeliveryID, &clientID, &t.Owned, &t.ClientExists, &t.WebhookURL, &t.Secret, &t.PreviousSecret,
 			&until, &t.Email, &t.PushTargetExists, &t.SensorAddress, &t.RateLimit, &t.EndpointDisabled,
@@ -968,13 +975,13 @@ func (p *Postgres) openSecrets(clientID string, t *DeliveryTarget) error {
 		return nil
 	}
 	if p.secrets == nil {
-		return errNoSecretBox
+		return secretbox.ErrNoBox
 	}
 	var err error
-	if t.Secret, err = p.secrets.open(clientID, t.Secret); err != nil {
+	if t.Secret, err = p.secrets.Open(clientID, t.Secret); err != nil {
 		return err
 	}
-	t.PreviousSecret, err = p.secrets.open(clientID, t.PreviousSecret)
+	t.PreviousSecret, err = p.secrets.Open(clientID, t.PreviousSecret)
 	return err
 }
 

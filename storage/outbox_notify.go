@@ -2,11 +2,11 @@ package storage
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/lockstream/lockstream/storage/pgutil"
 )
 
 // OutboxChannel is the Postgres notification channel on which a transaction
@@ -17,20 +17,8 @@ import (
 // transaction into one.
 const OutboxChannel = "lockstream_outbox"
 
-// notifyOutbox queues, in tx, the notification of new due deliveries on the
-// given channels; nothing when there are none.
-func notifyOutbox(ctx context.Context, tx pgx.Tx, created map[Channel]int) error {
-	payload := outboxPayload(created)
-	if payload == "" {
-		return nil
-	}
-	if _, err := tx.Exec(ctx, outboxNotifySQL, payload); err != nil {
-		return fmt.Errorf("notifying the outbox: %w", err)
-	}
-	return nil
-}
-
-// queueOutboxNotify is notifyOutbox for a batch of the transaction.
+// queueOutboxNotify queues, in a batch of the transaction, the notification
+// of new due deliveries on the given channels; nothing when there are none.
 func queueOutboxNotify(b *pgx.Batch, created map[Channel]int) {
 	if payload := outboxPayload(created); payload != "" {
 		queueExec(b, "notifying the outbox", outboxNotifySQL, payload)
@@ -59,7 +47,7 @@ func outboxPayload(created map[Channel]int) string {
 // place: deliveries created while nobody listened are found by the caller's
 // next look.
 func (p *Postgres) ListenOutbox(ctx context.Context, ready func(), notice func([]Channel)) error {
-	return p.listen(ctx, OutboxChannel, "new deliveries", ready, func(payload string) {
+	return pgutil.Listen(ctx, p.pool, OutboxChannel, "new deliveries", ready, func(payload string) {
 		var channels []Channel
 		for name := range strings.SplitSeq(payload, ",") {
 			if name != "" {
@@ -68,33 +56,4 @@ func (p *Postgres) ListenOutbox(ctx context.Context, ready func(), notice func([
 		}
 		notice(channels)
 	})
-}
-
-// listen listens on the Postgres notification channel on a connection of its
-// own (taken out of the pool: a listening connection must never serve queries
-// again) and calls payload with every notification's payload, in order, until
-// ctx ends (it then returns nil) or the connection fails (it returns the
-// error, naming what it waited for). ready is called once the LISTEN is in
-// place.
-func (p *Postgres) listen(ctx context.Context, channel, what string, ready func(), payload func(string)) error {
-	pooled, err := p.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("listening for %s: %w", what, err)
-	}
-	conn := pooled.Hijack()
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, `LISTEN `+channel); err != nil {
-		return fmt.Errorf("listening for %s: %w", what, err)
-	}
-	ready()
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
-		}
-		payload(n.Payload)
-	}
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/lockstream/lockstream/escalation"
+	"github.com/lockstream/lockstream/storage/pgutil"
 )
 
 // PushRequest is what a standalone push (POST /push, POST /v1/pushes) asks for:
@@ -102,7 +104,7 @@ func (p *Postgres) CreatePush(ctx context.Context, req PushRequest) (Push, error
 		string(req.Platform), req.MessagePrototypeKey, req.PushKey, req.Message, req.CronExpression,
 	).Scan(&push.ID, &push.CreatedAt, &push.UpdatedAt)
 	if err != nil {
-		return Push{}, fmt.Errorf("creating push: %w", mapError(err))
+		return Push{}, fmt.Errorf("creating push: %w", pgutil.MapError(err))
 	}
 	return push, nil
 }
@@ -144,7 +146,7 @@ func (p *Postgres) GetPush(ctx context.Context, id string) (Push, error) {
 		LEFT JOIN notifications n ON n.id = d.notification_id AND n.event_at = d.event_at
 		WHERE d.id = $1`, id))
 	if err != nil {
-		return Push{}, fmt.Errorf("getting push %s: %w", id, mapError(err))
+		return Push{}, fmt.Errorf("getting push %s: %w", id, pgutil.MapError(err))
 	}
 	return push, nil
 }
@@ -155,14 +157,14 @@ func (p *Postgres) GetPush(ctx context.Context, id string) (Push, error) {
 // are missing from the map.
 func (p *Postgres) PushRequests(ctx context.Context, deliveryIDs []string) (map[string]PushRequest, error) {
 	out := make(map[string]PushRequest, len(deliveryIDs))
-	ids := validUUIDs(deliveryIDs)
+	ids := pgutil.ValidUUIDs(deliveryIDs)
 	if len(ids) == 0 {
 		return out, nil
 	}
 	rows, err := p.pool.Query(ctx, `
 		SELECT p.delivery_id::text, `+pushColumns+`
 		FROM pushes p WHERE p.delivery_id = ANY ($1::uuid[])
-		UNION ALL`+escalationPushRequests, ids, UnseenPushPrototype)
+		UNION ALL`+escalation.PushRequests, ids, escalation.UnseenPushPrototype)
 	if err != nil {
 		return nil, fmt.Errorf("reading push requests: %w", err)
 	}

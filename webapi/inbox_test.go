@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/webapi"
@@ -36,8 +37,8 @@ func newInboxAPI(t *testing.T, cfg webapi.InboxConfig) *testAPI {
 	stores := storagetest.New(t)
 	reg := prometheus.NewRegistry()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	server, err := webapi.New(webapi.Config{AdminToken: testToken}, stores.Postgres, nil, reg, reg, logger,
-		webapi.WithInbox(stores.Postgres, stores.Postgres, stores.Redis, cfg))
+	server, err := webapi.New(webapi.Config{AdminToken: testToken}, stores.Registry, nil, reg, reg, logger,
+		webapi.WithInbox(stores.Registry, inbox.NewPostgresStore(stores.Postgres), stores.Redis, cfg))
 	if err != nil {
 		t.Fatalf("webapi.New: %v", err)
 	}
@@ -680,7 +681,7 @@ func TestStreamSlowReaderIsCutOffOthersUnaffected(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for i := range n {
-			if _, err := a.stores.Postgres.RecordNotification(context.Background(), storage.FreeFormNotification{
+			if _, err := inbox.NewPostgresStore(a.stores.Postgres).RecordNotification(context.Background(), inbox.FreeFormNotification{
 				ClientID: c.ID, Type: "bulk", Subject: fmt.Sprint("m", i), Message: json.RawMessage(`"` + big + `"`)}); err != nil {
 				t.Error(err)
 				return
@@ -734,8 +735,8 @@ func TestStreamOverHTTP2(t *testing.T) {
 	t.Parallel()
 	stores := storagetest.New(t)
 	reg := prometheus.NewRegistry()
-	server, err := webapi.New(webapi.Config{AdminToken: testToken}, stores.Postgres, nil, reg, reg,
-		slog.New(slog.DiscardHandler), webapi.WithInbox(stores.Postgres, stores.Postgres, stores.Redis,
+	server, err := webapi.New(webapi.Config{AdminToken: testToken}, stores.Registry, nil, reg, reg,
+		slog.New(slog.DiscardHandler), webapi.WithInbox(stores.Registry, inbox.NewPostgresStore(stores.Postgres), stores.Redis,
 			webapi.InboxConfig{StreamPing: 50 * time.Millisecond}))
 	if err != nil {
 		t.Fatal(err)
@@ -767,7 +768,7 @@ func TestStreamOverHTTP2(t *testing.T) {
 	if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("stream over %s: %s %q", resp.Proto, resp.Status, resp.Header.Get("Content-Type"))
 	}
-	if _, err := stores.Postgres.RecordNotification(context.Background(), storage.FreeFormNotification{
+	if _, err := inbox.NewPostgresStore(stores.Postgres).RecordNotification(context.Background(), inbox.FreeFormNotification{
 		MemberID: m["id"].(string), Type: "note", Subject: "over h2"}); err != nil {
 		t.Fatal(err)
 	}

@@ -14,22 +14,23 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/internal/httpapi"
 	"github.com/lockstream/lockstream/storage"
 )
 
-// InboxStore is the part of storage.Postgres the inbox, free-form notification
+// InboxStore is the part of inbox.PostgresStore the inbox, free-form notification
 // and stream routes use.
 type InboxStore interface {
-	ListInbox(ctx context.Context, q storage.InboxQuery) (int, []storage.InboxMessage, error)
-	GetInboxMessage(ctx context.Context, memberID, id string) (storage.InboxMessage, error)
-	MarkInbox(ctx context.Context, memberID string, action storage.InboxAction, ids []string, all bool) (int, error)
-	MarkAllInbox(ctx context.Context, memberID string, action storage.InboxAction, typ string) (int, error)
-	RecordNotification(ctx context.Context, n storage.FreeFormNotification) (storage.RecordedNotification, error)
-	GetInboxState(ctx context.Context, memberID string) (storage.InboxState, error)
+	ListInbox(ctx context.Context, q inbox.Query) (int, []inbox.Message, error)
+	GetInboxMessage(ctx context.Context, memberID, id string) (inbox.Message, error)
+	MarkInbox(ctx context.Context, memberID string, action inbox.Action, ids []string, all bool) (int, error)
+	MarkAllInbox(ctx context.Context, memberID string, action inbox.Action, typ string) (int, error)
+	RecordNotification(ctx context.Context, n inbox.FreeFormNotification) (inbox.RecordedNotification, error)
+	GetInboxState(ctx context.Context, memberID string) (inbox.State, error)
 	AckInbox(ctx context.Context, memberID string, seq int64) error
-	InboxAfter(ctx context.Context, cursors []storage.InboxCursor) ([][]storage.InboxMessage, error)
-	ListenInbox(ctx context.Context, ready func(), notice func(storage.InboxNews)) error
+	InboxAfter(ctx context.Context, cursors []inbox.Cursor) ([][]inbox.Message, error)
+	ListenInbox(ctx context.Context, ready func(), notice func(inbox.News)) error
 }
 
 // sensorRef is a message's sensor.
@@ -53,12 +54,20 @@ type messageBody struct {
 	Cause    string          `json:"cause"`
 	Subject  string          `json:"subject"`
 	Message  json.RawMessage `json:"message"`
+	// LostSince and SilentSeconds: a connection_restored's outage.
+	LostSince     *time.Time `json:"lost_since,omitempty"`
+	SilentSeconds *int64     `json:"silent_seconds,omitempty"`
 }
 
-func renderMessage(m storage.InboxMessage) messageBody {
+func renderMessage(m inbox.Message) messageBody {
 	body := messageBody{
 		ID: m.ID, Seq: m.Seq, Type: m.Type, Data: m.Data, Previous: m.Previous, At: m.At.UTC(),
-		Severity: m.Severity, Seen: m.SeenAt != nil, Cause: m.Cause, Subject: m.Subject, Message: m.Message,
+		Severity: m.Severity, Seen: m.SeenAt != nil, Cause: m.Cause,
+	}
+	body.Subject, body.Message = m.Describe()
+	if lostSince, silent, ok := m.Outage(); ok {
+		at := lostSince.UTC()
+		body.LostSince, body.SilentSeconds = &at, &silent
 	}
 	if m.SeenAt != nil {
 		at := m.SeenAt.UTC()
@@ -66,83 +75,8 @@ func renderMessage(m storage.InboxMessage) messageBody {
 	}
 	if m.SensorID != "" {
 		body.Sensor = &sensorRef{ID: m.SensorID, Address: m.SensorAddress}
-		body.Subject, body.Message = describeSensorMessage(m)
-	}
-	if body.Message == nil {
-		body.Message = json.RawMessage("null")
 	}
 	return body
-}
-
-// describeMessage is how m reads to a person, as renderMessage shows it.
-func describeMessage(m storage.InboxMessage) (string, json.RawMessage) {
-	body := renderMessage(m)
-	return body.Subject, body.Message
-}
-
-// describeSensorMessage writes the subject and text of a sensor event's message,
-// as a person reads them. data 1 is locked, 0 unlocked.
-func describeSensorMessage(m storage.InboxMessage) (string, json.RawMessage) {
-	where := m.SensorID
-	if m.SensorAddress != "" {
-		where = fmt.Sprintf("%s (%s)", m.SensorAddress, m.SensorID)
-	}
-	state := func(v *int) string {
-		switch {
-		case v == nil:
-			return "unknown"
-		case *v == 1:
-			return "locked"
-		default:
-			return "unlocked"
-		}
-	}
-	var subject, text string
-	switch m.Type {
-	case "state_changed":
-		subject = fmt.Sprintf("%s %s", m.SensorID, state(m.Data))
-		text = fmt.Sprintf("The lock at %s was %s.", where, state(m.Data))
-	case "connection_lost":
-		subject = fmt.Sprintf("%s lost its connection", m.SensorID)
-		text = fmt.Sprintf("The lock at %s stopped reporting; it was last %s.", where, state(m.Data))
-	case "connection_restored":
-		subject = fmt.Sprintf("%s is back online", m.SensorID)
-		text = fmt.Sprintf("The lock at %s reports again.", where)
-	case "site_outage":
-		site := siteName(m)
-		subject = fmt.Sprintf("%s is out", site)
-		text = fmt.Sprintf("Several locks of %s lost their connection at once, among them the lock at %s.", site, where)
-	case "site_restored":
-		site := siteName(m)
-		subject = fmt.Sprintf("%s is back", site)
-		text = fmt.Sprintf("Most locks of %s report again, among them the lock at %s.", site, where)
-	case "sensor_unstable":
-		subject = fmt.Sprintf("%s is unstable", m.SensorID)
-		text = fmt.Sprintf("The lock at %s changes too often; its changes are held until it settles.", where)
-	case "sensor_stable":
-		subject = fmt.Sprintf("%s settled: %s", m.SensorID, state(m.Data))
-		text = fmt.Sprintf("The lock at %s settled; it is %s.", where, state(m.Data))
-	case "maintenance_ended":
-		subject = fmt.Sprintf("maintenance of %s ended", m.SensorID)
-		text = fmt.Sprintf("A maintenance window of the lock at %s (or its site) ended.", where)
-	case "sensor_open_too_long":
-		subject = fmt.Sprintf("%s unlocked too long", m.SensorID)
-		text = fmt.Sprintf("The lock at %s has been unlocked for longer than its alert allows.", where)
-	default:
-		subject = fmt.Sprintf("%s: %s", m.SensorID, m.Type)
-		text = fmt.Sprintf("%s at %s.", m.Type, where)
-	}
-	encoded, _ := json.Marshal(text) // a string always encodes
-	return subject, encoded
-}
-
-// siteName names the site of a site event's message: the inbox keeps the
-// event's first sensor, whose site is read with the message.
-func siteName(m storage.InboxMessage) string {
-	if m.SensorSite == "" {
-		return "the site of " + m.SensorID
-	}
-	return "site " + m.SensorSite
 }
 
 // messagesBody is the answer of GET /v1/messages; Messages is absent with
@@ -158,8 +92,8 @@ var messagesParameters = []string{"limit", "offset", "seen", "sort-field", "sort
 
 // parseMessagesQuery reads and validates GET /v1/messages's parameters, naming
 // the first bad one in a 400.
-func parseMessagesQuery(r *http.Request, memberID string) (storage.InboxQuery, error) {
-	q := storage.InboxQuery{MemberID: memberID, Sort: storage.SortTimestamp, Descending: true, Limit: maxLimit}
+func parseMessagesQuery(r *http.Request, memberID string) (inbox.Query, error) {
+	q := inbox.Query{MemberID: memberID, Sort: inbox.SortTimestamp, Descending: true, Limit: maxLimit}
 	values := r.URL.Query()
 	for name, v := range values {
 		if !slices.Contains(messagesParameters, name) {
@@ -192,8 +126,8 @@ func parseMessagesQuery(r *http.Request, memberID string) (storage.InboxQuery, e
 	}
 	switch raw := values.Get("sort-field"); raw {
 	case "":
-	case string(storage.SortTimestamp), string(storage.SortType), string(storage.SortSensor):
-		q.Sort = storage.InboxSort(raw)
+	case string(inbox.SortTimestamp), string(inbox.SortType), string(inbox.SortSensor):
+		q.Sort = inbox.Sort(raw)
 	default:
 		return q, httpapi.InvalidParameter("sort-field must be timestamp, type or sensor, got %q", raw)
 	}
@@ -205,7 +139,7 @@ func parseMessagesQuery(r *http.Request, memberID string) (storage.InboxQuery, e
 		return q, httpapi.InvalidParameter("sort-dir must be asc or desc, got %q", raw)
 	}
 	if raw, ok := values["message-type"]; ok {
-		if !storage.ValidMessageType(raw[0]) {
+		if !inbox.ValidMessageType(raw[0]) {
 			return q, httpapi.InvalidParameter("message-type must be a message type (1 to 64 letters, digits, '_' or '-'), got %q", raw[0])
 		}
 		q.Type = raw[0]
@@ -299,7 +233,7 @@ func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) error {
 
 // markMessage handles POST /v1/messages/{id}/seen and /unseen and DELETE
 // /v1/messages/{id}: 204, or 404 for a message the member does not have.
-func (s *Server) markMessage(action storage.InboxAction) apiHandler {
+func (s *Server) markMessage(action inbox.Action) apiHandler {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		if s.inbox == nil {
 			return membersDisabled()
@@ -329,7 +263,7 @@ const maxBulkIDs = 1000
 // markMessages handles POST /v1/messages/seen and /delete: the messages ids, or
 // every message of the member with all_notifications (ids are then ignored), in
 // one statement. Ids the member does not have are skipped.
-func (s *Server) markMessages(action storage.InboxAction) apiHandler {
+func (s *Server) markMessages(action inbox.Action) apiHandler {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		if s.inbox == nil {
 			return membersDisabled()
@@ -400,13 +334,13 @@ func (s *Server) createNotification(w http.ResponseWriter, r *http.Request) erro
 	if err := s.decodeJSON(w, r, &req); err != nil {
 		return err
 	}
-	return s.recordNotification(w, r, storage.FreeFormNotification{ClientID: req.ClientID, MemberID: req.MemberID,
+	return s.recordNotification(w, r, inbox.FreeFormNotification{ClientID: req.ClientID, MemberID: req.MemberID,
 		Type: req.Type, Subject: req.Subject, Message: req.Message, Email: req.Email})
 }
 
 // recordNotification checks n and records it into the inboxes it addresses,
 // answering 202 with what it made.
-func (s *Server) recordNotification(w http.ResponseWriter, r *http.Request, n storage.FreeFormNotification) error {
+func (s *Server) recordNotification(w http.ResponseWriter, r *http.Request, n inbox.FreeFormNotification) error {
 	recorded, err := s.storeNotification(r.Context(), n)
 	if err != nil {
 		return err
@@ -415,7 +349,7 @@ func (s *Server) recordNotification(w http.ResponseWriter, r *http.Request, n st
 }
 
 // storeNotification checks n and records it into the inboxes it addresses.
-func (s *Server) storeNotification(ctx context.Context, n storage.FreeFormNotification) (notificationRecorded, error) {
+func (s *Server) storeNotification(ctx context.Context, n inbox.FreeFormNotification) (notificationRecorded, error) {
 	var errs httpapi.FieldErrors
 	for _, fe := range n.Check() {
 		errs.Add(fe.Field, "%s", fe.Detail)

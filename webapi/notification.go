@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/internal/httpapi"
 	"github.com/lockstream/lockstream/storage"
 )
@@ -143,7 +144,7 @@ func (s *Server) postNotification(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	if s.notifications == nil {
-		recorded, err := s.storeNotification(r.Context(), storage.FreeFormNotification{ClientID: n.ClientID,
+		recorded, err := s.storeNotification(r.Context(), inbox.FreeFormNotification{ClientID: n.ClientID,
 			MemberID: n.MemberID, Type: n.Type, Subject: n.Subject, Message: n.Message, Email: n.Email})
 		switch {
 		case err != nil:

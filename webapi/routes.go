@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/lockstream/lockstream/cyverse"
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/inbox"
 )
 
 // routes declares every route of the API. To add one: write an apiHandler in the
@@ -133,7 +133,7 @@ func (s *Server) cyverseV1Routes(r chi.Router) {
 		r.Use(s.requireToken(bearerAuth{name: "admin or v1", setting: "LOCKSTREAM_ADMIN_TOKEN", realm: "lockstream",
 			disabled: "the admin API is disabled: the server has no admin token"}, s.cfg.AdminToken, s.cfg.V1Token))
 
-		v1 := &cyverse.API{Disabled: membersDisabled(), MaxBodyBytes: s.cfg.MaxBodyBytes, Describe: describeMessage}
+		v1 := &cyverse.API{Disabled: membersDisabled(), MaxBodyBytes: s.cfg.MaxBodyBytes, Describe: inbox.Message.Describe}
 		if s.members != nil && s.inbox != nil {
 			v1.Members, v1.Inbox = s.members, s.inbox
 		}
@@ -165,12 +165,12 @@ func (s *Server) inboxRoutes(r chi.Router) {
 		r.Use(s.requireMember(true))
 
 		r.Get("/v1/messages", s.handle(s.listMessages))
-		r.Post("/v1/messages/seen", s.handle(s.markMessages(storage.ActionSeen)))
-		r.Post("/v1/messages/delete", s.handle(s.markMessages(storage.ActionDelete)))
+		r.Post("/v1/messages/seen", s.handle(s.markMessages(inbox.ActionSeen)))
+		r.Post("/v1/messages/delete", s.handle(s.markMessages(inbox.ActionDelete)))
 		r.Get("/v1/messages/{id}", s.handle(s.getMessage))
-		r.Delete("/v1/messages/{id}", s.handle(s.markMessage(storage.ActionDelete)))
-		r.Post("/v1/messages/{id}/seen", s.handle(s.markMessage(storage.ActionSeen)))
-		r.Post("/v1/messages/{id}/unseen", s.handle(s.markMessage(storage.ActionUnseen)))
+		r.Delete("/v1/messages/{id}", s.handle(s.markMessage(inbox.ActionDelete)))
+		r.Post("/v1/messages/{id}/seen", s.handle(s.markMessage(inbox.ActionSeen)))
+		r.Post("/v1/messages/{id}/unseen", s.handle(s.markMessage(inbox.ActionUnseen)))
 		r.Post("/v1/stream/ack", s.handle(s.ackStream))
 	})
 

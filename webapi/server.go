@@ -20,7 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockstream/lockstream/domain"
-	"github.com/lockstream/lockstream/internal/streamhub"
+	"github.com/lockstream/lockstream/inbox"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -183,24 +184,24 @@ func (c Config) Validate() error {
 
 // Registry is the part of storage.Postgres the admin routes use.
 type Registry interface {
-	CreateSensor(ctx context.Context, s storage.Sensor) (storage.Sensor, error)
-	GetSensor(ctx context.Context, id string) (storage.Sensor, error)
-	ListSensors(ctx context.Context, page storage.Page) ([]storage.Sensor, error)
-	SensorsByID(ctx context.Context, ids []string) ([]storage.Sensor, error)
-	UpdateSensor(ctx context.Context, id string, u storage.SensorUpdate) (storage.Sensor, error)
+	CreateSensor(ctx context.Context, s registry.Sensor) (registry.Sensor, error)
+	GetSensor(ctx context.Context, id string) (registry.Sensor, error)
+	ListSensors(ctx context.Context, page storage.Page) ([]registry.Sensor, error)
+	SensorsByID(ctx context.Context, ids []string) ([]registry.Sensor, error)
+	UpdateSensor(ctx context.Context, id string, u registry.SensorUpdate) (registry.Sensor, error)
 	DeleteSensor(ctx context.Context, id string) error
 
-	CreateClient(ctx context.Context, c storage.Client) (storage.Client, error)
-	GetClient(ctx context.Context, id string) (storage.Client, error)
-	ListClients(ctx context.Context, page storage.Page) ([]storage.Client, error)
-	UpdateClient(ctx context.Context, id string, u storage.ClientUpdate) (storage.Client, error)
-	RotateClientSecret(ctx context.Context, id, secret string, keepPreviousUntil time.Time) (storage.Client, error)
+	CreateClient(ctx context.Context, c registry.Client) (registry.Client, error)
+	GetClient(ctx context.Context, id string) (registry.Client, error)
+	ListClients(ctx context.Context, page storage.Page) ([]registry.Client, error)
+	UpdateClient(ctx context.Context, id string, u registry.ClientUpdate) (registry.Client, error)
+	RotateClientSecret(ctx context.Context, id, secret string, keepPreviousUntil time.Time) (registry.Client, error)
 	DeleteClient(ctx context.Context, id string) error
 
 	LinkSensor(ctx context.Context, clientID, sensorID string) error
 	UnlinkSensor(ctx context.Context, clientID, sensorID string) error
-	ListClientSensors(ctx context.Context, clientID string, page storage.Page) ([]storage.Sensor, error)
-	ListSensorClients(ctx context.Context, sensorID string, page storage.Page) ([]storage.Client, error)
+	ListClientSensors(ctx context.Context, clientID string, page storage.Page) ([]registry.Sensor, error)
+	ListSensorClients(ctx context.Context, sensorID string, page storage.Page) ([]registry.Client, error)
 }
 
 // Pinger is a store GET /readyz checks.
@@ -352,7 +353,7 @@ type Server struct {
 	inbox         InboxStore
 	tickets       StreamTickets
 	inboxCfg      InboxConfig
-	hub           *streamhub.Hub
+	hub           *inbox.Hub
 	streamMetrics *streamMetrics
 }
 
@@ -416,12 +417,12 @@ func New(cfg Config, registry Registry, checks map[string]Pinger, reg prometheus
 	if err := s.inboxCfg.Validate(); err != nil {
 		return nil, err
 	}
-	hubMetrics, err := streamhub.NewHubMetrics(reg)
+	hubMetrics, err := inbox.NewHubMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("registering stream metrics: %w", err)
 	}
 	if s.inbox != nil {
-		s.hub = streamhub.NewHub(s.inbox, streamhub.HubConfig{Buffer: s.inboxCfg.StreamBuffer,
+		s.hub = inbox.NewHub(s.inbox, inbox.HubConfig{Buffer: s.inboxCfg.StreamBuffer,
 			FetchBatch: s.inboxCfg.StreamFetchBatch, WriteTimeout: s.inboxCfg.StreamWriteTimeout,
 			ListenRetry: s.inboxCfg.ListenRetry}, hubMetrics, logger.With("component", "stream-hub"))
 	}

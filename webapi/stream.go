@@ -15,8 +15,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/internal/httpapi"
-	"github.com/lockstream/lockstream/internal/streamhub"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -28,7 +29,7 @@ const (
 	DefaultStreamWriteTimeout = 10 * time.Second
 	DefaultStreamFetchBatch   = 500
 	DefaultStreamListenRetry  = time.Second
-	DefaultMemberTokenIdle    = storage.DefaultMemberTokenIdle
+	DefaultMemberTokenIdle    = registry.DefaultMemberTokenIdle
 	// NewMemberMaxMessages bounds the messages a new member is given.
 	NewMemberMaxMessages = 20
 	// StreamTicketTTL is how long a stream ticket opens a stream.
@@ -175,7 +176,7 @@ func (s *Server) ackStream(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	err := s.inbox.AckInbox(r.Context(), actingMember(r), *req.Seq)
-	if errors.Is(err, storage.ErrSeqAhead) {
+	if errors.Is(err, inbox.ErrSeqAhead) {
 		errs.Add("seq", "%d is beyond the newest message", *req.Seq)
 		return errs.Err()
 	}
@@ -270,7 +271,7 @@ const streamHeader = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCach
 // stream is served through the ResponseWriter instead. Either way the server's
 // read and write deadlines are lifted (a WriteTimeout must not end streams) and
 // each write gets StreamWriteTimeout instead.
-func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, member string, state storage.InboxState,
+func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, member string, state inbox.State,
 	pos int64, reset bool) error {
 	head := appendEvent(nil, "", "hello", helloBody{Epoch: state.Epoch, AckedSeq: state.AckedSeq, LastSeq: state.LastSeq})
 	if reset {
@@ -321,7 +322,7 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, member stri
 // pump writes what the hub queues for sub, and a ping every StreamPing, until
 // the hub drops the stream, done closes or a write fails (a write that times out
 // cuts a slow reader off). Each round goes out in one write.
-func (s *Server) pump(sub *streamhub.Subscriber, sink streamSink, member string, done <-chan struct{}) {
+func (s *Server) pump(sub *inbox.Subscriber, sink streamSink, member string, done <-chan struct{}) {
 	defer func() {
 		// Off the handler's goroutine a panic would end the process.
 		if v := recover(); v != nil {
@@ -359,7 +360,7 @@ func (s *Server) pump(sub *streamhub.Subscriber, sink streamSink, member string,
 }
 
 // appendMessage adds one message event to buf.
-func (s *Server) appendMessage(buf []byte, sub *streamhub.Subscriber, m *storage.InboxMessage) []byte {
+func (s *Server) appendMessage(buf []byte, sub *inbox.Subscriber, m *inbox.Message) []byte {
 	mode := "direct"
 	if sub.Replayed(m) {
 		mode = "replayed"

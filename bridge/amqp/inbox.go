@@ -10,6 +10,7 @@ import (
 	"fmt"
 
 	"github.com/lockstream/lockstream/bridge"
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -23,9 +24,9 @@ const (
 )
 
 // NotificationStore records a free-form notification into members' inboxes
-// (storage.Postgres).
+// (inbox.PostgresStore).
 type NotificationStore interface {
-	RecordNotification(ctx context.Context, n storage.FreeFormNotification) (storage.RecordedNotification, error)
+	RecordNotification(ctx context.Context, n inbox.FreeFormNotification) (inbox.RecordedNotification, error)
 }
 
 // InboxRecorder is the NotificationRecorder of a lockstream with members: it
@@ -63,7 +64,7 @@ func NotificationKey(m Message) string {
 // RecordNotification implements NotificationRecorder.
 func (r InboxRecorder) RecordNotification(ctx context.Context, m Message) error {
 	typ := m.Type
-	var n storage.FreeFormNotification
+	var n inbox.FreeFormNotification
 	dec := json.NewDecoder(bytes.NewReader(m.Body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&n); err != nil {

@@ -16,7 +16,9 @@ import (
 	"github.com/lockstream/lockstream/bridge"
 	"github.com/lockstream/lockstream/bridge/amqp"
 	"github.com/lockstream/lockstream/bridge/bridgetest"
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/notifier/email"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/retrier"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
@@ -32,24 +34,24 @@ func TestNotificationsReachTheInbox(t *testing.T) {
 	t.Parallel()
 	stores := storagetest.New(t)
 	ctx := context.Background()
-	client, err := stores.Postgres.CreateClient(ctx, storage.Client{Name: "acme", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
+	client, err := stores.Registry.CreateClient(ctx, registry.Client{Name: "acme", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	member, _, err := stores.Postgres.CreateMember(ctx, storage.Member{ClientID: client.ID, Name: "Alice",
-		Timezone: "UTC", Preferences: storage.DefaultMemberPreferences()}, []byte("alice-token-hash"), storage.Backfill{})
+	member, _, err := stores.Registry.CreateMember(ctx, registry.Member{ClientID: client.ID, Name: "Alice",
+		Timezone: "UTC", Preferences: registry.DefaultMemberPreferences()}, []byte("alice-token-hash"), registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	kafka := streamtest.Config(t, 3)
-	b := setup(t, kafka, amqp.InboxRecorder{Store: stores.Postgres}, nil, nil)
+	b := setup(t, kafka, amqp.InboxRecorder{Store: inbox.NewPostgresStore(stores.Postgres)}, nil, nil)
 
 	b.pub.Publish("events.notification.update.upload", []byte(`{"member_id":"01a20a61-8608-7732-b6ee-92df4cb0788b","subject":"lost"}`))
 	b.pub.Publish("events.notification.update.upload", []byte(`{"member_id":`))
 	b.pub.Publish("events.notification.update.upload", []byte(fmt.Sprintf(`{"member_id":%q,"subject":"Upload done","message":{"file":"a.txt"}}`, member.ID)))
 
 	bridgetest.WaitFor(t, wait, "the notification in the member's inbox", func() (bool, string) {
-		total, msgs, err := stores.Postgres.ListInbox(ctx, storage.InboxQuery{MemberID: member.ID, Sort: storage.SortTimestamp, Limit: 10})
+		total, msgs, err := inbox.NewPostgresStore(stores.Postgres).ListInbox(ctx, inbox.Query{MemberID: member.ID, Sort: inbox.SortTimestamp, Limit: 10})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -93,15 +95,15 @@ func (r *recordedThenLost) RecordNotification(ctx context.Context, m amqp.Messag
 }
 
 // newMember creates a client and a member of it with an email address.
-func newMember(t *testing.T, pg *storage.Postgres) storage.Member {
+func newMember(t *testing.T, pg *storage.Postgres) registry.Member {
 	t.Helper()
 	ctx := context.Background()
-	client, err := pg.CreateClient(ctx, storage.Client{Name: "acme", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
+	client, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "acme", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	member, _, err := pg.CreateMember(ctx, storage.Member{ClientID: client.ID, Name: "Alice", Email: "alice@example.com",
-		Timezone: "UTC", Preferences: storage.DefaultMemberPreferences()}, []byte("alice-token-hash-"+client.ID), storage.Backfill{})
+	member, _, err := registry.New(pg).CreateMember(ctx, registry.Member{ClientID: client.ID, Name: "Alice", Email: "alice@example.com",
+		Timezone: "UTC", Preferences: registry.DefaultMemberPreferences()}, []byte("alice-token-hash-"+client.ID), registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,11 +137,11 @@ func runRetrier(t *testing.T, stores *storagetest.Stores) *bridgetest.SMTP {
 	return smtpServer
 }
 
-// inbox lists the member's messages, seen or not.
-func inbox(t *testing.T, pg *storage.Postgres, memberID string) []storage.InboxMessage {
+// inboxOf lists the member's messages, seen or not.
+func inboxOf(t *testing.T, pg *storage.Postgres, memberID string) []inbox.Message {
 	t.Helper()
-	_, msgs, err := pg.ListInbox(context.Background(), storage.InboxQuery{MemberID: memberID, IncludeSeen: true,
-		Sort: storage.SortTimestamp, Limit: 100})
+	_, msgs, err := inbox.NewPostgresStore(pg).ListInbox(context.Background(), inbox.Query{MemberID: memberID, IncludeSeen: true,
+		Sort: inbox.SortTimestamp, Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +160,7 @@ func TestNotificationRecordedOncePerMessageID(t *testing.T) {
 	member := newMember(t, stores.Postgres)
 	smtpServer := runRetrier(t, stores)
 	kafka := streamtest.Config(t, 3)
-	rec := &recordedThenLost{InboxRecorder: amqp.InboxRecorder{Store: stores.Postgres}}
+	rec := &recordedThenLost{InboxRecorder: amqp.InboxRecorder{Store: inbox.NewPostgresStore(stores.Postgres)}}
 	b := setup(t, kafka, rec, nil, nil)
 
 	at := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
@@ -169,7 +171,7 @@ func TestNotificationRecordedOncePerMessageID(t *testing.T) {
 	b.pub.PublishMessage(key, msg)
 	bridgetest.WaitFor(t, wait, "the first copy recorded, then redelivered and acknowledged", func() (bool, string) {
 		dups := b.value("lockstream_amqp_ignored_total", "category", "duplicate")
-		return dups == 1, fmt.Sprintf("%v duplicates, %d messages", dups, len(inbox(t, stores.Postgres, member.ID)))
+		return dups == 1, fmt.Sprintf("%v duplicates, %d messages", dups, len(inboxOf(t, stores.Postgres, member.ID)))
 	})
 
 	// A new bridge knows the message-id only from Postgres.
@@ -184,7 +186,7 @@ func TestNotificationRecordedOncePerMessageID(t *testing.T) {
 		return dups == 2, fmt.Sprintf("%v duplicates", dups)
 	})
 
-	msgs := inbox(t, stores.Postgres, member.ID)
+	msgs := inboxOf(t, stores.Postgres, member.ID)
 	if len(msgs) != 1 || msgs[0].Subject != "Upload done" || !msgs[0].At.Equal(at) {
 		t.Fatalf("inbox holds %d messages (%+v), want one at %s", len(msgs), msgs, at)
 	}
@@ -227,7 +229,7 @@ func TestNotificationWithoutMessageID(t *testing.T) {
 	stores := storagetest.New(t)
 	member := newMember(t, stores.Postgres)
 	kafka := streamtest.Config(t, 3)
-	b := setup(t, kafka, amqp.InboxRecorder{Store: stores.Postgres}, nil, nil)
+	b := setup(t, kafka, amqp.InboxRecorder{Store: inbox.NewPostgresStore(stores.Postgres)}, nil, nil)
 
 	body := fmt.Appendf(nil, `{"member_id":%q,"subject":"Quota reached"}`, member.ID)
 	t1 := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
@@ -245,12 +247,12 @@ func TestNotificationWithoutMessageID(t *testing.T) {
 
 	bridgetest.WaitFor(t, wait, "four notifications recorded, two copies acknowledged", func() (bool, string) {
 		dups := b.value("lockstream_amqp_ignored_total", "category", "duplicate")
-		n := len(inbox(t, stores.Postgres, member.ID))
+		n := len(inboxOf(t, stores.Postgres, member.ID))
 		return dups == 2 && n == 4, fmt.Sprintf("%v duplicates, %d messages", dups, n)
 	})
 	// The one without a timestamp is at the time it was recorded.
 	got := map[string]int{}
-	for _, m := range inbox(t, stores.Postgres, member.ID) {
+	for _, m := range inboxOf(t, stores.Postgres, member.ID) {
 		switch {
 		case m.At.Equal(t1), m.At.Equal(t1.Add(time.Second)):
 			got[m.Type+"@"+m.At.UTC().Format(time.TimeOnly)]++

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lockstream/lockstream/bench"
 	"github.com/lockstream/lockstream/migrations"
+	"github.com/lockstream/lockstream/registry/secretbox"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -33,6 +34,10 @@ func (p *pipelineFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&p.config.LatencyDuration, "latency-duration", bench.DefaultPipelineLatencyDuration,
 		"how long the latency phase produces")
 	fs.DurationVar(&p.config.Timeout, "timeout", bench.DefaultPipelineTimeout, "the longest the whole run may take")
+	fs.IntVar(&p.config.Clients, "clients", bench.DefaultPipelineClients,
+		"clients the linked sensors are shared among (sensor i to client i mod clients), each with a sink of its own")
+	fs.IntVar(&p.config.FailingClients, "failing-clients", 0,
+		"how many of the clients answer 500 from the second webhook phase on; the healthy clients' webhooks/s is reported beside the all-healthy figure")
 	fs.StringVar(&p.cpuProfile, "cpuprofile", "", "write a CPU profile of the process (every daemon, the load and the sink) here")
 	fs.BoolVar(&p.keepStores, "keep-stores", false,
 		"keep the private databases afterwards (their names are logged), to look into where the time went")
@@ -66,9 +71,13 @@ func runBenchPipeline(ctx context.Context, all *allSettings, cfg bench.PipelineC
 		}
 		defer pprof.StopCPUProfile()
 	}
+	statements := &storage.StatementCounter{Batches: true}
+	all.Node.statements = statements
+	cfg.Webhook, cfg.Workers = all.Retrier.Webhook, all.Retrier.Retrier.Workers
 	run := func(ctx context.Context, ready func(bench.PipelineNode)) error {
 		return startAll(ctx, all, io.Discard, logger, "127.0.0.1:0", func(n *node) {
-			ready(bench.PipelineNode{Stream: n.stream, Metrics: n.reg, Store: bench.NewPostgresStore(n.pg)})
+			ready(bench.PipelineNode{Stream: n.stream, Metrics: n.reg, Store: bench.NewPostgresStore(n.pg),
+				Statements: statements.Count})
 		})
 	}
 	res, err := bench.Pipeline(ctx, cfg, run, logger, stdout)
@@ -119,7 +128,7 @@ func benchPipelineSettings(all *allSettings, scratch *storage.ScratchStores, dir
 	all.Node.ClickHouseURL = scratch.ClickHouseURL
 	all.Node.RedisPrefix = scratch.RedisPrefix
 	all.Node.DataDir = dir
-	all.Node.SecretKey = storage.NewSecretKey()
+	all.Node.SecretKey = secretbox.NewKey()
 	all.API.API.Addr = "127.0.0.1:0"
 	all.API.API.AdminToken = hex.EncodeToString(token)
 	all.Retrier.Webhook.AllowPrivate = true

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/lockstream/lockstream/bench"
@@ -16,7 +17,10 @@ import (
 // watched by a client whose webhook is the benchmark's sink. It checks
 // correctness only, never speed: every change of the webhook and latency phases
 // arrived exactly once, each watched sensor's newest change of the throughput
-// phase arrived, no webhook came twice and every signature verified.
+// phase arrived, no webhook came twice and every signature verified. The 300
+// are shared by 3 clients, the last of which answers 500 from the second
+// webhook phase on; the costs per webhook, the bare webhooks and the healthy
+// clients' figures must be there and positive.
 func TestBenchPipelineSmall(t *testing.T) {
 	t.Parallel()
 	base := storagetest.NewPostgresDatabase(t)
@@ -27,7 +31,8 @@ func TestBenchPipelineSmall(t *testing.T) {
 		"--redis-url", storagetest.RedisURL(t), "--redis-prefix", storagetest.NewRedisPrefix(t),
 		"--kafka-brokers", "", "--kafka-partitions", "3", "--log-level", "warn",
 		"--sensors", "1000", "--linked", "300", "--readings", "20000", "--change-rate", "0.02",
-		"--latency-rate", "100", "--latency-duration", "2s", "--timeout", "3m"}, &out, &errOut)
+		"--latency-rate", "100", "--latency-duration", "2s", "--timeout", "3m",
+		"--clients", "3", "--failing-clients", "1"}, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("bench pipeline exited %d:\n%s\n%s", code, errOut.String(), out.String())
 	}
@@ -49,6 +54,30 @@ func TestBenchPipelineSmall(t *testing.T) {
 	}
 	if res.BareReadings < 20000+1000+300+200 {
 		t.Errorf("bare consume read %d readings, want every one produced", res.BareReadings)
+	}
+	positive := map[string]float64{
+		"postgres_wal_bytes_per_webhook":          res.PostgresWALBytesPerWebhook,
+		"postgres_statements_per_webhook":         res.PostgresStatementsPerWebhook,
+		"postgres_cpu_ms_per_webhook":             res.PostgresCPUMsPerWebhook,
+		"bare_webhooks_per_s":                     res.BareWebhooksPerSec,
+		"webhook_ratio":                           res.WebhookRatio,
+		"healthy_webhooks_per_second":             res.HealthyWebhooksPerSec,
+		"healthy_webhooks_per_second_all_healthy": res.HealthyAllHealthyPerSec,
+		"healthy_share":                           res.HealthyShare,
+	}
+	for name, v := range positive {
+		if !(v > 0) {
+			t.Errorf("%s = %v, want a positive figure", name, v)
+		}
+		if !strings.Contains(out.String(), `"`+name+`"`) {
+			t.Errorf("the report has no %s", name)
+		}
+	}
+	if res.BareWebhooks != 300 {
+		t.Errorf("bare webhooks verified at the sink: %d, want 300", res.BareWebhooks)
+	}
+	if res.HealthyWebhooks != 200 {
+		t.Errorf("second webhook phase: %d webhooks at the healthy clients, want their 200 sensors'", res.HealthyWebhooks)
 	}
 	t.Logf("report (speed figures are not checked here):\n%s", out.String())
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/lockstream/lockstream/bridge"
 	"github.com/lockstream/lockstream/bridge/amqp"
 	"github.com/lockstream/lockstream/bridge/mqtt"
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/internal/settings"
 	"github.com/lockstream/lockstream/notifier/email"
 	"github.com/lockstream/lockstream/stream"
@@ -55,7 +56,7 @@ func (b *bridgeBox) daemon(_ context.Context, n *node) (daemon, error) {
 			mailer = sender
 		}
 		// Free-form notifications go into the members' inboxes in Postgres.
-		a, err := amqp.New(cfg, amqp.InboxRecorder{Store: n.pg}, mailer, n.reg, n.logger.With("daemon", "bridge", "bridge", "amqp"))
+		a, err := amqp.New(cfg, amqp.InboxRecorder{Store: inbox.NewPostgresStore(n.pg)}, mailer, n.reg, n.logger.With("daemon", "bridge", "bridge", "amqp"))
 		if err != nil {
 			return daemon{}, err
 		}

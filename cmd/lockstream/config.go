@@ -10,6 +10,7 @@ import (
 
 	"github.com/lockstream/lockstream/internal/settings"
 	"github.com/lockstream/lockstream/notifier/swrve/swrvetest"
+	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
 )
 
@@ -38,6 +39,10 @@ type nodeSettings struct {
 	Stream        stream.Config
 	DataDir       string
 	SecretKey     string
+
+	// statements, when set, counts every statement the node's Postgres pool
+	// sends (`lockstream bench pipeline`); not a setting.
+	statements *storage.StatementCounter
 }
 
 // DefaultPGURL and the others are where `make services` starts the stores.

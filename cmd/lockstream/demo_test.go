@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lockstream/lockstream/escalation"
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/notifier/swrve"
-	"github.com/lockstream/lockstream/storage"
 )
 
 // TestDemoPushKeysCoverEveryPrototype keeps the demo's Swrve keys file whole:
@@ -28,7 +28,7 @@ func TestDemoPushKeysCoverEveryPrototype(t *testing.T) {
 	for _, p := range strings.Fields(string(m[1])) {
 		listed[p] = true
 	}
-	want := []string{storage.UnseenPushPrototype}
+	want := []string{escalation.UnseenPushPrototype}
 	for _, typ := range event.Types() {
 		want = append(want, swrve.PrototypePrefix+string(typ))
 	}

@@ -33,6 +33,9 @@ type fleetBody struct {
 	Sensor   struct {
 		ID string `json:"id"`
 	} `json:"sensor"`
+	// LostSince and SilentSeconds: a connection_restored's outage.
+	LostSince     *time.Time `json:"lost_since"`
+	SilentSeconds int64      `json:"silent_seconds"`
 }
 
 // bodySink is a receiver that verifies signatures and records the bodies it

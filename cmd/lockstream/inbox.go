@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/internal/settings"
 )
 
@@ -31,7 +32,7 @@ func (inboxPartitionsBox) daemon(_ context.Context, n *node) (daemon, error) {
 	ensure := func(ctx context.Context) {
 		cctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		names, err := n.pg.CreateInboxPartitions(cctx, n.now(), inboxPartitionsAhead)
+		names, err := inbox.NewPostgresStore(n.pg).CreateInboxPartitions(cctx, n.now(), inboxPartitionsAhead)
 		if err != nil {
 			if ctx.Err() == nil {
 				logger.Error("creating inbox partitions failed; retrying later", "err", err)

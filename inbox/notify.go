@@ -1,4 +1,4 @@
-package storage
+package inbox
 
 import (
 	"cmp"
@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// An InboxChannel payload is one of two kinds:
+// An Channel payload is one of two kinds:
 //
 //   - the messages themselves: a JSON object {"m": the fields the messages share,
 //     "u": member ids, "q": their seqs, "i": their message ids}, for the messages
@@ -59,29 +59,29 @@ type inboxPayload struct {
 	IDs     []string       `json:"i"`
 }
 
-// InboxNews is what one InboxChannel payload says.
-type InboxNews struct {
+// News is what one Channel payload says.
+type News struct {
 	// Messages are new messages, whole.
-	Messages []InboxMessage
+	Messages []Message
 	// Pointers say that a member's inbox reached a seq.
-	Pointers []InboxNotice
+	Pointers []Notice
 }
 
-// InboxNotice says that the member's inbox reached seq Seq.
-type InboxNotice struct {
+// Notice says that the member's inbox reached seq Seq.
+type Notice struct {
 	MemberID string
 	Seq      int64
 }
 
-// notifyInbox announces added (ordered by notification, then member, as
-// inboxWriteRows returns them) on InboxChannel in one statement of the writing transaction
+// Notify announces added (ordered by notification, then member, as
+// WriteRows returns them) on Channel in one statement of the writing transaction
 // tx: delivered only on commit.
-func notifyInbox(ctx context.Context, tx pgx.Tx, added []addedMessage) error {
+func Notify(ctx context.Context, tx pgx.Tx, added []Added) error {
 	payloads := inboxPayloads(added)
 	if len(payloads) == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, `SELECT count(pg_notify('`+InboxChannel+`', p)) FROM unnest($1::text[]) AS p`,
+	if _, err := tx.Exec(ctx, `SELECT count(pg_notify('`+Channel+`', p)) FROM unnest($1::text[]) AS p`,
 		payloads); err != nil {
 		return fmt.Errorf("announcing inbox messages: %w", err)
 	}
@@ -91,8 +91,8 @@ func notifyInbox(ctx context.Context, tx pgx.Tx, added []addedMessage) error {
 // inboxPayloads packs messages into payloads: each run of messages of one
 // notification into message payloads, or pointer payloads when what they share
 // is too large.
-func inboxPayloads(added []addedMessage) []string {
-	var groups [][]addedMessage
+func inboxPayloads(added []Added) []string {
+	var groups [][]Added
 	for start := 0; start < len(added); {
 		end := start + 1
 		for end < len(added) && added[end].notification == added[start].notification {
@@ -105,7 +105,7 @@ func inboxPayloads(added []addedMessage) []string {
 	// after the one before: a client's notifications reach all its members, so
 	// the seqs of its first member (the smallest id: rows are in member order)
 	// order its groups.
-	slices.SortStableFunc(groups, func(a, b []addedMessage) int {
+	slices.SortStableFunc(groups, func(a, b []Added) int {
 		return cmp.Or(strings.Compare(a[0].ClientID, b[0].ClientID), cmp.Compare(a[0].Seq, b[0].Seq))
 	})
 	var (
@@ -116,7 +116,7 @@ func inboxPayloads(added []addedMessage) []string {
 		first := group[0]
 		shared := payloadMessage{ClientID: first.ClientID, Type: first.Type, SensorID: first.SensorID,
 			SensorAddress: first.SensorAddress, SensorSite: first.SensorSite, Data: first.Data, Previous: first.Previous, At: first.At,
-			Severity: first.Severity, Cause: first.Cause, Subject: first.Subject, Message: first.Message,
+			Severity: first.Severity, Cause: first.Cause, Subject: first.Subject, Message: first.Message.Message,
 			CreatedAt: first.CreatedAt}
 		sharedJSON, err := json.Marshal(shared)
 		if err != nil || len(sharedJSON) > payloadSharedLimit || first.notification == "" && !sameFreeForm(group) {
@@ -153,19 +153,19 @@ func inboxPayloads(added []addedMessage) []string {
 
 // sameFreeForm reports whether the messages of a free-form group share their
 // fields (one notification recorded for several members always does).
-func sameFreeForm(group []addedMessage) bool {
+func sameFreeForm(group []Added) bool {
 	for _, m := range group[1:] {
 		if m.Type != group[0].Type || m.Subject != group[0].Subject || m.ClientID != group[0].ClientID ||
-			string(m.Message) != string(group[0].Message) {
+			string(m.Message.Message) != string(group[0].Message.Message) {
 			return false
 		}
 	}
 	return true
 }
 
-// ParseInboxNews reads an InboxChannel payload; malformed parts are skipped.
-func ParseInboxNews(payload string) InboxNews {
-	var news InboxNews
+// ParseNews reads an Channel payload; malformed parts are skipped.
+func ParseNews(payload string) News {
+	var news News
 	if strings.HasPrefix(payload, "{") {
 		var p inboxPayload
 		if json.Unmarshal([]byte(payload), &p) != nil || len(p.Seqs) != len(p.Members) || len(p.IDs) != len(p.Members) {
@@ -173,7 +173,7 @@ func ParseInboxNews(payload string) InboxNews {
 		}
 		s := p.Shared
 		for i, member := range p.Members {
-			news.Messages = append(news.Messages, InboxMessage{ID: p.IDs[i], MemberID: member, Seq: p.Seqs[i],
+			news.Messages = append(news.Messages, Message{ID: p.IDs[i], MemberID: member, Seq: p.Seqs[i],
 				ClientID: s.ClientID, Type: s.Type, SensorID: s.SensorID, SensorAddress: s.SensorAddress, SensorSite: s.SensorSite, Data: s.Data,
 				Previous: s.Previous, At: s.At, Severity: s.Severity, Cause: s.Cause, Subject: s.Subject,
 				Message: s.Message, CreatedAt: s.CreatedAt})
@@ -189,7 +189,7 @@ func ParseInboxNews(payload string) InboxNews {
 		if err != nil {
 			continue
 		}
-		news.Pointers = append(news.Pointers, InboxNotice{MemberID: member, Seq: n})
+		news.Pointers = append(news.Pointers, Notice{MemberID: member, Seq: n})
 	}
 	return news
 }

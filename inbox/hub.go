@@ -1,8 +1,9 @@
-// Package streamhub feeds members' live streams, for the API's stream
-// handler: a hub that hears of new inbox messages on Postgres and queues each
-// stream what follows its position, in seq order, with no gap and no
-// duplicate. It is plumbing below the API (no daemon of its own).
-package streamhub
+package inbox
+
+// The hub feeds members' live streams, for the API's stream handler: it hears
+// of new inbox messages on Postgres and queues each stream what follows its
+// position, in seq order, with no gap and no duplicate. It has no daemon of
+// its own: the API's server runs it (webapi.Server.RunStreams).
 
 import (
 	"context"
@@ -16,11 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	lsmetrics "github.com/lockstream/lockstream/internal/metrics"
-	"github.com/lockstream/lockstream/storage"
 )
 
 // Hub feeds the streams connected to this process. It listens on Postgres
-// (storage.InboxChannel: NOTIFY sent by every inbox write in its transaction,
+// (Channel: NOTIFY sent by every inbox write in its transaction,
 // so heard only once committed, whichever process wrote). A new message that
 // comes whole in the notification and follows a stream's position right away
 // is queued in the stream's bounded buffer at once (direct delivery, no read).
@@ -56,7 +56,7 @@ type Subscriber struct {
 	// out is the stream's buffer; only the hub's fetch loop sends on it. It holds
 	// pointers: a buffer of values would cost its whole capacity of messages per
 	// stream, even idle.
-	out chan *storage.InboxMessage
+	out chan *Message
 	// gone is closed when the hub drops the stream (shutdown).
 	gone     chan struct{}
 	goneOnce sync.Once
@@ -85,7 +85,7 @@ func NewHub(store Store, cfg HubConfig, metrics *HubMetrics, logger *slog.Logger
 // Subscribe registers a stream of member positioned after seq pos; the hub
 // replays what follows at once.
 func (h *Hub) Subscribe(member string, pos, replayUpTo int64) *Subscriber {
-	sub := &Subscriber{member: member, out: make(chan *storage.InboxMessage, h.cfg.Buffer),
+	sub := &Subscriber{member: member, out: make(chan *Message, h.cfg.Buffer),
 		gone: make(chan struct{}), replayUpTo: replayUpTo, pos: pos}
 	h.mu.Lock()
 	if h.stopped {
@@ -121,13 +121,13 @@ func (h *Hub) Unsubscribe(sub *Subscriber) {
 }
 
 // Messages is the stream's buffer: what the hub queued, in seq order.
-func (sub *Subscriber) Messages() <-chan *storage.InboxMessage { return sub.out }
+func (sub *Subscriber) Messages() <-chan *Message { return sub.out }
 
 // Gone is closed when the hub drops the stream (it stopped).
 func (sub *Subscriber) Gone() <-chan struct{} { return sub.gone }
 
 // Replayed reports whether m was stored before the stream connected.
-func (sub *Subscriber) Replayed(m *storage.InboxMessage) bool { return m.Seq <= sub.replayUpTo }
+func (sub *Subscriber) Replayed(m *Message) bool { return m.Seq <= sub.replayUpTo }
 
 // Running reports whether Run is feeding the streams.
 func (h *Hub) Running() bool { return h.running.Load() }
@@ -160,7 +160,7 @@ func (h *Hub) Drained(sub *Subscriber) {
 // right away is queued at once (direct delivery, no read); a pointer, or a
 // message after a gap (the stream is still replaying, or missed something) or
 // for a full buffer, marks the stream for the fetch loop to read.
-func (h *Hub) notice(news storage.InboxNews) {
+func (h *Hub) notice(news News) {
 	marked := false
 	h.mu.Lock()
 	for i := range news.Messages {
@@ -192,7 +192,7 @@ func (h *Hub) notice(news storage.InboxNews) {
 }
 
 // queue puts m in sub's buffer unless it is full; h.mu is held.
-func (h *Hub) queue(sub *Subscriber, m *storage.InboxMessage) bool {
+func (h *Hub) queue(sub *Subscriber, m *Message) bool {
 	select {
 	case sub.out <- m:
 		sub.pos = m.Seq
@@ -221,7 +221,7 @@ func (h *Hub) resync() {
 // handlers return (the HTTP server's shutdown waits for them).
 func (h *Hub) Run(ctx context.Context) error {
 	if !h.running.CompareAndSwap(false, true) {
-		return errors.New("streamhub: the hub is already running")
+		return errors.New("inbox: the hub is already running")
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { h.listen(ctx) })
@@ -306,12 +306,12 @@ func (h *Hub) fetchLoop(ctx context.Context) {
 
 // takeDirty takes up to FetchBatch marked streams that have room in their
 // buffer; a full one is left stalled until its writer drains it.
-func (h *Hub) takeDirty() ([]fetchJob, []storage.InboxCursor) {
+func (h *Hub) takeDirty() ([]fetchJob, []Cursor) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var (
 		jobs    []fetchJob
-		cursors []storage.InboxCursor
+		cursors []Cursor
 	)
 	for sub := range h.dirty {
 		if len(jobs) == h.cfg.FetchBatch {
@@ -325,7 +325,7 @@ func (h *Hub) takeDirty() ([]fetchJob, []storage.InboxCursor) {
 			continue
 		}
 		jobs = append(jobs, fetchJob{sub: sub, gen: sub.gen, limit: free})
-		cursors = append(cursors, storage.InboxCursor{MemberID: sub.member, After: sub.pos, Limit: free})
+		cursors = append(cursors, Cursor{MemberID: sub.member, After: sub.pos, Limit: free})
 	}
 	return jobs, cursors
 }
@@ -343,7 +343,7 @@ func (h *Hub) requeue(jobs []fetchJob) {
 
 // deliver queues what a fetch read. A stream that got a full buffer's worth may
 // have more and stays marked, as does one noticed again while it was read.
-func (h *Hub) deliver(jobs []fetchJob, messages [][]storage.InboxMessage) {
+func (h *Hub) deliver(jobs []fetchJob, messages [][]Message) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i, j := range jobs {
@@ -373,10 +373,10 @@ func (h *Hub) deliver(jobs []fetchJob, messages [][]storage.InboxMessage) {
 }
 
 // Store is what the hub reads: the inbox's notifications and its messages
-// after each stream's position (storage.Postgres).
+// after each stream's position (PostgresStore).
 type Store interface {
-	ListenInbox(ctx context.Context, onListen func(), onNews func(storage.InboxNews)) error
-	InboxAfter(ctx context.Context, cursors []storage.InboxCursor) ([][]storage.InboxMessage, error)
+	ListenInbox(ctx context.Context, onListen func(), onNews func(News)) error
+	InboxAfter(ctx context.Context, cursors []Cursor) ([][]Message, error)
 }
 
 // HubConfig bounds the hub; every field must be positive (the caller applies

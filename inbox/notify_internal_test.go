@@ -1,4 +1,4 @@
-package storage
+package inbox
 
 import (
 	"encoding/json"
@@ -15,23 +15,23 @@ import (
 func TestInboxPayloadsRoundTrip(t *testing.T) {
 	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	one := 1
-	var added []addedMessage
+	var added []Added
 	members := make([]string, 700)
 	for i := range members {
 		members[i] = uuid.NewString()
 	}
-	// Two notifications of one client, listed in the order inboxWriteRows
+	// Two notifications of one client, listed in the order WriteRows
 	// gives (by notification id: the later event's first), then a free-form one.
 	for n, notification := range []string{"0000-b", "0000-a"} {
 		for _, m := range members {
-			added = append(added, addedMessage{notification: notification, InboxMessage: InboxMessage{
+			added = append(added, Added{notification: notification, Message: Message{
 				ID: uuid.NewString(), MemberID: m, Seq: int64(2 - n), ClientID: "client", Type: "state_changed",
 				SensorID: "door", SensorAddress: "1 Main St", Data: &one, At: at, Severity: "info", Cause: CauseEvent, CreatedAt: at}})
 		}
 	}
 	big := json.RawMessage(`"` + strings.Repeat("x", 5000) + `"`)
 	for i, m := range members[:130] {
-		added = append(added, addedMessage{InboxMessage: InboxMessage{ID: fmt.Sprint(i), MemberID: m, Seq: 3,
+		added = append(added, Added{Message: Message{ID: fmt.Sprint(i), MemberID: m, Seq: 3,
 			ClientID: "client", Type: "note", Subject: "s", Message: big, At: at, Severity: "info", Cause: CauseEvent}})
 	}
 
@@ -42,7 +42,7 @@ func TestInboxPayloadsRoundTrip(t *testing.T) {
 		if len(p) >= 8000 {
 			t.Fatalf("payload of %d bytes", len(p))
 		}
-		news := ParseInboxNews(p)
+		news := ParseNews(p)
 		for _, m := range news.Messages {
 			if m.Type != "state_changed" || m.SensorAddress != "1 Main St" || *m.Data != 1 || !m.At.Equal(at) || m.ID == "" {
 				t.Fatalf("message read back: %+v", m)

@@ -7,40 +7,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/lockstream/lockstream/domain"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
-
-// Quiet hours are read on the member's wall clock: a window within a day, one
-// spanning midnight (before and after it), outside them, and a zone with its
-// own offset.
-func TestQuietUntil(t *testing.T) {
-	t.Parallel()
-	utc := func(h, m int) time.Time { return time.Date(2026, 11, 22, h, m, 0, 0, time.UTC) }
-	night := storage.QuietHours{From: "22:00", To: "07:00"}
-	lunch := storage.QuietHours{From: "12:00", To: "13:30"}
-	for _, tc := range []struct {
-		now   time.Time
-		q     storage.QuietHours
-		tz    string
-		quiet bool
-		until time.Time
-	}{
-		{utc(23, 10), night, "UTC", true, time.Date(2026, 11, 23, 7, 0, 0, 0, time.UTC)},
-		{utc(3, 0), night, "UTC", true, utc(7, 0)},
-		{utc(7, 0), night, "UTC", false, time.Time{}},
-		{utc(21, 59), night, "UTC", false, time.Time{}},
-		{utc(12, 0), lunch, "UTC", true, utc(13, 30)},
-		{utc(13, 30), lunch, "UTC", false, time.Time{}},
-		// 21:30 UTC is 22:30 in Paris (UTC+1 in November): quiet until 07:00 Paris.
-		{utc(21, 30), night, "Europe/Paris", true, time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)},
-		{utc(21, 30), night, "Nowhere/Land", false, time.Time{}}, // unknown zone: UTC
-	} {
-		until, quiet := storage.QuietUntil(tc.now, tc.q, tc.tz)
-		if quiet != tc.quiet || !until.Equal(tc.until) {
-			t.Errorf("QuietUntil(%v, %v, %s) = %v, %v; want %v, %v", tc.now, tc.q, tc.tz, until, quiet, tc.until, tc.quiet)
-		}
-	}
-}
 
 // The targets of a claim tell a member's push and email apart and carry its
 // quiet hours and whether it is about a critical message the member has not
@@ -48,16 +18,16 @@ func TestQuietUntil(t *testing.T) {
 func TestDeliveryTargetsCarryQuietHours(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "qDoor")
-	c := f.client(t, storage.Client{Name: "quiet"}, "qDoor")
+	c := f.client(t, registry.Client{Name: "quiet"}, "qDoor")
 	hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
-	ann, _, err := f.pg.CreateMember(f.ctx, storage.Member{ClientID: c.ID, Name: "ann", Timezone: "Europe/Paris",
-		Email: "ann@example.com", Preferences: storage.DefaultMemberPreferences(),
-		PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "ann-phone"}}}, hash[:], storage.Backfill{})
+	ann, _, err := f.reg.CreateMember(f.ctx, registry.Member{ClientID: c.ID, Name: "ann", Timezone: "Europe/Paris",
+		Email: "ann@example.com", Preferences: registry.DefaultMemberPreferences(),
+		PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "ann-phone"}}}, hash[:], registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	quiet := storage.QuietHours{From: "22:00", To: "07:00"}
-	if _, err := f.pg.UpdateMember(f.ctx, ann.ID, storage.MemberUpdate{QuietHours: &quiet}); err != nil {
+	quiet := domain.QuietHours{From: "22:00", To: "07:00"}
+	if _, err := f.reg.UpdateMember(f.ctx, ann.ID, registry.MemberUpdate{QuietHours: &quiet}); err != nil {
 		t.Fatal(err)
 	}
 	insert := func(clientID *string, channel, target string) storage.Delivery {
@@ -73,7 +43,7 @@ func TestDeliveryTargetsCarryQuietHours(t *testing.T) {
 	}
 	// An escalation round's email and push: about no one sensor, the
 	// episodes after a cursor (member_emails.from_seq).
-	roundOf := func(channel, target, kind string, fromSeq int64) storage.Delivery {
+	roundOf := func(channel, target, kind string, fromSeq, toSeq int64) storage.Delivery {
 		t.Helper()
 		var id string
 		if err := f.pg.Pool().QueryRow(f.ctx, `
@@ -83,15 +53,15 @@ func TestDeliveryTargetsCarryQuietHours(t *testing.T) {
 				RETURNING id, event_at
 			), m AS (
 				INSERT INTO member_emails (delivery_id, event_at, member_id, kind, key, from_seq, to_seq)
-				SELECT id, event_at, $4, $5, NULL, $6::bigint, $6::bigint + 1 FROM d
+				SELECT id, event_at, $4, $5, NULL, $6::bigint, $7::bigint FROM d
 			)
-			SELECT id::text FROM d`, c.ID, channel, target, ann.ID, kind, fromSeq).Scan(&id); err != nil {
+			SELECT id::text FROM d`, c.ID, channel, target, ann.ID, kind, fromSeq, toSeq).Scan(&id); err != nil {
 			t.Fatal(err)
 		}
 		return f.get(t, id)
 	}
-	roundMail, roundPush := roundOf("email", "member:"+ann.ID, "round", 0), roundOf("swrve", "IOS:ann-phone", "push", 0)
-	laterRound := roundOf("email", "member:"+ann.ID, "round", 1000) // escalates episodes after seq 1000
+	roundMail, roundPush := roundOf("email", "member:"+ann.ID, "round", 0, 1000), roundOf("swrve", "IOS:ann-phone", "push", 0, 1000)
+	laterRound := roundOf("email", "member:"+ann.ID, "round", 1000, 1001) // episodes that begin at seq 1001 only
 	push := insert(&c.ID, "swrve", "IOS:ann-phone")
 	mail := insert(&c.ID, "email", "member:"+ann.ID)
 	stranger := insert(&c.ID, "swrve", "IOS:not-a-member")
@@ -123,8 +93,8 @@ func TestDeliveryTargetsCarryQuietHours(t *testing.T) {
 	if !targets[push.ID].QuietCritical || !targets[mail.ID].QuietCritical {
 		t.Errorf("after a critical message: push %+v, mail %+v; want both critical", targets[push.ID], targets[mail.ID])
 	}
-	// A round's email and push that escalate it go at once too; a round of
-	// later episodes only does not.
+	// A round's email and push whose episodes include its sensor's go at once
+	// too; a round of other episodes does not.
 	if !targets[roundMail.ID].QuietCritical || !targets[roundPush.ID].QuietCritical || targets[laterRound.ID].QuietCritical {
 		t.Errorf("after a critical message: the round's mail %+v, push %+v (want critical), a later round's %+v (want not)",
 			targets[roundMail.ID], targets[roundPush.ID], targets[laterRound.ID])

@@ -1,0 +1,4 @@
+package inbox
+
+// OutboxChannel exposes outboxChannel to the external tests.
+const OutboxChannel = outboxChannel
