@@ -60,6 +60,10 @@ type Config struct {
 	PublicURL string
 	// AckTTL is how long an ack link works. Defaults to DefaultAckTTL (7 days).
 	AckTTL time.Duration
+	// Retention is how long a resolved incident is kept; then it is deleted
+	// with its timeline. 0 keeps them forever. The binary's default is
+	// DefaultRetention (400 days).
+	Retention time.Duration
 	// Timeout bounds one transaction. Defaults to DefaultTimeout (1m).
 	Timeout time.Duration
 	// Now is the reminders' clock. Defaults to time.Now.
@@ -90,6 +94,9 @@ func (c Config) Validate() error {
 	}
 	if c.AckTTL <= 0 || c.Timeout <= 0 {
 		errs = append(errs, errors.New("incident: AckTTL and Timeout must be positive"))
+	}
+	if c.Retention < 0 {
+		errs = append(errs, fmt.Errorf("incident: Retention must not be negative, got %s", c.Retention))
 	}
 	return errors.Join(errs...)
 }
@@ -157,26 +164,31 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 }
 
-// Step runs one intake batch, a purge of expired ack tokens and a reminder
-// round with its sends, each transaction within Timeout and not cut short by
-// ctx (cutting it would only roll it back); full reports that intake may have
-// left work behind.
+// Step runs one intake batch, a purge (expired ack tokens, incidents past
+// their retention), a reminder round with its sends and a publication of
+// incident events (PublishEvents), each transaction within Timeout and not
+// cut short by ctx (cutting it would only roll it back); full reports that
+// intake or the publication may have left work behind.
 func (r *Runner) Step(ctx context.Context) (full bool, err error) {
 	in, err := r.Intake(ctx)
 	if err != nil {
 		return false, err
 	}
-	// Expired links are kept a day (a late click still hears "expired"),
-	// then deleted a batch at a time.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Timeout)
 	defer cancel()
-	if _, err := r.store.PurgeTokens(pctx, r.cfg.Now().Add(-tokenKeep), r.cfg.Batch); err != nil {
+	if err := r.purge(pctx); err != nil {
 		return false, err
 	}
 	if _, err := r.Remind(ctx); err != nil {
 		return false, err
 	}
-	return in.Full, nil
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Timeout)
+	defer cancel()
+	pub, err := r.store.PublishEvents(ectx, r.cfg.Batch)
+	if err != nil {
+		return false, err
+	}
+	return in.Full || pub.Events >= r.cfg.Batch, nil
 }
 
 // tokenKeep is how long an expired ack token is kept before it is deleted.

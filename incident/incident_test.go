@@ -9,7 +9,7 @@ import (
 
 	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/incident"
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/registry"
 )
 
 // A loss while unlocked opens one incident of the sensor; later events attach;
@@ -339,7 +339,7 @@ func TestRemindersFollowMemberRouting(t *testing.T) {
 	f.intake(t)
 	f.round(t, 0)
 	for _, m := range []struct {
-		member storage.Member
+		member registry.Member
 		want   int
 	}{{yard, 1}, {elsewhere, 0}, {critOnly, 0}} {
 		if got := len(f.reminders(t, m.member.ID)); got != m.want {
@@ -352,5 +352,48 @@ func TestRemindersFollowMemberRouting(t *testing.T) {
 		if len(listed) != m.want {
 			t.Errorf("%s lists %d incidents, want %d", m.member.Name, len(listed), m.want)
 		}
+	}
+}
+
+// TestPurgeResolved: incidents resolved before the limit go with their
+// timeline, oldest first and a batch at a time; one resolved later and an
+// open one stay.
+func TestPurgeResolved(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "door1", "door2", "door3")
+	c := f.client(t, "door1", "door2", "door3")
+	f.event(t, "connection_lost", 0, 0, "door1", "door2", "door3")
+	f.event(t, "connection_restored", 0, time.Hour, "door1")
+	f.event(t, "connection_restored", 0, 3*time.Hour, "door2")
+	f.intake(t)
+	before := f.incidents(t, c.ID)
+	if len(before) != 3 {
+		t.Fatalf("%d incidents, want 3", len(before))
+	}
+	count := func(table string) int {
+		var n int
+		if err := f.pg.Pool().QueryRow(f.ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	timeline := count("incident_timeline")
+	// door1's incident was resolved at t0+1h, door2's at t0+3h: a limit of
+	// t0+2h takes door1's only; a batch of 1 at t0+4h then door2's.
+	if n, err := f.store.PurgeResolved(f.ctx, t0.Add(2*time.Hour), 10); err != nil || n != 1 {
+		t.Fatalf("purged %d %v, want 1", n, err)
+	}
+	if n, err := f.store.PurgeResolved(f.ctx, t0.Add(4*time.Hour), 1); err != nil || n != 1 {
+		t.Fatalf("purged %d %v, want 1", n, err)
+	}
+	if n, err := f.store.PurgeResolved(f.ctx, t0.Add(400*24*time.Hour), 10); err != nil || n != 0 {
+		t.Fatalf("purged %d %v, want 0: the open incident stays", n, err)
+	}
+	left := f.incidents(t, c.ID)
+	if len(left) != 1 || left[0].SensorID != "door3" || left[0].State != "open" {
+		t.Fatalf("left %+v, want door3's open incident", left)
+	}
+	if got := count("incident_timeline"); got >= timeline || got == 0 {
+		t.Errorf("timeline rows %d before, %d after: the purged incidents' rows must go, the open one's stay", timeline, got)
 	}
 }

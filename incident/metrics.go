@@ -20,7 +20,7 @@ func newMetrics(reg prometheus.Registerer) (*incidentMetrics, error) {
 			Help: "Incident intake batches and reminder rounds, by step (intake, reminders) and result (ran, error)."},
 			[]string{"step", "result"}),
 		incidents: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace,
-			Name: "incidents_total", Help: "Incidents opened and resolved by the intake, by what happened."},
+			Name: "incidents_total", Help: "Incidents opened and resolved by the intake, and deleted past their retention, by what happened (opened, resolved, purged)."},
 			[]string{"what"}),
 		reminders: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace,
 			Name: "incident_reminders_total", Help: "Incident reminders put in members' inboxes."}),

@@ -10,6 +10,8 @@ func (c *Config) RegisterSettings(s *settings.Set) {
 		Doc: "incidents: where the API is reachable from outside; reminders carry one-click ack links <public-url>/ack/<token> (empty: no links)"})
 	s.Duration(&c.AckTTL, DefaultAckTTL, settings.Decl{Name: "incident-ack-ttl",
 		Doc: "incidents: how long a one-click ack link works"})
+	s.Duration(&c.Retention, DefaultRetention, settings.Decl{Name: "incident-retention",
+		Doc: "incidents: how long a resolved incident and its timeline are kept (0: forever)"})
 	s.Int(&c.Batch, DefaultBatch, settings.Decl{Name: "incident-batch",
 		Doc: "incidents: client feed events one intake transaction reads at most"})
 	s.Int(&c.Limit, DefaultLimit, settings.Decl{Name: "incident-limit",
