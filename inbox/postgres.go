@@ -181,7 +181,7 @@ func (p *PostgresStore) markInbox(ctx context.Context, memberID string, action A
 	if uuid.Validate(memberID) != nil {
 		return 0, fmt.Errorf("marking messages of %s: %w", memberID, domain.ErrNotFound)
 	}
-	valid := validUUIDs(ids)
+	valid := pgutil.ValidUUIDs(ids)
 	if !all && len(valid) == 0 {
 		return 0, nil
 	}
@@ -317,16 +317,4 @@ func (p *PostgresStore) CreateInboxPartitions(ctx context.Context, from time.Tim
 		return nil, fmt.Errorf("creating inbox partitions: %w", err)
 	}
 	return names, nil
-}
-
-// validUUIDs returns the ids that are UUIDs, in order: an id that is not
-// cannot name a message.
-func validUUIDs(ids []string) []string {
-	out := make([]string, 0, len(ids))
-	for _, id := range ids {
-		if uuid.Validate(id) == nil {
-			out = append(out, id)
-		}
-	}
-	return out
 }

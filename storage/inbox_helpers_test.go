@@ -34,11 +34,3 @@ func (f *outboxFixture) inbox(t *testing.T, memberID string) []inbox.Message {
 	slices.SortFunc(ms, func(a, b inbox.Message) int { return int(a.Seq - b.Seq) })
 	return ms
 }
-
-func seqs(ms []inbox.Message) []int64 {
-	out := make([]int64, len(ms))
-	for i, m := range ms {
-		out[i] = m.Seq
-	}
-	return out
-}

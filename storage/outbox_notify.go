@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 
@@ -18,20 +17,8 @@ import (
 // transaction into one.
 const OutboxChannel = "lockstream_outbox"
 
-// notifyOutbox queues, in tx, the notification of new due deliveries on the
-// given channels; nothing when there are none.
-func notifyOutbox(ctx context.Context, tx pgx.Tx, created map[Channel]int) error {
-	payload := outboxPayload(created)
-	if payload == "" {
-		return nil
-	}
-	if _, err := tx.Exec(ctx, outboxNotifySQL, payload); err != nil {
-		return fmt.Errorf("notifying the outbox: %w", err)
-	}
-	return nil
-}
-
-// queueOutboxNotify is notifyOutbox for a batch of the transaction.
+// queueOutboxNotify queues, in a batch of the transaction, the notification
+// of new due deliveries on the given channels; nothing when there are none.
 func queueOutboxNotify(b *pgx.Batch, created map[Channel]int) {
 	if payload := outboxPayload(created); payload != "" {
 		queueExec(b, "notifying the outbox", outboxNotifySQL, payload)

@@ -157,7 +157,7 @@ func (p *Postgres) GetPush(ctx context.Context, id string) (Push, error) {
 // are missing from the map.
 func (p *Postgres) PushRequests(ctx context.Context, deliveryIDs []string) (map[string]PushRequest, error) {
 	out := make(map[string]PushRequest, len(deliveryIDs))
-	ids := validUUIDs(deliveryIDs)
+	ids := pgutil.ValidUUIDs(deliveryIDs)
 	if len(ids) == 0 {
 		return out, nil
 	}

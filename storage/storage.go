@@ -18,7 +18,6 @@ import (
 	"syscall"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
-	"github.com/google/uuid"
 
 	"github.com/lockstream/lockstream/domain"
 )
@@ -76,16 +75,4 @@ type PushTarget = domain.PushTarget
 type Page struct {
 	After string
 	Limit int
-}
-
-// validUUIDs returns the ids that are UUIDs, in order: an id that is not cannot
-// name a row, and would make Postgres refuse the whole uuid[] parameter.
-func validUUIDs(ids []string) []string {
-	valid := make([]string, 0, len(ids))
-	for _, id := range ids {
-		if uuid.Validate(id) == nil {
-			valid = append(valid, id)
-		}
-	}
-	return valid
 }

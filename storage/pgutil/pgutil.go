@@ -1,7 +1,7 @@
 // Package pgutil is the Postgres plumbing that storage and the boxes holding
 // their own statements share without importing storage (which imports some of
-// them): errors mapped to the domain's sentinels, and LISTEN on a connection
-// of its own.
+// them): errors mapped to the domain's sentinels, LISTEN on a connection of
+// its own, and the ids that can be UUIDs.
 package pgutil
 
 import (
@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -74,4 +75,16 @@ func Listen(ctx context.Context, pool *pgxpool.Pool, channel, what string, ready
 // boxes share (storage imports some of them, so they name it by this).
 type Handle interface {
 	Pool() *pgxpool.Pool
+}
+
+// ValidUUIDs returns the ids that are UUIDs, in order: an id that is not cannot
+// name a row, and would make Postgres refuse the whole uuid[] parameter.
+func ValidUUIDs(ids []string) []string {
+	valid := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if uuid.Validate(id) == nil {
+			valid = append(valid, id)
+		}
+	}
+	return valid
 }
