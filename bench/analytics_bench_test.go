@@ -19,6 +19,7 @@ import (
 
 	"github.com/lockstream/lockstream/analytics"
 	"github.com/lockstream/lockstream/migrations"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/webapi"
@@ -204,7 +205,7 @@ func reportLatencies(b *testing.B, took []time.Duration) {
 // through the API's handler and reports rows/s and the process's peak RSS.
 func benchExport(b *testing.B, st *analytics.Store, pg *storage.Postgres, end time.Time) {
 	reg := prometheus.NewRegistry()
-	srv, err := webapi.New(webapi.Config{AdminToken: "bench-admin"}, pg, nil, reg, reg, discardLogger(), webapi.WithAnalytics(st))
+	srv, err := webapi.New(webapi.Config{AdminToken: "bench-admin"}, registry.New(pg), nil, reg, reg, discardLogger(), webapi.WithAnalytics(st))
 	if err != nil {
 		b.Fatal(err)
 	}
