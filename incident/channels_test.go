@@ -9,19 +9,20 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lockstream/lockstream/incident"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
 // memberWith makes a member of the client with preferences and devices.
-func (f *fixture) memberWith(t testing.TB, clientID, name string, prefs storage.MemberPreferences,
-	devices ...string) storage.Member {
+func (f *fixture) memberWith(t testing.TB, clientID, name string, prefs registry.MemberPreferences,
+	devices ...string) registry.Member {
 	t.Helper()
-	m := storage.Member{ClientID: clientID, Name: name, Email: name + "@example.com", Timezone: "UTC", Preferences: prefs}
+	m := registry.Member{ClientID: clientID, Name: name, Email: name + "@example.com", Timezone: "UTC", Preferences: prefs}
 	for _, d := range devices {
 		m.PushTargets = append(m.PushTargets, storage.PushTarget{Platform: storage.PlatformIOS, PushKey: d})
 	}
 	hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
-	created, _, err := f.pg.CreateMember(f.ctx, m, hash[:], storage.Backfill{})
+	created, _, err := registry.New(f.pg).CreateMember(f.ctx, m, hash[:], registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,14 +38,14 @@ func TestRemindersByEmailAndPush(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, "door1")
 	c := f.client(t, "door1")
-	prefs := func(email storage.EmailPreference, push bool) storage.MemberPreferences {
-		p := storage.DefaultMemberPreferences()
+	prefs := func(email registry.EmailPreference, push bool) registry.MemberPreferences {
+		p := registry.DefaultMemberPreferences()
 		p.Email, p.Push = email, push
 		return p
 	}
-	alice := f.memberWith(t, c.ID, "alice", prefs(storage.EmailOncePerUnread, true), "dev-a1", "dev-a2")
-	bob := f.memberWith(t, c.ID, "bob", prefs(storage.EmailDigest, false), "dev-b")
-	carol := f.memberWith(t, c.ID, "carol", prefs(storage.EmailOff, true), "dev-c")
+	alice := f.memberWith(t, c.ID, "alice", prefs(registry.EmailOncePerUnread, true), "dev-a1", "dev-a2")
+	bob := f.memberWith(t, c.ID, "bob", prefs(registry.EmailDigest, false), "dev-b")
+	carol := f.memberWith(t, c.ID, "carol", prefs(registry.EmailOff, true), "dev-c")
 	f.event(t, "connection_lost", 0, 0, "door1") // critical: the default policy, every member
 	f.intake(t)
 	if res := f.round(t, 0); res.Reminders != 3 {
@@ -85,7 +86,7 @@ func TestRemindersByEmailAndPush(t *testing.T) {
 		ids = append(ids, got[i].id)
 	}
 	links := map[string]string{} // member → the ack link of its reminder
-	for _, m := range []storage.Member{alice, bob, carol} {
+	for _, m := range []registry.Member{alice, bob, carol} {
 		r := f.reminders(t, m.ID)
 		if len(r) != 1 || !strings.HasPrefix(r[0].AckURL, "https://lockstream.example.com/ack/") {
 			t.Fatalf("%s's reminders %+v", m.Name, r)
