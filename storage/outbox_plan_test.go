@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
@@ -150,7 +151,7 @@ func TestLargeInsertAnalyzesTheOutboxMonth(t *testing.T) {
 	ctx := context.Background()
 	stores := storagetest.New(t)
 	pg := stores.Postgres
-	n := storage.OutboxAnalyzeRows
+	n := fanout.OutboxAnalyzeRows
 	ids := make([]string, n)
 	events := make([]storage.NotificationInput, n)
 	at := time.Now().UTC()
@@ -170,7 +171,7 @@ func TestLargeInsertAnalyzesTheOutboxMonth(t *testing.T) {
 	if err := registry.New(pg).LinkSensors(ctx, c.ID, ids); err != nil {
 		t.Fatal(err)
 	}
-	created, err := pg.CreateNotifications(ctx, events)
+	created, err := fanout.NewPostgresStore(pg).CreateNotifications(ctx, events)
 	if err != nil {
 		t.Fatal(err)
 	}

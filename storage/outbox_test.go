@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
@@ -57,9 +58,9 @@ func (f *outboxFixture) client(t *testing.T, c registry.Client, sensors ...strin
 	return created
 }
 
-func (f *outboxFixture) create(t *testing.T, events ...storage.NotificationInput) storage.NotificationsCreated {
+func (f *outboxFixture) create(t *testing.T, events ...storage.NotificationInput) fanout.NotificationsCreated {
 	t.Helper()
-	created, err := f.pg.CreateNotifications(f.ctx, events)
+	created, err := fanout.NewPostgresStore(f.pg).CreateNotifications(f.ctx, events)
 	if err != nil {
 		t.Fatal(err)
 	}
