@@ -16,7 +16,7 @@ import (
 )
 
 // Fan-out throughput with and without subscriptions (issue 17): the fan-out's
-// statement (storage.Postgres.CreateNotifications) for batches of 1,000 events,
+// statement (fanout.PostgresStore.CreateNotifications) for batches of 1,000 events,
 // each event's sensor watched by fanoutClients clients.
 const (
 	fanoutSensors = 1000

@@ -497,7 +497,7 @@ func waitMetric(b *testing.B, api, name string, want float64) {
 
 // BenchmarkStreamLatency times one member's live stream, event by event: each
 // iteration is one sensor event written as the fan-out writes it
-// (storage.CreateNotifications: the notification, its delivery and the
+// (fanout.PostgresStore.CreateNotifications: the notification, its delivery and the
 // member's inbox message in one transaction, whose NOTIFY reaches the hub),
 // and the time from the start of that write until the message arrives on the
 // member's stream, served by the real webapi handler and hub over HTTP. It

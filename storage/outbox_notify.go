@@ -8,7 +8,7 @@ import (
 )
 
 // OutboxChannel is the Postgres notification channel on which a transaction
-// that creates due deliveries (the fan-out's fanout.PostgresStore.CreateNotifications) tells the
+// that creates due deliveries (the fan-out's, fanout.PostgresStore) tells the
 // retriers, delivered only when it commits. The payload is the channels of the
 // new deliveries, comma-separated (`webhook,email`), so a retrier wakes only
 // the lanes that have work; Postgres folds identical notifications of one
