@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 )
 
 // SummaryQuery asks for a scope's figures over [From, To) in buckets aligned
@@ -50,30 +48,10 @@ func (s *Store) Summary(ctx context.Context, q SummaryQuery) (Summary, error) {
 	return out, nil
 }
 
-// summarize computes the figures of the buckets between edges. The
-// independent reads go at once — the scope (Postgres) with the unsealed hours,
-// then the carry-in with the buckets' sums — so a summary waits for two
-// round trips of each store rather than their sum.
+// summarize computes the figures of the buckets between edges.
 func (s *Store) summarize(ctx context.Context, scope Scope, edges []time.Time) (Summary, error) {
-	unix := make([]int64, len(edges))
-	for i, e := range edges {
-		unix[i] = e.Unix()
-	}
-	var (
-		ids       []string
-		sensors   int
-		untrusted []int64
-	)
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() (err error) {
-		ids, sensors, err = s.summaryScope(gctx, scope)
-		return err
-	})
-	g.Go(func() (err error) {
-		untrusted, err = s.untrusted(gctx, unix[len(unix)-1])
-		return err
-	})
-	if err := g.Wait(); err != nil {
+	ids, sensors, err := s.summaryScope(ctx, scope)
+	if err != nil {
 		return Summary{}, err
 	}
 	out := Summary{Scope: scope, From: edges[0], To: edges[len(edges)-1], Sensors: sensors}
@@ -83,8 +61,20 @@ func (s *Store) summarize(ctx context.Context, scope Scope, edges []time.Time) (
 	)
 	if sensors > 0 {
 		sc := scopeSet{ids: ids, fleet: scope.Kind == ScopeFleet}
+		unix := make([]int64, len(edges))
+		for i, e := range edges {
+			unix[i] = e.Unix()
+		}
+		untrusted, err := s.untrusted(ctx, unix[len(unix)-1])
+		if err != nil {
+			return Summary{}, err
+		}
 		p := newPlan(unix, s.source, untrusted)
-		carried, m, err := s.carryAndUnits(ctx, sc, p, untrusted)
+		carried, err := s.carryIn(ctx, sc, p.from, s.source, untrusted, false, "")
+		if err != nil {
+			return Summary{}, err
+		}
+		m, err := s.units(ctx, sc, p)
 		if err != nil {
 			return Summary{}, err
 		}
@@ -126,26 +116,4 @@ func (s *Store) summaryScope(ctx context.Context, scope Scope) ([]string, int, e
 	}
 	ids, err := s.scopeSensors(ctx, scope)
 	return ids, len(ids), err
-}
-
-// carryAndUnits reads the carry-in and the units of p at once (two
-// independent sets of queries).
-func (s *Store) carryAndUnits(ctx context.Context, sc scopeSet, p plan, untrusted []int64) (map[string]carry, keyed, error) {
-	var (
-		carried map[string]carry
-		m       keyed
-	)
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() (err error) {
-		carried, err = s.carryIn(gctx, sc, p.from, s.source, untrusted, p.bySensor, p.only)
-		return err
-	})
-	g.Go(func() (err error) {
-		m, err = s.units(gctx, sc, p)
-		return err
-	})
-	if err := g.Wait(); err != nil {
-		return nil, nil, err
-	}
-	return carried, m, nil
 }

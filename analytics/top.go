@@ -65,7 +65,11 @@ func (s *Store) Top(ctx context.Context, q TopQuery) ([]TopItem, error) {
 	}
 	p := newPlan([]int64{from.Unix(), to.Unix()}, s.source, untrusted)
 	p.bySensor, p.only = true, q.By
-	carried, m, err := s.carryAndUnits(ctx, sc, p, untrusted)
+	carried, err := s.carryIn(ctx, sc, p.from, s.source, untrusted, true, q.By)
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.units(ctx, sc, p)
 	if err != nil {
 		return nil, err
 	}
