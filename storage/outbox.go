@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/lockstream/lockstream/escalation"
 	"github.com/lockstream/lockstream/inbox"
-	"github.com/lockstream/lockstream/storage/pgutil"
+	"github.com/lockstream/lockstream/internal/pgutil"
 )
 
 // Channel is the way a delivery reaches its client.
