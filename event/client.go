@@ -44,4 +44,8 @@ type ClientEvent struct {
 	// Detail says what an operational notice (endpoint_failing,
 	// endpoint_disabled, endpoint_recovered: feed only) is about.
 	Detail string `json:"detail,omitempty"`
+	// IncidentID names the incident of an incident event (incident_opened,
+	// incident_acknowledged, incident_resolved); Sensor is its sensor, or
+	// empty for a site incident.
+	IncidentID string `json:"incident_id,omitempty"`
 }

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -54,6 +55,45 @@ const (
 	// disabled and enabled since).
 	EndpointRecovered Type = "endpoint_recovered"
 )
+
+// The incident events (DESIGN.md "Incidents"): subscribable like the sensor
+// events, they go to the client's webhook and feed (not by email or push, nor
+// to the members' inboxes, which hear of incidents by reminders). Their event
+// id is IncidentEventID's; Data is 0 on the incident_opened of a critical
+// incident, nil otherwise.
+const (
+	IncidentOpened       Type = "incident_opened"
+	IncidentAcknowledged Type = "incident_acknowledged"
+	IncidentResolved     Type = "incident_resolved"
+)
+
+// Incidents returns the incident event types (not in Types: no sensor event
+// carries them, and they go by webhook only).
+func Incidents() []Type { return []Type{IncidentOpened, IncidentAcknowledged, IncidentResolved} }
+
+// Subscribable returns the types a client may subscribe to (PATCH
+// /v1/clients/{id} event_types): the sensor events and the incident events.
+func Subscribable() []Type { return append(Types(), Incidents()...) }
+
+// incidentPrefix starts an incident event's id.
+const incidentPrefix = "incident:"
+
+// IncidentEventID is the event id of the incident event t of incident id:
+// "incident:<id>:<opened|acknowledged|resolved>" (one of each per incident).
+func IncidentEventID(id string, t Type) string {
+	return incidentPrefix + id + ":" + strings.TrimPrefix(string(t), "incident_")
+}
+
+// IncidentOf returns the incident an incident event's id names; "" for
+// another event's id.
+func IncidentOf(eventID string) string {
+	rest, ok := strings.CutPrefix(eventID, incidentPrefix)
+	if !ok {
+		return ""
+	}
+	id, _, _ := strings.Cut(rest, ":")
+	return id
+}
 
 // Types returns every known event type: the one list that clients' subscriptions
 // (PATCH /v1/clients/{id} event_types) are checked against. A new type is added
@@ -130,6 +170,11 @@ func SeverityOf(t Type, data *int) Severity {
 		}
 		return Warning
 	case SiteOutage, EndpointFailing, EndpointDisabled:
+		return Warning
+	case IncidentOpened:
+		if data != nil && *data == Unlocked {
+			return Critical
+		}
 		return Warning
 	}
 	return Info

@@ -160,6 +160,10 @@ func act(ctx context.Context, tx pgx.Tx, id, memberID string, action Action, cha
 		), logged AS (
 			INSERT INTO incident_timeline (incident_id, at, kind, member_id, channel)
 			SELECT id, $4, $3, $2, $5 FROM changed
+		), told AS (
+			-- The incident event, for the client's feed and webhook.
+			INSERT INTO incident_events (incident_id, type, at)
+			SELECT id, CASE WHEN $3 = 'ack' THEN 'incident_acknowledged' ELSE 'incident_resolved' END, $4 FROM changed
 		)
 		SELECT EXISTS (SELECT 1 FROM i)`, id, memberID, string(action), now, channel).Scan(&found)
 	if err != nil {

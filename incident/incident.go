@@ -165,9 +165,10 @@ func (r *Runner) Run(ctx context.Context) error {
 }
 
 // Step runs one intake batch, a purge (expired ack tokens, incidents past
-// their retention) and a reminder round with its sends, each transaction
-// within Timeout and not cut short by ctx (cutting it would only roll it
-// back); full reports that intake may have left work behind.
+// their retention), a reminder round with its sends and a publication of
+// incident events (PublishEvents), each transaction within Timeout and not
+// cut short by ctx (cutting it would only roll it back); full reports that
+// intake or the publication may have left work behind.
 func (r *Runner) Step(ctx context.Context) (full bool, err error) {
 	in, err := r.Intake(ctx)
 	if err != nil {
@@ -181,7 +182,13 @@ func (r *Runner) Step(ctx context.Context) (full bool, err error) {
 	if _, err := r.Remind(ctx); err != nil {
 		return false, err
 	}
-	return in.Full, nil
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Timeout)
+	defer cancel()
+	pub, err := r.store.PublishEvents(ectx, r.cfg.Batch)
+	if err != nil {
+		return false, err
+	}
+	return in.Full || pub.Events >= r.cfg.Batch, nil
 }
 
 // tokenKeep is how long an expired ack token is kept before it is deleted.

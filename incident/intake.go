@@ -61,10 +61,11 @@ func (e feedEvent) subject() string {
 }
 
 // aboutSubject reports whether e is about a sensor or a site: operational
-// notices (endpoint_failing…) are the client's, not a subject's, and open no
-// incident.
+// notices (endpoint_failing…) are the client's, not a subject's, and the
+// incident events are the incidents' own: neither opens an incident.
 func (e feedEvent) aboutSubject() bool {
-	return !slices.Contains(event.Notices(), e.typ) && (e.sensorID != "" || e.site != "")
+	return !slices.Contains(event.Notices(), e.typ) && !slices.Contains(event.Incidents(), e.typ) &&
+		(e.sensorID != "" || e.site != "")
 }
 
 // clears reports whether e ends its subject's problem: the sensor is back,

@@ -257,6 +257,7 @@ func (p *plan) write(ctx context.Context, tx pgx.Tx) error {
 			INSERT INTO incident_timeline (incident_id, at, kind, detail)
 			SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[])`, ids, at, kinds, details)
 	}
+	p.queueEvents(b)
 	var clients []string
 	var seqs []int64
 	for c, s := range p.cursors {
@@ -270,4 +271,30 @@ func (p *plan) write(ctx context.Context, tx pgx.Tx) error {
 		return fmt.Errorf("writing the incidents: %w", err)
 	}
 	return nil
+}
+
+// queueEvents queues the insert of the batch's incident events (opened, then
+// resolved), which PublishIncidentEvents puts on the clients' feeds and
+// webhooks.
+func (p *plan) queueEvents(b *pgx.Batch) {
+	var ids, types []string
+	var at []time.Time
+	for _, n := range p.opened {
+		ids, types, at = append(ids, n.id), append(types, string(event.IncidentOpened)), append(at, n.openedAt)
+		if n.resolvedAt != nil {
+			ids, types, at = append(ids, n.id), append(types, string(event.IncidentResolved)), append(at, *n.resolvedAt)
+		}
+	}
+	for id, u := range p.updates {
+		if u.resolvedAt != nil {
+			ids, types, at = append(ids, id), append(types, string(event.IncidentResolved)), append(at, *u.resolvedAt)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	b.Queue(`
+		INSERT INTO incident_events (incident_id, type, at)
+		SELECT id, type, at FROM unnest($1::uuid[], $2::text[], $3::timestamptz[]) WITH ORDINALITY AS x (id, type, at, ord)
+		ORDER BY ord`, ids, types, at)
 }

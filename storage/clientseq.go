@@ -101,6 +101,7 @@ func (p *Postgres) ListClientEvents(ctx context.Context, clientID string, after 
 		e.Data, e.Previous = outboxIntPtr(data), outboxIntPtr(previous)
 		e.Severity = event.SeverityOf(e.Type, e.Data)
 		e.SilentSeconds = event.SilentSeconds(e.LostSince, e.At)
+		e.IncidentID = event.IncidentOf(e.ID)
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {

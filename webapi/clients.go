@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/mail"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -162,8 +163,8 @@ func checkEventTypes(errs *httpapi.FieldErrors, types []string) {
 	seen := make(map[string]bool, len(types))
 	for i, t := range types {
 		switch {
-		case !event.Type(t).Valid():
-			errs.Add(fmt.Sprintf("event_types[%d]", i), "must be one of %v, got %q", event.Types(), t)
+		case !slices.Contains(event.Subscribable(), event.Type(t)):
+			errs.Add(fmt.Sprintf("event_types[%d]", i), "must be one of %v, got %q", event.Subscribable(), t)
 		case seen[t]:
 			errs.Add(fmt.Sprintf("event_types[%d]", i), "repeats %q", t)
 		}

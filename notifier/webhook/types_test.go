@@ -120,3 +120,30 @@ func TestRestoredBodyCarriesTheOutage(t *testing.T) {
 		t.Errorf("state_changed body %s carries an outage", raw)
 	}
 }
+
+// An incident event's body names its incident (the id in its event id) and,
+// for an incident_opened, the incident's severity; other events name none.
+func TestBodyOfIncidentEvents(t *testing.T) {
+	t.Parallel()
+	const inc = "01a21ae4-2f20-7e01-8838-3623faa6ecea"
+	for _, tc := range []struct {
+		typ      event.Type
+		data     *int
+		severity event.Severity
+	}{
+		{event.IncidentOpened, intp(0), event.Critical},
+		{event.IncidentOpened, nil, event.Warning},
+		{event.IncidentAcknowledged, nil, event.Info},
+		{event.IncidentResolved, nil, event.Info},
+	} {
+		n := testNotification()
+		n.Type, n.Data, n.EventID = tc.typ, tc.data, event.IncidentEventID(inc, tc.typ)
+		b := webhook.NewBody(n)
+		if b.IncidentID != inc || b.Severity != tc.severity || b.ID != "incident:"+inc+":"+strings.TrimPrefix(string(tc.typ), "incident_") {
+			t.Errorf("%s: body %+v, want incident %s, severity %s", tc.typ, b.ClientEvent, inc, tc.severity)
+		}
+	}
+	if b := webhook.NewBody(testNotification()); b.IncidentID != "" {
+		t.Errorf("a sensor event's body names incident %q", b.IncidentID)
+	}
+}

@@ -139,6 +139,7 @@ func NewBody(n notifier.Notification) Body {
 		// The outage a connection_restored ends.
 		LostSince:     utcPtr(n.LostSince),
 		SilentSeconds: event.SilentSeconds(n.LostSince, n.At),
+		IncidentID:    event.IncidentOf(n.EventID),
 	}, Attempt: n.Attempt}
 }
 
