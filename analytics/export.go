@@ -32,8 +32,11 @@ type ExportRow struct {
 // exportChunk is how much time one of an export's queries covers: ClickHouse
 // sorts each chunk by time (the tables are ordered by sensor first), so a
 // chunk bounds the sort however long the range, and rows stream out chunk by
-// chunk in time order.
-const exportChunk = 24 * time.Hour
+// chunk in time order. Each query of a wide scope reads its month partitions'
+// columns whole (every granule holds rows of every day), so fewer, longer
+// chunks cost less: 3 days of the fleet benchmark's 100,000 sensors are
+// 3.3 million rows for ClickHouse to sort.
+const exportChunk = 72 * time.Hour
 
 // Export streams every row of q in time order (readings by receive time,
 // partition and offset; events by time and id) to row, copies collapsed,
@@ -65,14 +68,16 @@ func (s *Store) Export(ctx context.Context, q ExportQuery, row func(ExportRow) e
 }
 
 func (s *Store) exportChunk(ctx context.Context, sc scopeSet, kind string, from, to int64, row func(ExportRow) error) error {
-	scope, args := sc.filter("sensor_id")
-	args = append(args, from, to)
+	scope, scopeArgs := sc.filter("sensor_id")
+	// The time range as a PREWHERE: see plan.rawWhere.
+	args := append([]any{from, to}, scopeArgs...)
 	var r ExportRow
 	if kind == KindReadings {
 		return s.query(ctx, sc, `
 			SELECT sensor_id, data, ts, received_at
 			FROM readings FINAL
-			WHERE `+scope+` AND received_at >= toDateTime(?) AND received_at < toDateTime(?)
+			PREWHERE received_at >= toDateTime(?) AND received_at < toDateTime(?)
+			WHERE `+scope+`
 			ORDER BY received_at, kafka_partition, kafka_offset`, args, func(scan func(...any) error) error {
 			var data uint8
 			if err := scan(&r.Reading.SensorID, &data, &r.Reading.TS, &r.Reading.ReceivedAt); err != nil {
@@ -86,7 +91,8 @@ func (s *Store) exportChunk(ctx context.Context, sc scopeSet, kind string, from,
 	return s.query(ctx, sc, `
 		SELECT id, type, sensor_id, data, previous, at
 		FROM events FINAL
-		WHERE `+scope+` AND at >= toDateTime(?) AND at < toDateTime(?)
+		PREWHERE at >= toDateTime(?) AND at < toDateTime(?)
+		WHERE `+scope+`
 		ORDER BY at, id`, args, func(scan func(...any) error) error {
 		var data, previous *int8
 		if err := scan(&r.Event.ID, &r.Event.Type, &r.Event.SensorID, &data, &previous, &r.Event.At); err != nil {

@@ -24,10 +24,11 @@ const rawEventSums = `
 	sumIf(if(type = 'connection_lost', 1, -1), type IN ('connection_lost', 'connection_restored')) AS lost_n,
 	sumIf(if(type = 'connection_lost', 1, -1) * toInt64(toUInt32(at)), type IN ('connection_lost', 'connection_restored')) AS lost_t`
 
-// rollupEventSums reads the same aggregates from events_hourly.
+// rollupEventSums reads the same aggregates from events_hourly, and the
+// restore durations SealRollups paired (migration 00056).
 const rollupEventSums = `
 	sum(changes), sum(unlocks), sum(unlocked_n), sum(unlocked_t),
-	sum(losses), sum(restores), sum(lost_n), sum(lost_t)`
+	sum(losses), sum(restores), sum(lost_n), sum(lost_t), sum(restore_seconds), sum(restores_paired)`
 
 // scopeSet is a scope's sensors as a query filters on them: one sensor by
 // equality (the primary key's prefix), several through an external table
@@ -170,11 +171,19 @@ func newPlan(edges []int64, src Source, untrusted []int64) plan {
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
-// rawCond restricts raw rows of column col to the parts of the range the
-// plan reads raw.
-func (p plan) rawCond(col string) (string, []any) {
-	cond := fmt.Sprintf("%[1]s >= toDateTime(?) AND %[1]s < toDateTime(?)", col)
-	args := []any{p.from, p.to}
+// rawWhere restricts raw rows of column col to the scope (its condition and
+// arguments) and to the parts of the range the plan reads raw: the time range
+// (narrowed to the hours read raw) as a PREWHERE — copies share their time, a
+// sort key column, so filtering before FINAL collapses them keeps them
+// together, and the other columns are read for matching rows only — and the
+// hours in the WHERE.
+func (p plan) rawWhere(col, scope string, scopeArgs []any) (string, []any) {
+	from, to := p.from, p.to
+	if p.rollup && len(p.rawHours) > 0 {
+		from, to = max(from, p.rawHours[0]*3600), min(to, (p.rawHours[len(p.rawHours)-1]+1)*3600)
+	}
+	cond := fmt.Sprintf("PREWHERE %[1]s >= toDateTime(?) AND %[1]s < toDateTime(?) WHERE %s", col, scope)
+	args := append([]any{from, to}, scopeArgs...)
 	if p.rollup {
 		cond += fmt.Sprintf(" AND has(?, toInt64(intDiv(toUInt32(%s), 3600)))", col)
 		args = append(args, p.rawHours)
@@ -263,7 +272,7 @@ func (s *Store) rollupUnits(ctx context.Context, sc scopeSet, p plan, at func(st
 			h int64
 			e sums
 		)
-		if err := scanEventSums(scan, &k, &h, &e); err != nil || !p.bySensor && skip[h/3600] {
+		if err := scanEventSums(scan, &k, &h, &e, &e.restoreSeconds, &e.restoresPaired); err != nil || !p.bySensor && skip[h/3600] {
 			return err
 		}
 		at(k, h).add(e)
@@ -290,13 +299,12 @@ func (s *Store) rollupUnits(ctx context.Context, sc scopeSet, p plan, at func(st
 }
 
 func (s *Store) rawUnits(ctx context.Context, sc scopeSet, p plan, at func(string, int64) *sums) error {
-	scope, args := sc.filter("sensor_id")
-	cond, condArgs := p.rawCond("at")
+	scope, scopeArgs := sc.filter("sensor_id")
+	where, args := p.rawWhere("at", scope, scopeArgs)
 	err := s.query(ctx, sc, `
 		SELECT `+p.groupKey("at")+`,`+rawEventSums+`
-		FROM events FINAL
-		WHERE `+scope+` AND `+cond+`
-		GROUP BY k, u`, append(args, condArgs...), func(scan func(...any) error) error {
+		FROM events FINAL `+where+`
+		GROUP BY k, u`, args, func(scan func(...any) error) error {
 		var (
 			k string
 			u int64
@@ -311,13 +319,11 @@ func (s *Store) rawUnits(ctx context.Context, sc scopeSet, p plan, at func(strin
 	if err != nil || p.bySensor { // top lists rank no readings
 		return err
 	}
-	scope, args = sc.filter("sensor_id")
-	cond, condArgs = p.rawCond("received_at")
+	where, args = p.rawWhere("received_at", scope, scopeArgs)
 	return s.query(ctx, sc, `
 		SELECT `+p.groupKey("received_at")+`, toInt64(count())
-		FROM readings FINAL
-		WHERE `+scope+` AND `+cond+`
-		GROUP BY k, u`, append(args, condArgs...), func(scan func(...any) error) error {
+		FROM readings FINAL `+where+`
+		GROUP BY k, u`, args, func(scan func(...any) error) error {
 		var (
 			k    string
 			u, n int64
@@ -331,17 +337,26 @@ func (s *Store) rawUnits(ctx context.Context, sc scopeSet, p plan, at func(strin
 }
 
 // scanEventSums reads a key and the eight event aggregates, whatever integer
-// types ClickHouse gave them.
-func scanEventSums(scan func(...any) error, k *string, key *int64, e *sums) error {
+// types ClickHouse gave them, then the Int64 columns of more (the rollups'
+// restore durations).
+func scanEventSums(scan func(...any) error, k *string, key *int64, e *sums, more ...*int64) error {
 	var (
 		changes, unlocks, losses, restores uint64
 		un, ut, ln, lt                     int64
 	)
-	if err := scan(k, key, &changes, &unlocks, &un, &ut, &losses, &restores, &ln, &lt); err != nil {
+	dest := []any{k, key, &changes, &unlocks, &un, &ut, &losses, &restores, &ln, &lt}
+	extra := make([]int64, len(more))
+	for i := range extra {
+		dest = append(dest, &extra[i])
+	}
+	if err := scan(dest...); err != nil {
 		return err
 	}
 	*e = sums{changes: int64(changes), unlocks: int64(unlocks), unlockedN: un, unlockedT: ut,
 		losses: int64(losses), restores: int64(restores), lostN: ln, lostT: lt}
+	for i, m := range more {
+		*m = extra[i]
+	}
 	return nil
 }
 
@@ -389,26 +404,57 @@ func (s *Store) carryIn(ctx context.Context, sc scopeSet, from int64, src Source
 			return out, err
 		}
 	}
-	cond, condArgs := "at >= toDateTime(?) AND at < toDateTime(?)", []any{rawFrom, from}
+	// The time range as a PREWHERE: see plan.rawWhere.
+	lo, cond, condArgs := rawFrom, "1", []any(nil)
 	if len(before) > 0 {
-		cond = "(" + cond + " OR at >= toDateTime(?) AND at < toDateTime(?) AND has(?, toInt64(intDiv(toUInt32(at), 3600))))"
-		condArgs = append(condArgs, before[0]*3600, rawFrom, before)
+		lo = before[0] * 3600
+		cond, condArgs = "(at >= toDateTime(?) OR has(?, toInt64(intDiv(toUInt32(at), 3600))))", []any{rawFrom, before}
 	}
 	err := s.query(ctx, sc, `
 		SELECT `+key+`,
 		       sumIf(toInt64(ifNull(data, 1) = 0) - toInt64(ifNull(previous, 1) = 0), type = 'state_changed'),
 		       sumIf(if(type = 'connection_lost', 1, -1), type IN ('connection_lost', 'connection_restored'))
-		FROM events FINAL WHERE `+scope+` AND `+cond+` GROUP BY k`,
-		append(args, condArgs...), add)
+		FROM events FINAL PREWHERE at >= toDateTime(?) AND at < toDateTime(?)
+		WHERE `+scope+` AND `+cond+` GROUP BY k`,
+		append(append([]any{lo, from}, args...), condArgs...), add)
 	return out, err
 }
 
-// restoreTimes adds to the units the loss→restore time of each restore in
-// [from, to), paired with the loss before it: within the range by sorting
-// each sensor's losses and restores, and for a sensor whose first one in the
-// range is a restore, with its last loss before from (a second query, on
-// those few sensors only). Raw rows: a rollup cannot pair.
+// restoreTimes adds to the units the loss→restore time of each restore that
+// the rollups do not hold: every restore of the range when it is read raw,
+// else those in the hours read raw (sealed hours hold theirs, migration
+// 00056). Pairing them needs only the window of those hours: a restore whose
+// loss is before it is paired by restorePairs' second query.
 func (s *Store) restoreTimes(ctx context.Context, sc scopeSet, p plan, at func(string, int64) *sums) error {
+	from, to := p.from, p.to
+	raw := map[int64]bool{}
+	if p.rollup {
+		if len(p.rawHours) == 0 {
+			return nil
+		}
+		from, to = max(from, p.rawHours[0]*3600), min(to, (p.rawHours[len(p.rawHours)-1]+1)*3600)
+		for _, h := range p.rawHours {
+			raw[h] = true
+		}
+	}
+	return s.restorePairs(ctx, sc, from, to, p.width, false, func(_ string, r, n, secs int64) {
+		if p.rollup && !raw[floorDiv(r, 3600)] {
+			return
+		}
+		x := at("", r/p.width*p.width)
+		x.restoreSeconds += secs
+		x.restoresPaired += n
+	})
+}
+
+// restorePairs pairs each restore in [from, to) of the scope with the loss
+// before it and hands add the key ("" or, bySensor, the sensor), a time in
+// the unit of width seconds the restores fall in, how many and their seconds:
+// within the range by sorting each sensor's losses and restores, and for a
+// sensor whose first one in the range is a restore, with its last loss before
+// from (a second query, on those few sensors only). Raw rows: a rollup cannot
+// pair.
+func (s *Store) restorePairs(ctx context.Context, sc scopeSet, from, to, width int64, bySensor bool, add func(k string, r, n, secs int64)) error {
 	scope, args := sc.filter("sensor_id")
 	// Per sensor, its losses ls and restores rs in the range, each sorted: a
 	// restore pairs with the loss of its rank, or of the rank before when the
@@ -416,10 +462,14 @@ func (s *Store) restoreTimes(ctx context.Context, sc scopeSet, p plan, at func(s
 	// orphan, d = -1). Sorting two arrays of integers per sensor is what 18.16
 	// does fast (lambdas there cannot read other columns, so the losses are
 	// aligned with the restores by arrayPushFront/arrayResize). The outer
-	// query sums paired restores per unit and lists orphans by sensor.
+	// query sums paired restores per key and unit and lists orphans by sensor.
+	key := "if(d < 0, sensor_id, '')"
+	if bySensor {
+		key = "sensor_id"
+	}
 	orphans := map[string]int64{}
 	err := s.query(ctx, sc, fmt.Sprintf(`
-		SELECT if(d < 0, sensor_id, '') AS k, toInt64(if(d < 0, r, intDiv(r, %d) * %[1]d)) AS u, toInt64(count()), toInt64(sum(d))
+		SELECT %[3]s AS k, toUInt8(d < 0) AS o, toInt64(if(d < 0, r, intDiv(r, %[1]d) * %[1]d)) AS u, toInt64(count()), toInt64(sum(d))
 		FROM (
 			SELECT sensor_id, rs, arrayMap((r, l) -> if(l = 0, toInt64(-1), toInt64(r) - l), rs,
 				arrayResize(if(length(rs) > 0 AND (length(ls) = 0 OR rs[1] < ls[1]), arrayPushFront(ls, toUInt32(0)), ls), length(rs))) AS ds
@@ -428,24 +478,23 @@ func (s *Store) restoreTimes(ctx context.Context, sc scopeSet, p plan, at func(s
 				       arraySort(groupUniqArrayIf(toUInt32(at), type = 'connection_lost')) AS ls,
 				       arraySort(groupUniqArrayIf(toUInt32(at), type = 'connection_restored')) AS rs
 				FROM events
-				WHERE %s AND type IN ('connection_lost', 'connection_restored') AND at >= toDateTime(?) AND at < toDateTime(?)
+				WHERE %[2]s AND type IN ('connection_lost', 'connection_restored') AND at >= toDateTime(?) AND at < toDateTime(?)
 				GROUP BY sensor_id))
 		ARRAY JOIN rs AS r, ds AS d
-		GROUP BY k, u`, p.width, scope), append(args, p.from, p.to), func(scan func(...any) error) error {
+		GROUP BY k, o, u`, width, scope, key), append(args, from, to), func(scan func(...any) error) error {
 		var (
 			k          string
+			o          uint8
 			u, n, secs int64
 		)
-		if err := scan(&k, &u, &n, &secs); err != nil {
+		if err := scan(&k, &o, &u, &n, &secs); err != nil {
 			return err
 		}
-		if k != "" {
+		if o == 1 {
 			orphans[k] = u
 			return nil
 		}
-		x := at("", u)
-		x.restoreSeconds += secs
-		x.restoresPaired += n
+		add(k, u, n, secs)
 		return nil
 	})
 	if err != nil || len(orphans) == 0 {
@@ -462,7 +511,7 @@ func (s *Store) restoreTimes(ctx context.Context, sc scopeSet, p plan, at func(s
 		SELECT sensor_id, argMax(toUInt32(at), (at, type = 'connection_restored')), argMax(type, (at, type = 'connection_restored'))
 		FROM events
 		WHERE `+scope+` AND type IN ('connection_lost', 'connection_restored') AND at < toDateTime(?)
-		GROUP BY sensor_id`, append(args, p.from), func(scan func(...any) error) error {
+		GROUP BY sensor_id`, append(args, from), func(scan func(...any) error) error {
 		var (
 			sensor, typ string
 			t           uint32
@@ -470,10 +519,12 @@ func (s *Store) restoreTimes(ctx context.Context, sc scopeSet, p plan, at func(s
 		if err := scan(&sensor, &t, &typ); err != nil || typ != "connection_lost" {
 			return err
 		}
+		k := ""
+		if bySensor {
+			k = sensor
+		}
 		r := orphans[sensor]
-		u := at("", r/p.width*p.width)
-		u.restoreSeconds += r - int64(t)
-		u.restoresPaired++
+		add(k, r, 1, r-int64(t))
 		return nil
 	})
 }

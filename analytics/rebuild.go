@@ -71,6 +71,11 @@ func (s *Store) RebuildRollups(ctx context.Context, from, to time.Time) (err err
 				return err
 			}
 		}
+		// The rebuilt month holds no restore durations: unseal its hours.
+		if err := s.conn.Exec(ctx, fmt.Sprintf(`INSERT INTO history_touched (hour, touched_at)
+			SELECT hour, now() FROM fleet_events_hourly WHERE toYYYYMM(hour) = %d GROUP BY hour`, month)); err != nil {
+			return fmt.Errorf("unsealing %d: %w", month, storage.Unreachable(store, err))
+		}
 	}
 	return nil
 }

@@ -126,6 +126,15 @@ func (p *PostgresScopes) ScopeSensors(ctx context.Context, scope Scope) ([]strin
 	return ids, nil
 }
 
+// CountSensors implements SensorCounter: how many sensors are registered.
+func (p *PostgresScopes) CountSensors(ctx context.Context) (int, error) {
+	var n int
+	if err := p.pool.QueryRow(ctx, `SELECT count(*) FROM sensors`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting the fleet's sensors: %w", storage.MapError(err))
+	}
+	return n, nil
+}
+
 // ClientSiteOutages implements Outages: the outages of the sites of the
 // client's linked sensors that overlap [from, to).
 func (p *PostgresScopes) ClientSiteOutages(ctx context.Context, clientID string, from, to time.Time) ([]SiteOutage, error) {

@@ -50,16 +50,16 @@ func (s *Store) Summary(ctx context.Context, q SummaryQuery) (Summary, error) {
 
 // summarize computes the figures of the buckets between edges.
 func (s *Store) summarize(ctx context.Context, scope Scope, edges []time.Time) (Summary, error) {
-	ids, err := s.scopeSensors(ctx, scope)
+	ids, sensors, err := s.summaryScope(ctx, scope)
 	if err != nil {
 		return Summary{}, err
 	}
-	out := Summary{Scope: scope, From: edges[0], To: edges[len(edges)-1], Sensors: len(ids)}
+	out := Summary{Scope: scope, From: edges[0], To: edges[len(edges)-1], Sensors: sensors}
 	var (
 		units []unit
 		in    carry
 	)
-	if len(ids) > 0 {
+	if sensors > 0 {
 		sc := scopeSet{ids: ids, fleet: scope.Kind == ScopeFleet}
 		unix := make([]int64, len(edges))
 		for i, e := range edges {
@@ -80,7 +80,7 @@ func (s *Store) summarize(ctx context.Context, scope Scope, edges []time.Time) (
 		}
 		in, units = carried[""], m.list("")
 	}
-	out.Buckets, out.Total = combine(edges, units, in, len(ids), s.now())
+	out.Buckets, out.Total = combine(edges, units, in, sensors, s.now())
 	return out, nil
 }
 
@@ -98,4 +98,22 @@ func (s *Store) untrusted(ctx context.Context, to int64) ([]int64, error) {
 		return nil, nil
 	}
 	return s.untrustedHours(ctx, to)
+}
+
+// SensorCounter is what a Scopes may also do: count the fleet's sensors
+// without listing them (a fleet summary reads no sensor's id).
+type SensorCounter interface {
+	CountSensors(ctx context.Context) (int, error)
+}
+
+// summaryScope returns the scope's sensors and how many: for the fleet, when
+// the resolver can count, the count only (the fleet's queries filter on no
+// sensor).
+func (s *Store) summaryScope(ctx context.Context, scope Scope) ([]string, int, error) {
+	if c, ok := s.scopes.(SensorCounter); ok && scope.Kind == ScopeFleet {
+		n, err := c.CountSensors(ctx)
+		return nil, n, err
+	}
+	ids, err := s.scopeSensors(ctx, scope)
+	return ids, len(ids), err
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockstream/lockstream/analytics"
 	"github.com/lockstream/lockstream/history"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -84,7 +85,7 @@ func exactStores(t *testing.T) *storagetest.Stores {
 	stores := storagetest.New(t)
 	ctx := context.Background()
 	for id, site := range map[string]string{"sA": "yard", "sB": "yard", "sC": "yard", "sD": "other"} {
-		if _, err := stores.Postgres.CreateSensor(ctx, storage.Sensor{ID: id, Address: "door " + id, Site: site}); err != nil {
+		if _, err := stores.Registry.CreateSensor(ctx, registry.Sensor{ID: id, Address: "door " + id, Site: site}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -28,7 +28,7 @@ func BenchmarkCreateSensor(b *testing.B) {
 	stores := storagetest.New(b)
 	reg := prometheus.NewRegistry()
 	const token = "bench-admin-token"
-	server, err := webapi.New(webapi.Config{AdminToken: token}, stores.Postgres, nil, reg, reg,
+	server, err := webapi.New(webapi.Config{AdminToken: token}, stores.Registry, nil, reg, reg,
 		slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)

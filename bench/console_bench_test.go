@@ -21,6 +21,7 @@ import (
 	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/inbox"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -69,8 +70,8 @@ func BenchmarkConsolePages(b *testing.B) {
 		b.Fatal(err)
 	}
 	const token = "console-bench-admin"
-	con, err := console.New(console.Config{AdminToken: token}, console.Deps{Registry: stores.Postgres,
-		Members: stores.Postgres, Inbox: inbox.NewPostgresStore(stores.Postgres), Deliveries: stores.Postgres, Sessions: console.NewRedisStore(stores.Redis),
+	con, err := console.New(console.Config{AdminToken: token}, console.Deps{Registry: stores.Registry,
+		Members: stores.Registry, Inbox: inbox.NewPostgresStore(stores.Postgres), Deliveries: stores.Postgres, Sessions: console.NewRedisStore(stores.Redis),
 		Heartbeat: hb.Redis, Connections: tracker,
 		History: analytics.New(stores.ClickHouse.Conn(), analytics.NewPostgresScopes(stores.Postgres.Pool()))},
 		prometheus.NewRegistry(), discardLogger())
@@ -183,9 +184,9 @@ func seedConsoleFleet(b *testing.B, stores *storagetest.Stores) string {
 	b.Helper()
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Second)
-	sensors := make([]storage.Sensor, consoleFleet)
+	sensors := make([]registry.Sensor, consoleFleet)
 	for i := range sensors {
-		sensors[i] = storage.Sensor{ID: sensorID(i), Address: fmt.Sprintf("%d Bench Street", i)}
+		sensors[i] = registry.Sensor{ID: sensorID(i), Address: fmt.Sprintf("%d Bench Street", i)}
 	}
 	stores.ImportSensors(b, sensors)
 	// The first consoleLost sensors are lost, the others online.
@@ -242,12 +243,12 @@ func seedConsoleHistory(b *testing.B, ch *storage.ClickHouse, now time.Time) {
 func seedConsoleOutbox(b *testing.B, pg *storage.Postgres, pgURL string, now time.Time) string {
 	b.Helper()
 	ctx := context.Background()
-	c, err := pg.CreateClient(ctx, storage.Client{Name: "Bench Security", WebhookURL: "https://example.com/hook", Secret: "whsec_c2VjcmV0"})
+	c, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "Bench Security", WebhookURL: "https://example.com/hook", Secret: "whsec_c2VjcmV0"})
 	if err != nil {
 		b.Fatal(err)
 	}
 	for i := range consoleClientSensors {
-		if err := pg.LinkSensor(ctx, c.ID, sensorID(consoleLost+i)); err != nil {
+		if err := registry.New(pg).LinkSensor(ctx, c.ID, sensorID(consoleLost+i)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -297,9 +298,9 @@ func seedConsoleInbox(b *testing.B, pg *storage.Postgres, clientID string, now t
 			token = consoleMemberToken
 		}
 		hash := sha256.Sum256([]byte(token))
-		m, _, err := pg.CreateMember(ctx, storage.Member{ClientID: clientID, Name: fmt.Sprintf("Member %02d", i),
+		m, _, err := registry.New(pg).CreateMember(ctx, registry.Member{ClientID: clientID, Name: fmt.Sprintf("Member %02d", i),
 			Email: fmt.Sprintf("member%d@example.com", i), Timezone: "Europe/Paris",
-			Preferences: storage.DefaultMemberPreferences()}, hash[:], storage.Backfill{})
+			Preferences: registry.DefaultMemberPreferences()}, hash[:], registry.Backfill{})
 		if err != nil {
 			b.Fatal(err)
 		}

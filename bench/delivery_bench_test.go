@@ -20,6 +20,7 @@ import (
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/notifier/webhook"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/retrier"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
@@ -67,7 +68,7 @@ func okSink(b *testing.B, seen func(webhook.Body, time.Time)) *httptest.Server {
 // seedWatcher creates one client with the sink's URL watching sensors named
 // prefix0…prefix(n-1), creating them; it returns the client's id and the sensors.
 func seedWatcher(ctx context.Context, b *testing.B, pg *storage.Postgres, url, prefix string, n int) (string, []string) {
-	client, err := pg.CreateClient(ctx, storage.Client{Name: "bench", WebhookURL: url, Secret: webhook.NewSecret()})
+	client, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "bench", WebhookURL: url, Secret: webhook.NewSecret()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -77,10 +78,10 @@ func seedWatcher(ctx context.Context, b *testing.B, pg *storage.Postgres, url, p
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s%06d", prefix, i)
 		g.Go(func() error {
-			if _, err := pg.CreateSensor(gctx, storage.Sensor{ID: ids[i], Address: "bench street"}); err != nil {
+			if _, err := registry.New(pg).CreateSensor(gctx, registry.Sensor{ID: ids[i], Address: "bench street"}); err != nil {
 				return err
 			}
-			return pg.LinkSensor(gctx, client.ID, ids[i])
+			return registry.New(pg).LinkSensor(gctx, client.ID, ids[i])
 		})
 	}
 	if err := g.Wait(); err != nil {

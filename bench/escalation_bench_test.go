@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lockstream/lockstream/escalation"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -115,15 +116,15 @@ func seedEscalation(ctx context.Context, b *testing.B, pgURL string, pg *storage
 	for i := range sensors {
 		sensors[i] = fmt.Sprintf("escBench%d", i)
 	}
-	if err := pg.CreateSensors(ctx, sensors, "bench street"); err != nil {
+	if err := registry.New(pg).CreateSensors(ctx, sensors, "bench street"); err != nil {
 		b.Fatal(err)
 	}
-	client, err := pg.CreateClient(ctx, storage.Client{Name: "bench", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
+	client, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "bench", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
 	if err != nil {
 		b.Fatal(err)
 	}
 	for _, s := range sensors {
-		if err := pg.LinkSensor(ctx, client.ID, s); err != nil {
+		if err := registry.New(pg).LinkSensor(ctx, client.ID, s); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/lockstream/lockstream/notifier/webhook"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -56,7 +57,7 @@ func BenchmarkFanoutSubscriptions(b *testing.B) {
 			b.StopTimer()
 			for c, id := range clients {
 				types := fanoutSubscriptions(mode, c)
-				if _, err := pg.UpdateClient(ctx, id, storage.ClientUpdate{EventTypes: &types}); err != nil {
+				if _, err := registry.New(pg).UpdateClient(ctx, id, registry.ClientUpdate{EventTypes: &types}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -85,7 +86,7 @@ func seedFanout(b *testing.B) (*storage.Postgres, []string) {
 	g.SetLimit(16)
 	for i := range fanoutSensors {
 		g.Go(func() error {
-			_, err := pg.CreateSensor(gctx, storage.Sensor{ID: fanoutSensor(i), Address: "bench street"})
+			_, err := registry.New(pg).CreateSensor(gctx, registry.Sensor{ID: fanoutSensor(i), Address: "bench street"})
 			return err
 		})
 	}
@@ -94,7 +95,7 @@ func seedFanout(b *testing.B) (*storage.Postgres, []string) {
 	}
 	clients := make([]string, fanoutClients)
 	for c := range clients {
-		created, err := pg.CreateClient(ctx, storage.Client{Name: fmt.Sprintf("bench%d", c),
+		created, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: fmt.Sprintf("bench%d", c),
 			WebhookURL: "https://example.com/hook", Secret: webhook.NewSecret()})
 		if err != nil {
 			b.Fatal(err)
@@ -103,7 +104,7 @@ func seedFanout(b *testing.B) (*storage.Postgres, []string) {
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(16)
 		for i := range fanoutSensors {
-			g.Go(func() error { return pg.LinkSensor(gctx, created.ID, fanoutSensor(i)) })
+			g.Go(func() error { return registry.New(pg).LinkSensor(gctx, created.ID, fanoutSensor(i)) })
 		}
 		if err := g.Wait(); err != nil {
 			b.Fatal(err)

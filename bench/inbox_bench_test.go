@@ -28,6 +28,8 @@ import (
 
 	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/migrations"
+	"github.com/lockstream/lockstream/registry"
+	"github.com/lockstream/lockstream/registry/secretbox"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/webapi"
@@ -80,11 +82,11 @@ func BenchmarkInboxList(b *testing.B) {
 	} else if err := migrations.Migrate(ctx, pgURL, storagetest.NewClickHouseDatabase(b), slog.New(slog.DiscardHandler)); err != nil {
 		b.Fatal(err)
 	}
-	key, err := storage.ParseSecretKey(storage.NewSecretKey())
+	key, err := secretbox.ParseKey(secretbox.NewKey())
 	if err != nil {
 		b.Fatal(err)
 	}
-	box, err := storage.NewSecretBox(key)
+	box, err := secretbox.New(key)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -112,7 +114,7 @@ func BenchmarkInboxList(b *testing.B) {
 // seedInbox fills an empty database with the inbox of BenchmarkInboxList.
 func seedInbox(ctx context.Context, b *testing.B, conn *pgx.Conn, pg *storage.Postgres, perMember int) {
 	b.Helper()
-	client, err := pg.CreateClient(ctx, storage.Client{Name: "bench", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
+	client, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "bench", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -154,8 +156,8 @@ func seedInbox(ctx context.Context, b *testing.B, conn *pgx.Conn, pg *storage.Po
 func measureInbox(ctx context.Context, b *testing.B, pg *storage.Postgres, perMember int) {
 	b.Helper()
 	reg := prometheus.NewRegistry()
-	server, err := webapi.New(webapi.Config{AdminToken: "bench-admin-token"}, pg, nil, reg, reg,
-		slog.New(slog.DiscardHandler), webapi.WithInbox(pg, inbox.NewPostgresStore(pg), nil, webapi.InboxConfig{}))
+	server, err := webapi.New(webapi.Config{AdminToken: "bench-admin-token"}, registry.New(pg), nil, reg, reg,
+		slog.New(slog.DiscardHandler), webapi.WithInbox(registry.New(pg), inbox.NewPostgresStore(pg), nil, webapi.InboxConfig{}))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -222,14 +224,14 @@ func BenchmarkStreamFanout(b *testing.B) {
 	}
 	defer conn.Close(ctx)
 	pg := stores.Postgres
-	if _, err := pg.CreateSensor(ctx, storage.Sensor{ID: "benchdoor", Address: "1 Bench Street"}); err != nil {
+	if _, err := registry.New(pg).CreateSensor(ctx, registry.Sensor{ID: "benchdoor", Address: "1 Bench Street"}); err != nil {
 		b.Fatal(err)
 	}
-	client, err := pg.CreateClient(ctx, storage.Client{Name: "bench", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
+	client, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "bench", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := pg.LinkSensor(ctx, client.ID, "benchdoor"); err != nil {
+	if err := registry.New(pg).LinkSensor(ctx, client.ID, "benchdoor"); err != nil {
 		b.Fatal(err)
 	}
 	seedMembers(ctx, b, conn, client.ID, streamCount, 0)
@@ -508,20 +510,20 @@ func BenchmarkStreamLatency(b *testing.B) {
 	stores := storagetest.New(b)
 	ctx := context.Background()
 	pg := stores.Postgres
-	if _, err := pg.CreateSensor(ctx, storage.Sensor{ID: "latencydoor", Address: "1 Bench Street"}); err != nil {
+	if _, err := registry.New(pg).CreateSensor(ctx, registry.Sensor{ID: "latencydoor", Address: "1 Bench Street"}); err != nil {
 		b.Fatal(err)
 	}
-	client, err := pg.CreateClient(ctx, storage.Client{Name: "bench", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
+	client, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "bench", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := pg.LinkSensor(ctx, client.ID, "latencydoor"); err != nil {
+	if err := registry.New(pg).LinkSensor(ctx, client.ID, "latencydoor"); err != nil {
 		b.Fatal(err)
 	}
 	const token = "lsm_latency"
 	hash := sha256.Sum256([]byte(token))
-	if _, _, err := pg.CreateMember(ctx, storage.Member{ClientID: client.ID, Name: "reader", Timezone: "UTC",
-		Preferences: storage.DefaultMemberPreferences()}, hash[:], storage.Backfill{}); err != nil {
+	if _, _, err := registry.New(pg).CreateMember(ctx, registry.Member{ClientID: client.ID, Name: "reader", Timezone: "UTC",
+		Preferences: registry.DefaultMemberPreferences()}, hash[:], registry.Backfill{}); err != nil {
 		b.Fatal(err)
 	}
 	api := startInboxServer(b, stores)
@@ -579,8 +581,8 @@ func BenchmarkStreamLatency(b *testing.B) {
 func startInboxServer(b *testing.B, stores *storagetest.Stores) string {
 	b.Helper()
 	reg := prometheus.NewRegistry()
-	server, err := webapi.New(webapi.Config{AdminToken: "bench-admin-token"}, stores.Postgres, nil, reg, reg,
-		slog.New(slog.DiscardHandler), webapi.WithInbox(stores.Postgres, inbox.NewPostgresStore(stores.Postgres), stores.Redis, webapi.InboxConfig{}))
+	server, err := webapi.New(webapi.Config{AdminToken: "bench-admin-token"}, stores.Registry, nil, reg, reg,
+		slog.New(slog.DiscardHandler), webapi.WithInbox(stores.Registry, inbox.NewPostgresStore(stores.Postgres), stores.Redis, webapi.InboxConfig{}))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lockstream/lockstream/incident"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -126,7 +127,7 @@ func benchIncidentRound(b *testing.B, open, due, limit int) {
 func seedIncidents(ctx context.Context, b *testing.B, pgURL string, pg *storage.Postgres, open, due int, now time.Time) {
 	b.Helper()
 	start := time.Now()
-	client, err := pg.CreateClient(ctx, storage.Client{Name: "bench", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
+	client, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "bench", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
 	if err != nil {
 		b.Fatal(err)
 	}

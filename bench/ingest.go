@@ -20,6 +20,7 @@ import (
 
 	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/history"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
 )
@@ -178,14 +179,16 @@ type IngestStore interface {
 }
 
 // NewPostgresStore is the store the benchmarks run on: the consumer's
-// statements and the registry's, on pg.
+// statements and the registry's, on pg, and pg's own cost readings.
 func NewPostgresStore(pg *storage.Postgres) PipelineStore {
-	return postgresStores{consumer.NewPostgresStore(pg), pg}
+	return postgresStores{consumer.NewPostgresStore(pg), registry.New(pg), pg}
 }
 
-// postgresStores is the consumer's store and the registry on one Postgres.
+// postgresStores is the consumer's store, the registry and the plumbing on
+// one Postgres.
 type postgresStores struct {
 	*consumer.PostgresStore
+	*registry.Store
 	*storage.Postgres
 }
 

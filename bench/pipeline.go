@@ -25,6 +25,7 @@ import (
 	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/notifier"
 	"github.com/lockstream/lockstream/notifier/webhook"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/retrier"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
@@ -163,7 +164,7 @@ func (c PipelineConfig) Validate() error {
 // its client.
 type PipelineStore interface {
 	IngestStore
-	CreateClient(ctx context.Context, c storage.Client) (storage.Client, error)
+	CreateClient(ctx context.Context, c registry.Client) (registry.Client, error)
 	LinkSensors(ctx context.Context, clientID string, ids []string) error
 	AnalyzeRegistry(ctx context.Context) error
 	PostgresCost(ctx context.Context) (storage.PostgresCost, error)
@@ -393,7 +394,7 @@ func (p *pipelineRun) seed(ctx context.Context) error {
 	}
 	for k, ep := range p.sink.endpoints {
 		secret := webhook.NewSecret()
-		c, err := p.node.Store.CreateClient(ctx, storage.Client{Name: fmt.Sprintf("pipeline bench %d", k),
+		c, err := p.node.Store.CreateClient(ctx, registry.Client{Name: fmt.Sprintf("pipeline bench %d", k),
 			WebhookURL: ep.url, Secret: secret})
 		if err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockstream/lockstream/heartbeat"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/webapi"
@@ -37,7 +38,7 @@ func BenchmarkSensorListPage(b *testing.B) {
 	deadlines := make([]heartbeat.Deadline, listFleet)
 	for i := range deadlines {
 		id := sensorID(i)
-		if _, err := stores.Postgres.CreateSensor(ctx, storage.Sensor{ID: id, Address: "bench street"}); err != nil {
+		if _, err := stores.Registry.CreateSensor(ctx, registry.Sensor{ID: id, Address: "bench street"}); err != nil {
 			b.Fatal(err)
 		}
 		deadlines[i] = heartbeat.Deadline{SensorID: id, Deadline: base.Add(time.Duration(i) * time.Millisecond)}
@@ -70,7 +71,7 @@ func BenchmarkSensorListPage(b *testing.B) {
 	}
 	const token = "bench-admin-token"
 	reg := prometheus.NewRegistry()
-	server, err := webapi.New(webapi.Config{AdminToken: token}, stores.Postgres, nil, reg, reg, discardLogger(),
+	server, err := webapi.New(webapi.Config{AdminToken: token}, stores.Registry, nil, reg, reg, discardLogger(),
 		webapi.WithSensorStatus(tracker), webapi.WithLostSensors(tracker))
 	if err != nil {
 		b.Fatal(err)

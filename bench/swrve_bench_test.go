@@ -218,7 +218,7 @@ func BenchmarkPushPipeline(b *testing.B) {
 	}
 	const pushToken = "bench-push-token"
 	reg := prometheus.NewRegistry()
-	api, err := webapi.New(webapi.Config{AdminToken: "bench-admin-token", PushToken: pushToken}, stores.Postgres, nil,
+	api, err := webapi.New(webapi.Config{AdminToken: "bench-admin-token", PushToken: pushToken}, stores.Registry, nil,
 		reg, reg, slog.New(slog.DiscardHandler), webapi.WithPushes(stores.Postgres, stores.Postgres))
 	if err != nil {
 		b.Fatal(err)

@@ -35,6 +35,7 @@ import (
 	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/inbox"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -75,7 +76,7 @@ type Config struct {
 	// refused with 503. Defaults to DefaultMaxLiveViews (100).
 	MaxLiveViews int
 	// MemberTokenIdle: a member token unused for this long signs in no more, as
-	// the API refuses it. Defaults to storage.DefaultMemberTokenIdle (60 days).
+	// the API refuses it. Defaults to registry.DefaultMemberTokenIdle (60 days).
 	MemberTokenIdle time.Duration
 	// Now is the clock that places the history pages' days and the sensor
 	// chart's hours, the live view's backlog and a session's start. Defaults
@@ -92,7 +93,7 @@ func (c Config) WithDefaults() Config {
 	c.LiveBacklog = cmp.Or(c.LiveBacklog, DefaultLiveBacklog)
 	c.LiveLinger = cmp.Or(c.LiveLinger, DefaultLiveLinger)
 	c.MaxLiveViews = cmp.Or(c.MaxLiveViews, DefaultMaxLiveViews)
-	c.MemberTokenIdle = cmp.Or(c.MemberTokenIdle, storage.DefaultMemberTokenIdle)
+	c.MemberTokenIdle = cmp.Or(c.MemberTokenIdle, registry.DefaultMemberTokenIdle)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -117,12 +118,12 @@ func (c Config) Validate() error {
 // Registry is the part of storage.Postgres the console reads sensors and clients
 // from.
 type Registry interface {
-	GetSensor(ctx context.Context, id string) (storage.Sensor, error)
-	SearchSensors(ctx context.Context, prefix string, page storage.Page) ([]storage.Sensor, error)
+	GetSensor(ctx context.Context, id string) (registry.Sensor, error)
+	SearchSensors(ctx context.Context, prefix string, page storage.Page) ([]registry.Sensor, error)
 	CountSensors(ctx context.Context) (n int64, exact bool, err error)
-	ListSensorClients(ctx context.Context, sensorID string, page storage.Page) ([]storage.Client, error)
-	ListClients(ctx context.Context, page storage.Page) ([]storage.Client, error)
-	GetClient(ctx context.Context, id string) (storage.Client, error)
+	ListSensorClients(ctx context.Context, sensorID string, page storage.Page) ([]registry.Client, error)
+	ListClients(ctx context.Context, page storage.Page) ([]registry.Client, error)
+	GetClient(ctx context.Context, id string) (registry.Client, error)
 }
 
 // Deliveries is the part of storage.Postgres the client page uses.
@@ -137,11 +138,11 @@ type Deliveries interface {
 // Members is the part of storage.Postgres that signs members in and lists a
 // client's members.
 type Members interface {
-	MemberByTokenHash(ctx context.Context, hash []byte, idle time.Duration) (storage.Member, error)
+	MemberByTokenHash(ctx context.Context, hash []byte, idle time.Duration) (registry.Member, error)
 	// MemberTokenHash is the hash of the member's current token; ErrNotFound
 	// once the member is deleted.
 	MemberTokenHash(ctx context.Context, id string) ([]byte, error)
-	ListClientMembers(ctx context.Context, clientID string, page storage.Page) ([]storage.Member, error)
+	ListClientMembers(ctx context.Context, clientID string, page storage.Page) ([]registry.Member, error)
 }
 
 // Inbox is the part of inbox.PostgresStore a member's inbox page reads and marks.

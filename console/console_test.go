@@ -25,6 +25,7 @@ import (
 	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/incident"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream"
@@ -82,7 +83,7 @@ func newFixture(t *testing.T, token string, stores *storagetest.Stores, live boo
 		stores = storagetest.New(t)
 	}
 	f := &fixture{stores: stores}
-	deps := console.Deps{Registry: stores.Postgres, Members: stores.Postgres, Inbox: inbox.NewPostgresStore(stores.Postgres),
+	deps := console.Deps{Registry: stores.Registry, Members: stores.Registry, Inbox: inbox.NewPostgresStore(stores.Postgres),
 		Deliveries: stores.Postgres, Sessions: console.NewRedisStore(stores.Redis),
 		Heartbeat: heartbeat.NewRedisStore(stores.Redis), Connections: connections{heartbeat.NewRedisStore(stores.Redis)},
 		History:   analytics.New(stores.ClickHouse.Conn(), analytics.NewPostgresScopes(stores.Postgres.Pool())),
@@ -311,7 +312,7 @@ func TestFleetCountsLostAndSearch(t *testing.T) {
 	f := newFixture(t, adminToken, nil, false)
 	ctx := context.Background()
 	for _, id := range []string{"door1", "door2", "door10", "gate"} {
-		if _, err := f.stores.Postgres.CreateSensor(ctx, storage.Sensor{ID: id, Address: "a"}); err != nil {
+		if _, err := f.stores.Registry.CreateSensor(ctx, registry.Sensor{ID: id, Address: "a"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -353,14 +354,14 @@ func TestRedeliverAFailedDelivery(t *testing.T) {
 	f := newFixture(t, adminToken, nil, false)
 	ctx := context.Background()
 	pg := f.stores.Postgres
-	if _, err := pg.CreateSensor(ctx, storage.Sensor{ID: "door1", Address: "a"}); err != nil {
+	if _, err := registry.New(pg).CreateSensor(ctx, registry.Sensor{ID: "door1", Address: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	client, err := pg.CreateClient(ctx, storage.Client{Name: "Acme", WebhookURL: "https://example.com/h", Secret: "whsec_c2VjcmV0"})
+	client, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "Acme", WebhookURL: "https://example.com/h", Secret: "whsec_c2VjcmV0"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pg.LinkSensor(ctx, client.ID, "door1"); err != nil {
+	if err := registry.New(pg).LinkSensor(ctx, client.ID, "door1"); err != nil {
 		t.Fatal(err)
 	}
 	one := 1

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/history"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -21,7 +22,7 @@ func TestSiteAndFleetDays(t *testing.T) {
 	f := newFixture(t, adminToken, nil, false)
 	ctx := context.Background()
 	for _, id := range []string{"g1", "g2"} {
-		if _, err := f.stores.Postgres.CreateSensor(ctx, storage.Sensor{ID: id, Address: "gate " + id, Site: "yard"}); err != nil {
+		if _, err := f.stores.Registry.CreateSensor(ctx, registry.Sensor{ID: id, Address: "gate " + id, Site: "yard"}); err != nil {
 			t.Fatal(err)
 		}
 	}

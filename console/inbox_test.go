@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/inbox"
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
 
@@ -20,9 +20,9 @@ import (
 func newMember(t *testing.T, f *fixture, clientID, name, token string) string {
 	t.Helper()
 	hash := sha256.Sum256([]byte(token))
-	m, _, err := f.stores.Postgres.CreateMember(context.Background(), storage.Member{ClientID: clientID, Name: name,
-		Email: strings.ToLower(name) + "@example.com", Timezone: "Europe/Paris", Preferences: storage.DefaultMemberPreferences()},
-		hash[:], storage.Backfill{})
+	m, _, err := f.stores.Registry.CreateMember(context.Background(), registry.Member{ClientID: clientID, Name: name,
+		Email: strings.ToLower(name) + "@example.com", Timezone: "Europe/Paris", Preferences: registry.DefaultMemberPreferences()},
+		hash[:], registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestMemberInbox(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, adminToken, nil, false)
 	ctx := context.Background()
-	client, err := f.stores.Postgres.CreateClient(ctx, storage.Client{Name: "Acme", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
+	client, err := f.stores.Registry.CreateClient(ctx, registry.Client{Name: "Acme", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestMemberInbox(t *testing.T) {
 
 	// A rotated token ends the member's session.
 	rotated := sha256.Sum256([]byte("lsm_alice-new-token"))
-	if _, err := f.stores.Postgres.RotateMemberToken(ctx, alice, rotated[:]); err != nil {
+	if _, err := f.stores.Registry.RotateMemberToken(ctx, alice, rotated[:]); err != nil {
 		t.Fatal(err)
 	}
 	if resp, _ := get(t, c, f.srv.URL+"/console/inbox"); resp.StatusCode != http.StatusSeeOther ||
@@ -131,7 +131,7 @@ func TestIdleMemberTokenSignsInNoMore(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, adminToken, nil, false)
 	ctx := context.Background()
-	client, err := f.stores.Postgres.CreateClient(ctx, storage.Client{Name: "Acme", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
+	client, err := f.stores.Registry.CreateClient(ctx, registry.Client{Name: "Acme", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
 	if err != nil {
 		t.Fatal(err)
 	}

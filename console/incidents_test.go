@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/incident"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -50,19 +51,19 @@ func TestConsoleIncidents(t *testing.T) {
 	f := newFixture(t, adminToken, nil, false)
 	ctx := context.Background()
 	pg := f.stores.Postgres
-	client, err := pg.CreateClient(ctx, storage.Client{Name: "Acme", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
+	client, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "Acme", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := pg.CreateClient(ctx, storage.Client{Name: "Other", WebhookURL: "https://example.com/o", Secret: "whsec_y"})
+	other, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "Other", WebhookURL: "https://example.com/o", Secret: "whsec_y"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"door1", "door2"} {
-		if _, err := pg.CreateSensor(ctx, storage.Sensor{ID: id, Address: "addr " + id}); err != nil {
+		if _, err := registry.New(pg).CreateSensor(ctx, registry.Sensor{ID: id, Address: "addr " + id}); err != nil {
 			t.Fatal(err)
 		}
-		if err := pg.LinkSensor(ctx, client.ID, id); err != nil {
+		if err := registry.New(pg).LinkSensor(ctx, client.ID, id); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lockstream/lockstream/analytics"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -72,7 +73,7 @@ type fleetData struct {
 	NextLost  string
 	Query     string
 	QueryErr  string
-	Results   []storage.Sensor
+	Results   []registry.Sensor
 	// NextResult continues the search after the last result shown.
 	NextResult string
 }
@@ -131,7 +132,7 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request, d *fleetData) e
 	if err != nil {
 		return err
 	}
-	d.Results, d.NextResult = pageOf(found, c.cfg.PageSize, func(s storage.Sensor) string { return s.ID })
+	d.Results, d.NextResult = pageOf(found, c.cfg.PageSize, func(s registry.Sensor) string { return s.ID })
 	if len(d.Results) == 0 {
 		d.QueryErr = "No registered sensor id starts with " + d.Query + "."
 	}
@@ -149,14 +150,14 @@ func pageOf[T any](items []T, size int, key func(T) string) ([]T, string) {
 
 // sensorData is the sensor page.
 type sensorData struct {
-	Sensor     storage.Sensor
+	Sensor     registry.Sensor
 	LastSeen   time.Time
 	Connection string
 	Events     []storage.HistoryEvent
 	Chart      chart
 	// HistoryErr says why events and chart are missing (ClickHouse unreachable).
 	HistoryErr string
-	Clients    []storage.Client
+	Clients    []registry.Client
 	MoreClient bool
 }
 
@@ -211,7 +212,7 @@ func (c *Console) sensor(w http.ResponseWriter, r *http.Request, s *session) err
 
 // clientsData is the client list.
 type clientsData struct {
-	Clients []storage.Client
+	Clients []registry.Client
 	Next    string
 }
 
@@ -226,17 +227,17 @@ func (c *Console) clients(w http.ResponseWriter, r *http.Request, s *session) er
 		return err
 	}
 	var d clientsData
-	d.Clients, d.Next = pageOf(list, c.cfg.PageSize, func(c storage.Client) string { return c.ID })
+	d.Clients, d.Next = pageOf(list, c.cfg.PageSize, func(c registry.Client) string { return c.ID })
 	c.render(w, r, http.StatusOK, "clients", view{Title: "Clients", Active: "clients", Session: s, Data: d})
 	return nil
 }
 
 // clientData is the client page.
 type clientData struct {
-	Client storage.Client
+	Client registry.Client
 	// Members is the first page of the client's members; MoreMembers says there
 	// are more (the API lists them all).
-	Members     []storage.Member
+	Members     []registry.Member
 	MoreMembers bool
 	Summary     storage.DeliverySummary
 	Failed      []storage.Delivery

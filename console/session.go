@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -199,7 +200,7 @@ func (c *Console) signIn(ctx context.Context, token string) (StoredSession, erro
 	}
 	// A member token is stored as its SHA-256, as the API looks it up.
 	m, err := c.deps.Members.MemberByTokenHash(ctx, got[:], c.cfg.MemberTokenIdle)
-	if errors.Is(err, storage.ErrNotFound) || errors.Is(err, storage.ErrTokenIdle) {
+	if errors.Is(err, storage.ErrNotFound) || errors.Is(err, registry.ErrTokenIdle) {
 		return StoredSession{}, nil
 	}
 	if err != nil {

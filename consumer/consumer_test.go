@@ -15,7 +15,7 @@ import (
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/reading"
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream"
 	"github.com/lockstream/lockstream/stream/streamtest"
@@ -81,7 +81,7 @@ func runKnownPattern(t *testing.T, p knownPattern) {
 	registered := map[string]bool{}
 	for i := 0; i < p.sensors; i += 10 {
 		id := fmt.Sprintf("s%d", i)
-		if _, err := stores.Postgres.CreateSensor(ctx, storage.Sensor{ID: id, Address: "somewhere"}); err != nil {
+		if _, err := stores.Registry.CreateSensor(ctx, registry.Sensor{ID: id, Address: "somewhere"}); err != nil {
 			t.Fatal(err)
 		}
 		registered[id] = true
@@ -304,7 +304,7 @@ func TestRestartAndRebalance(t *testing.T) {
 	inputs := pattern(2, 200, 3600)
 	ccfg := consumer.Config{Stream: cfg, MaxPollRecords: 100}
 	for i := range 200 {
-		if _, err := stores.Postgres.CreateSensor(ctx, storage.Sensor{ID: fmt.Sprintf("s%d", i), Address: "here"}); err != nil {
+		if _, err := stores.Registry.CreateSensor(ctx, registry.Sensor{ID: fmt.Sprintf("s%d", i), Address: "here"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -408,7 +408,7 @@ func TestReplayAfterStoredStateEmitsNothingTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A previous run stored the change at offset 1 (data 0), then died.
-	if _, err := stores.Postgres.CreateSensor(ctx, storage.Sensor{ID: "lock1", Address: "door"}); err != nil {
+	if _, err := stores.Registry.CreateSensor(ctx, registry.Sensor{ID: "lock1", Address: "door"}); err != nil {
 		t.Fatal(err)
 	}
 	topicID := streamtest.TopicID(t, cfg, cfg.ReadingsTopic())

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/consumer"
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
 
@@ -15,7 +15,7 @@ func TestStateChangesNeverGoBackwards(t *testing.T) {
 	stores := storagetest.New(t)
 	ctx := context.Background()
 	pg := consumer.NewPostgresStore(stores.Postgres)
-	if _, err := stores.Postgres.CreateSensor(ctx, storage.Sensor{ID: "reg1", Address: "1 Main St"}); err != nil {
+	if _, err := stores.Registry.CreateSensor(ctx, registry.Sensor{ID: "reg1", Address: "1 Main St"}); err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
@@ -94,7 +94,7 @@ func TestStateChangesNeverGoBackwards(t *testing.T) {
 	if s := got[0].State; !s.ChangedAt.Equal(t0.Add(time.Minute)) {
 		t.Fatalf("changed_at = %v, want %v", s.ChangedAt, t0.Add(time.Minute))
 	}
-	sensor, err := stores.Postgres.GetSensor(ctx, "reg1")
+	sensor, err := stores.Registry.GetSensor(ctx, "reg1")
 	if err != nil {
 		t.Fatal(err)
 	}

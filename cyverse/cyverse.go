@@ -22,6 +22,7 @@ import (
 
 	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/internal/httpapi"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -34,7 +35,7 @@ type Inbox interface {
 
 // Members finds a member by its username or id.
 type Members interface {
-	MemberByUser(ctx context.Context, user string) (storage.Member, error)
+	MemberByUser(ctx context.Context, user string) (registry.Member, error)
 }
 
 // API holds the v1 handlers' dependencies.
@@ -212,16 +213,16 @@ func (p v1Params) applySort(q *inbox.Query) error {
 
 // v1Member finds the member user names (username or id); ok is false for none,
 // which the agent answers as a user without messages.
-func (a *API) v1Member(r *http.Request, user string) (m storage.Member, ok bool, err error) {
+func (a *API) v1Member(r *http.Request, user string) (m registry.Member, ok bool, err error) {
 	if a.Members == nil || a.Inbox == nil {
-		return storage.Member{}, false, a.Disabled
+		return registry.Member{}, false, a.Disabled
 	}
 	m, err = a.Members.MemberByUser(r.Context(), user)
 	if errors.Is(err, storage.ErrNotFound) {
-		return storage.Member{}, false, nil
+		return registry.Member{}, false, nil
 	}
 	if err != nil {
-		return storage.Member{}, false, fmt.Errorf("finding user %q: %w", user, err)
+		return registry.Member{}, false, fmt.Errorf("finding user %q: %w", user, err)
 	}
 	return m, true, nil
 }
@@ -256,7 +257,7 @@ func v1Empty(w http.ResponseWriter, err error) error {
 }
 
 // v1UserName is how v1 names a member: its username, or its id without one.
-func v1UserName(m storage.Member) string {
+func v1UserName(m registry.Member) string {
 	if m.Username != "" {
 		return m.Username
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/escalation"
+	"github.com/lockstream/lockstream/registry"
 )
 
 // dueEpisodes makes members × sensors due episodes (one flip per sensor, every
@@ -17,7 +18,7 @@ func dueEpisodes(t *testing.T, members, sensors int) *fixture {
 		ids[i] = fmt.Sprintf("s%d", i)
 	}
 	f := newFixture(t)
-	if err := f.pg.CreateSensors(f.ctx, ids, "somewhere"); err != nil {
+	if err := registry.New(f.pg).CreateSensors(f.ctx, ids, "somewhere"); err != nil {
 		t.Fatal(err)
 	}
 	c := f.client(t, ids...)

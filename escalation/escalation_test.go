@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockstream/lockstream/escalation"
 	"github.com/lockstream/lockstream/inbox"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -21,10 +22,10 @@ func TestRoundEscalatesEachEpisodeOnce(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, "door1", "door2")
 	c := f.client(t, "door1", "door2")
-	alice := f.member(t, c.ID, "alice", nil)                                            // leaves it unseen
-	bob := f.member(t, c.ID, "bob", nil)                                                // sees it in time
-	f.member(t, c.ID, "carol", func(m *storage.Member) { m.Preferences.Email = "off" }) // email off
-	dave := f.member(t, c.ID, "dave", func(m *storage.Member) { m.Preferences.Push = false; m.PushTargets = nil })
+	alice := f.member(t, c.ID, "alice", nil)                                             // leaves it unseen
+	bob := f.member(t, c.ID, "bob", nil)                                                 // sees it in time
+	f.member(t, c.ID, "carol", func(m *registry.Member) { m.Preferences.Email = "off" }) // email off
+	dave := f.member(t, c.ID, "dave", func(m *registry.Member) { m.Preferences.Push = false; m.PushTargets = nil })
 	now := time.Now()
 	e := f.escalator(t, &now)
 
@@ -113,7 +114,7 @@ func TestRoundSkipsSelfUnseenAndLostAccess(t *testing.T) {
 	f.flip(t, "state_changed", 1, "door1", "door2")
 	f.markAll(t, erin.ID, inbox.ActionSeen)
 	f.markAll(t, erin.ID, inbox.ActionUnseen)
-	if err := f.pg.UnlinkSensor(f.ctx, c2.ID, "door2"); err != nil {
+	if err := registry.New(f.pg).UnlinkSensor(f.ctx, c2.ID, "door2"); err != nil {
 		t.Fatal(err)
 	}
 	now = time.Now().Add(time.Hour)
@@ -155,11 +156,11 @@ func TestRoundDigestAtDigestTimes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hana := f.member(t, c.ID, "hana", func(m *storage.Member) {
+	hana := f.member(t, c.ID, "hana", func(m *registry.Member) {
 		m.Timezone, m.Preferences.Email, m.Preferences.DigestTimes = "Europe/Paris", "digest", []string{"09:00"}
 		m.PushTargets = nil
 	})
-	ivan := f.member(t, c.ID, "ivan", func(m *storage.Member) {
+	ivan := f.member(t, c.ID, "ivan", func(m *registry.Member) {
 		m.Preferences.Email, m.Preferences.DigestTimes = "digest", []string{"09:00"}
 		m.PushTargets = nil
 	})
@@ -252,9 +253,9 @@ func TestRoundBackfillAndFreeForm(t *testing.T) {
 	c := f.client(t, "door1")
 	f.flip(t, "state_changed", 1, "door1")
 	hash := [32]byte{1}
-	late, n, err := f.pg.CreateMember(f.ctx, storage.Member{ClientID: c.ID, Name: "late", Email: "late@example.com",
-		Timezone: "UTC", Preferences: storage.DefaultMemberPreferences()}, hash[:],
-		storage.Backfill{Window: time.Hour, Max: 20})
+	late, n, err := registry.New(f.pg).CreateMember(f.ctx, registry.Member{ClientID: c.ID, Name: "late", Email: "late@example.com",
+		Timezone: "UTC", Preferences: registry.DefaultMemberPreferences()}, hash[:],
+		registry.Backfill{Window: time.Hour, Max: 20})
 	if err != nil || n != 1 {
 		t.Fatalf("backfill: %d messages, %v", n, err)
 	}

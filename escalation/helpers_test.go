@@ -13,6 +13,7 @@ import (
 
 	"github.com/lockstream/lockstream/escalation"
 	"github.com/lockstream/lockstream/inbox"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -39,22 +40,22 @@ func newFixture(t *testing.T, sensors ...string) *fixture {
 	t.Cleanup(pg.Close)
 	f.pg = pg
 	for _, id := range sensors {
-		if _, err := f.pg.CreateSensor(f.ctx, storage.Sensor{ID: id, Address: "addr of " + id}); err != nil {
+		if _, err := registry.New(f.pg).CreateSensor(f.ctx, registry.Sensor{ID: id, Address: "addr of " + id}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return f
 }
 
-func (f *fixture) client(t *testing.T, sensors ...string) storage.Client {
+func (f *fixture) client(t *testing.T, sensors ...string) registry.Client {
 	t.Helper()
-	c, err := f.pg.CreateClient(f.ctx, storage.Client{Name: "acme", WebhookURL: "https://example.com/hook",
+	c, err := registry.New(f.pg).CreateClient(f.ctx, registry.Client{Name: "acme", WebhookURL: "https://example.com/hook",
 		Secret: "whsec_c2VjcmV0"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range sensors {
-		if err := f.pg.LinkSensor(f.ctx, c.ID, s); err != nil {
+		if err := registry.New(f.pg).LinkSensor(f.ctx, c.ID, s); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -62,16 +63,16 @@ func (f *fixture) client(t *testing.T, sensors ...string) storage.Client {
 }
 
 // member creates a member with an address and a device; change adjusts it.
-func (f *fixture) member(t *testing.T, clientID, name string, change func(*storage.Member)) storage.Member {
+func (f *fixture) member(t *testing.T, clientID, name string, change func(*registry.Member)) registry.Member {
 	t.Helper()
-	m := storage.Member{ClientID: clientID, Name: name, Email: name + "@example.com", Timezone: "UTC",
-		Preferences: storage.DefaultMemberPreferences(),
+	m := registry.Member{ClientID: clientID, Name: name, Email: name + "@example.com", Timezone: "UTC",
+		Preferences: registry.DefaultMemberPreferences(),
 		PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "dev-" + name}}}
 	if change != nil {
 		change(&m)
 	}
 	hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
-	created, _, err := f.pg.CreateMember(f.ctx, m, hash[:], storage.Backfill{})
+	created, _, err := registry.New(f.pg).CreateMember(f.ctx, m, hash[:], registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/fanout"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream/streamtest"
@@ -115,17 +116,17 @@ func TestFanoutCreatesDeliveriesOncePerEvent(t *testing.T) {
 	stores := storagetest.New(t)
 	pg, ctx := stores.Postgres, context.Background()
 	for _, id := range []string{"s1", "s2"} {
-		if _, err := pg.CreateSensor(ctx, storage.Sensor{ID: id, Address: "at " + id}); err != nil {
+		if _, err := registry.New(pg).CreateSensor(ctx, registry.Sensor{ID: id, Address: "at " + id}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	client, err := pg.CreateClient(ctx, storage.Client{Name: "c", WebhookURL: "https://example.com/h",
+	client, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "c", WebhookURL: "https://example.com/h",
 		Email: "c@example.com", Secret: "whsec_c2VjcmV0"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"s1", "s2"} {
-		if err := pg.LinkSensor(ctx, client.ID, id); err != nil {
+		if err := registry.New(pg).LinkSensor(ctx, client.ID, id); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/inbox"
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream/streamtest"
 )
@@ -22,21 +22,21 @@ func TestFanoutFillsMembersInboxesOncePerEvent(t *testing.T) {
 	t.Parallel()
 	scfg := streamtest.Config(t, 3)
 	pg, ctx := storagetest.New(t).Postgres, context.Background()
-	if _, err := pg.CreateSensor(ctx, storage.Sensor{ID: "door", Address: "1 Main St"}); err != nil {
+	if _, err := registry.New(pg).CreateSensor(ctx, registry.Sensor{ID: "door", Address: "1 Main St"}); err != nil {
 		t.Fatal(err)
 	}
-	client, err := pg.CreateClient(ctx, storage.Client{Name: "c", WebhookURL: "https://example.com/h", Secret: "whsec_c2VjcmV0"})
+	client, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "c", WebhookURL: "https://example.com/h", Secret: "whsec_c2VjcmV0"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pg.LinkSensor(ctx, client.ID, "door"); err != nil {
+	if err := registry.New(pg).LinkSensor(ctx, client.ID, "door"); err != nil {
 		t.Fatal(err)
 	}
 	var members []string
 	for _, name := range []string{"ann", "bob"} {
 		hash := sha256.Sum256([]byte("lsm_" + name))
-		m, _, err := pg.CreateMember(ctx, storage.Member{ClientID: client.ID, Name: name, Timezone: "UTC",
-			Preferences: storage.DefaultMemberPreferences()}, hash[:], storage.Backfill{})
+		m, _, err := registry.New(pg).CreateMember(ctx, registry.Member{ClientID: client.ID, Name: name, Timezone: "UTC",
+			Preferences: registry.DefaultMemberPreferences()}, hash[:], registry.Backfill{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/heartbeat"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -287,13 +288,13 @@ func TestRedisDataLost(t *testing.T) {
 	b := setup(t)
 	pg := b.stores.Postgres
 	for _, id := range []string{"h1", "h2", "h3", "s1", "s2", "s3"} {
-		if _, err := pg.CreateSensor(ctx, storage.Sensor{ID: id, Address: "somewhere"}); err != nil {
+		if _, err := registry.New(pg).CreateSensor(ctx, registry.Sensor{ID: id, Address: "somewhere"}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// L, R and O have a 1 s timeout: they are lost before Redis loses its data.
 	for _, id := range []string{"L", "R", "O"} {
-		if _, err := pg.CreateSensor(ctx, storage.Sensor{ID: id, Address: "somewhere", HeartbeatTimeout: time.Second}); err != nil {
+		if _, err := registry.New(pg).CreateSensor(ctx, registry.Sensor{ID: id, Address: "somewhere", HeartbeatTimeout: time.Second}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -478,11 +479,11 @@ func TestPerSensorTimeouts(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	pg := b.stores.Postgres
-	if _, err := pg.CreateSensor(ctx, storage.Sensor{ID: "slow", Address: "x", HeartbeatTimeout: 5 * time.Second}); err != nil {
+	if _, err := registry.New(pg).CreateSensor(ctx, registry.Sensor{ID: "slow", Address: "x", HeartbeatTimeout: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"fast", "patched"} {
-		if _, err := pg.CreateSensor(ctx, storage.Sensor{ID: id, Address: "x"}); err != nil {
+		if _, err := registry.New(pg).CreateSensor(ctx, registry.Sensor{ID: id, Address: "x"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -492,7 +493,7 @@ func TestPerSensorTimeouts(t *testing.T) {
 
 	// PATCH patched to 10 s, in this process: its deadline moves at once.
 	ten := 10 * time.Second
-	if _, err := pg.UpdateSensor(ctx, "patched", storage.SensorUpdate{HeartbeatTimeout: &ten}); err != nil {
+	if _, err := registry.New(pg).UpdateSensor(ctx, "patched", registry.SensorUpdate{HeartbeatTimeout: &ten}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.tracker.SetTimeout(ctx, "patched", ten); err != nil {
@@ -514,7 +515,7 @@ func TestPerSensorTimeouts(t *testing.T) {
 
 	// A timeout set by another process (the API's) reaches this tracker within
 	// TimeoutRefresh.
-	if _, err := pg.CreateSensor(ctx, storage.Sensor{ID: "remote", Address: "x", HeartbeatTimeout: 5 * time.Second}); err != nil {
+	if _, err := registry.New(pg).CreateSensor(ctx, registry.Sensor{ID: "remote", Address: "x", HeartbeatTimeout: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	b.advance(100) // past the refresh interval (1 min)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/event"
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/registry"
 )
 
 // setState stores a sensor's state as the consumer would.
@@ -19,10 +19,10 @@ func (b *bundle) setState(t *testing.T, sensorID string, data int, at time.Time,
 	}
 }
 
-func (b *bundle) register(t *testing.T, s storage.Sensor) {
+func (b *bundle) register(t *testing.T, s registry.Sensor) {
 	t.Helper()
 	s.Address = "Main St 1"
-	if _, err := b.stores.Postgres.CreateSensor(context.Background(), s); err != nil {
+	if _, err := b.stores.Registry.CreateSensor(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -65,9 +65,9 @@ func TestOpenTooLongOncePerOpening(t *testing.T) {
 	b.cfg.Timeout = time.Hour // no losses in this test
 	d1, reg := b.newDaemon(t, nil)
 	d2, _ := b.newDaemon(t, nil)
-	b.register(t, storage.Sensor{ID: "door", OpenAlertAfter: 5 * time.Second})
-	b.register(t, storage.Sensor{ID: "shut", OpenAlertAfter: 5 * time.Second})
-	b.register(t, storage.Sensor{ID: "plain"})
+	b.register(t, registry.Sensor{ID: "door", OpenAlertAfter: 5 * time.Second})
+	b.register(t, registry.Sensor{ID: "shut", OpenAlertAfter: 5 * time.Second})
+	b.register(t, registry.Sensor{ID: "plain"})
 	b.setState(t, "door", 0, b.t0, 1)
 	b.setState(t, "shut", 0, b.t0, 2)
 	b.setState(t, "plain", 0, b.t0, 3)

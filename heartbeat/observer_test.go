@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -21,11 +22,11 @@ func TestTrackerFollowsTheRegistry(t *testing.T) {
 	d, _ := b.newDaemon(t, nil)
 	sweep(t, d) // first start
 	pg := b.stores.Postgres
-	if _, err := pg.CreateSensor(ctx, storage.Sensor{ID: "slow", Address: "x", HeartbeatTimeout: 5 * time.Second}); err != nil {
+	if _, err := registry.New(pg).CreateSensor(ctx, registry.Sensor{ID: "slow", Address: "x", HeartbeatTimeout: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"patched", "deleted"} {
-		if _, err := pg.CreateSensor(ctx, storage.Sensor{ID: id, Address: "x"}); err != nil {
+		if _, err := registry.New(pg).CreateSensor(ctx, registry.Sensor{ID: id, Address: "x"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -35,7 +36,7 @@ func TestTrackerFollowsTheRegistry(t *testing.T) {
 		}
 	}
 	ten := 10 * time.Second
-	if _, err := pg.UpdateSensor(ctx, "patched", storage.SensorUpdate{HeartbeatTimeout: &ten}); err != nil {
+	if _, err := registry.New(pg).UpdateSensor(ctx, "patched", registry.SensorUpdate{HeartbeatTimeout: &ten}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.tracker.SensorUpdated(ctx, "patched"); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/heartbeat"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -75,14 +76,14 @@ func siteOutageDecidedByADyingDaemon(t *testing.T, reached bool) {
 	b := setup(t)
 	b.cfg.PublishTimeout = 5 * time.Second
 	for _, id := range []string{"a1", "a2", "a3", "a4"} {
-		b.register(t, storage.Sensor{ID: id, Site: "hq"})
+		b.register(t, registry.Sensor{ID: id, Site: "hq"})
 	}
-	client, err := b.stores.Postgres.CreateClient(ctx, storage.Client{Name: "hq-owner",
+	client, err := b.stores.Registry.CreateClient(ctx, registry.Client{Name: "hq-owner",
 		WebhookURL: "https://example.com/hook", Secret: "whsec_c2VjcmV0"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.stores.Postgres.LinkSensor(ctx, client.ID, "a2"); err != nil {
+	if err := b.stores.Registry.LinkSensor(ctx, client.ID, "a2"); err != nil {
 		t.Fatal(err)
 	}
 	dying := &diesAfterDecision{next: b.publisher(t), reached: reached}
@@ -218,8 +219,8 @@ func TestTrackerPublishesAnUnpublishedLossCovered(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	b.register(t, storage.Sensor{ID: "m1"})
-	b.register(t, storage.Sensor{ID: "plain"})
+	b.register(t, registry.Sensor{ID: "m1"})
+	b.register(t, registry.Sensor{ID: "plain"})
 	win, err := b.hb.Postgres.SetMaintenance(ctx, heartbeat.MaintenanceWindow{SensorID: "m1", From: b.t0, To: b.at(60)})
 	if err != nil {
 		t.Fatal(err)

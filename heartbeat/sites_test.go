@@ -8,7 +8,7 @@ import (
 
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/heartbeat"
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/registry"
 )
 
 // A site of four with three falling silent gets one site_outage, from two
@@ -20,9 +20,9 @@ func TestSiteOutageOnceThenRestored(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	for _, id := range []string{"a1", "a2", "a3", "a4"} {
-		b.register(t, storage.Sensor{ID: id, Site: "hq"})
+		b.register(t, registry.Sensor{ID: id, Site: "hq"})
 	}
-	b.register(t, storage.Sensor{ID: "solo"})
+	b.register(t, registry.Sensor{ID: "solo"})
 	d1, reg1 := b.newDaemon(t, nil)
 	d2, reg2 := b.newDaemon(t, nil)
 	// sites sums a site counter over both daemons: each event is counted once,
@@ -107,7 +107,7 @@ func TestSmallSiteLossIsNoOutage(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	for _, id := range []string{"b1", "b2", "b3", "b4"} {
-		b.register(t, storage.Sensor{ID: id, Site: "shop"})
+		b.register(t, registry.Sensor{ID: id, Site: "shop"})
 	}
 	d, _ := b.newDaemon(t, nil)
 	b.record(t, b.tracker, "b1", "b2", "b3", "b4")
@@ -140,9 +140,9 @@ func TestMaintenanceCoversLossesAndEndsOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	b.register(t, storage.Sensor{ID: "m1"})
-	b.register(t, storage.Sensor{ID: "m2", Site: "depot"})
-	b.register(t, storage.Sensor{ID: "m3"})
+	b.register(t, registry.Sensor{ID: "m1"})
+	b.register(t, registry.Sensor{ID: "m2", Site: "depot"})
+	b.register(t, registry.Sensor{ID: "m3"})
 	win, err := b.hb.Postgres.SetMaintenance(ctx, heartbeat.MaintenanceWindow{SensorID: "m1", From: b.t0, To: b.at(6)})
 	if err != nil {
 		t.Fatal(err)

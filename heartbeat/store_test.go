@@ -12,6 +12,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -555,11 +556,11 @@ func TestHeartbeatPostgres(t *testing.T) {
 	ctx := context.Background()
 	stores := storagetest.New(t)
 	pg := NewPostgresStore(stores.Postgres)
-	plain, err := stores.Postgres.CreateSensor(ctx, storage.Sensor{ID: "plain", Address: "1 Main St"})
+	plain, err := stores.Registry.CreateSensor(ctx, registry.Sensor{ID: "plain", Address: "1 Main St"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stores.Postgres.CreateSensor(ctx, storage.Sensor{ID: "slow", Address: "2 Main St", HeartbeatTimeout: 3 * time.Hour}); err != nil {
+	if _, err := stores.Registry.CreateSensor(ctx, registry.Sensor{ID: "slow", Address: "2 Main St", HeartbeatTimeout: 3 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	timeouts, err := pg.HeartbeatTimeouts(ctx)

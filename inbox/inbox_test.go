@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lockstream/lockstream/inbox"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -32,7 +33,7 @@ func newFixture(t *testing.T, sensors ...string) *fixture {
 	pg := storagetest.New(t).Postgres
 	f := &fixture{pg: pg, in: inbox.NewPostgresStore(pg), ctx: context.Background()}
 	for _, id := range sensors {
-		if _, err := f.pg.CreateSensor(f.ctx, storage.Sensor{ID: id, Address: "addr of " + id}); err != nil {
+		if _, err := registry.New(f.pg).CreateSensor(f.ctx, registry.Sensor{ID: id, Address: "addr of " + id}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -40,7 +41,7 @@ func newFixture(t *testing.T, sensors ...string) *fixture {
 }
 
 // client creates a client linked to the sensors.
-func (f *fixture) client(t *testing.T, c storage.Client, sensors ...string) storage.Client {
+func (f *fixture) client(t *testing.T, c registry.Client, sensors ...string) registry.Client {
 	t.Helper()
 	if c.WebhookURL == "" {
 		c.WebhookURL = "https://example.com/hook"
@@ -48,12 +49,12 @@ func (f *fixture) client(t *testing.T, c storage.Client, sensors ...string) stor
 	if c.Secret == "" {
 		c.Secret = "whsec_c2VjcmV0"
 	}
-	created, err := f.pg.CreateClient(f.ctx, c)
+	created, err := registry.New(f.pg).CreateClient(f.ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range sensors {
-		if err := f.pg.LinkSensor(f.ctx, created.ID, s); err != nil {
+		if err := registry.New(f.pg).LinkSensor(f.ctx, created.ID, s); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -71,11 +72,11 @@ func (f *fixture) create(t *testing.T, events ...storage.NotificationInput) stor
 }
 
 // member creates a member of the client with a token of its own.
-func (f *fixture) member(t *testing.T, clientID, name string, backfill storage.Backfill) storage.Member {
+func (f *fixture) member(t *testing.T, clientID, name string, backfill registry.Backfill) registry.Member {
 	t.Helper()
 	hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
-	m, _, err := f.pg.CreateMember(f.ctx, storage.Member{ClientID: clientID, Name: name, Timezone: "UTC",
-		Preferences: storage.DefaultMemberPreferences()}, hash[:], backfill)
+	m, _, err := registry.New(f.pg).CreateMember(f.ctx, registry.Member{ClientID: clientID, Name: name, Timezone: "UTC",
+		Preferences: registry.DefaultMemberPreferences()}, hash[:], backfill)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,10 +98,10 @@ func (f *fixture) inbox(t *testing.T, memberID string) []inbox.Message {
 func TestInboxFanoutOneMessagePerMemberInOrderIdempotent(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, "door1", "door2")
-	c := f.client(t, storage.Client{Name: "acme"}, "door1")
-	lonely := f.client(t, storage.Client{Name: "no members"}, "door1")
-	a := f.member(t, c.ID, "alice", storage.Backfill{})
-	b := f.member(t, c.ID, "bob", storage.Backfill{})
+	c := f.client(t, registry.Client{Name: "acme"}, "door1")
+	lonely := f.client(t, registry.Client{Name: "no members"}, "door1")
+	a := f.member(t, c.ID, "alice", registry.Backfill{})
+	b := f.member(t, c.ID, "bob", registry.Backfill{})
 	_ = lonely
 
 	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
@@ -114,7 +115,7 @@ func TestInboxFanoutOneMessagePerMemberInOrderIdempotent(t *testing.T) {
 	if created.InboxMessages != 6 {
 		t.Fatalf("InboxMessages = %d, want 6 (3 events × 2 members)", created.InboxMessages)
 	}
-	for _, m := range []storage.Member{a, b} {
+	for _, m := range []registry.Member{a, b} {
 		got := f.inbox(t, m.ID)
 		if len(got) != 3 {
 			t.Fatalf("%s has %d messages, want 3: %+v", m.Name, len(got), got)
@@ -147,15 +148,15 @@ func TestInboxFanoutOneMessagePerMemberInOrderIdempotent(t *testing.T) {
 func TestInboxConcurrentWritersNoGapNoDuplicate(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, "door1", "door2")
-	c1 := f.client(t, storage.Client{Name: "one"}, "door1", "door2")
-	c2 := f.client(t, storage.Client{Name: "two"}, "door2")
-	var members []storage.Member
+	c1 := f.client(t, registry.Client{Name: "one"}, "door1", "door2")
+	c2 := f.client(t, registry.Client{Name: "two"}, "door2")
+	var members []registry.Member
 	for i := range 12 {
 		c := c1
 		if i%3 == 0 {
 			c = c2
 		}
-		members = append(members, f.member(t, c.ID, fmt.Sprint("m", i), storage.Backfill{}))
+		members = append(members, f.member(t, c.ID, fmt.Sprint("m", i), registry.Backfill{}))
 	}
 	var notices sync.Map // member id → highest seq heard on the channel
 	listening := make(chan struct{})
@@ -250,9 +251,9 @@ func seqs(ms []inbox.Message) []int64 {
 func TestInboxListFilterSortCountMark(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, "bdoor", "adoor")
-	c := f.client(t, storage.Client{Name: "acme"}, "bdoor", "adoor")
-	m := f.member(t, c.ID, "alice", storage.Backfill{})
-	other := f.member(t, c.ID, "bob", storage.Backfill{})
+	c := f.client(t, registry.Client{Name: "acme"}, "bdoor", "adoor")
+	m := f.member(t, c.ID, "alice", registry.Backfill{})
+	other := f.member(t, c.ID, "bob", registry.Backfill{})
 	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	f.create(t,
 		stateChanged("e1", "bdoor", 1, at),
@@ -341,12 +342,12 @@ func TestInboxListFilterSortCountMark(t *testing.T) {
 func TestInboxBackfillOfNewMember(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, "door1")
-	c := f.client(t, storage.Client{Name: "acme"}, "door1")
+	c := f.client(t, registry.Client{Name: "acme"}, "door1")
 	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	for i := range 5 {
 		f.create(t, stateChanged(fmt.Sprint("e", i), "door1", i%2, at.Add(time.Duration(i)*time.Second)))
 	}
-	m := f.member(t, c.ID, "late", storage.Backfill{Window: time.Hour, Max: 3})
+	m := f.member(t, c.ID, "late", registry.Backfill{Window: time.Hour, Max: 3})
 	got := f.inbox(t, m.ID)
 	if len(got) != 3 {
 		t.Fatalf("backfilled %d messages, want 3", len(got))
@@ -356,7 +357,7 @@ func TestInboxBackfillOfNewMember(t *testing.T) {
 			t.Errorf("backfilled message %d: %+v", i, msg)
 		}
 	}
-	none := f.member(t, c.ID, "none", storage.Backfill{Window: time.Hour})
+	none := f.member(t, c.ID, "none", registry.Backfill{Window: time.Hour})
 	if got := f.inbox(t, none.ID); len(got) != 0 {
 		t.Fatalf("backfill with no max gave %d messages", len(got))
 	}
@@ -370,8 +371,8 @@ func TestInboxBackfillOfNewMember(t *testing.T) {
 func TestInboxAckStateAndCursors(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, "door1")
-	c := f.client(t, storage.Client{Name: "acme"}, "door1")
-	m := f.member(t, c.ID, "alice", storage.Backfill{})
+	c := f.client(t, registry.Client{Name: "acme"}, "door1")
+	m := f.member(t, c.ID, "alice", registry.Backfill{})
 	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	for i := range 5 {
 		f.create(t, stateChanged(fmt.Sprint("e", i), "door1", i%2, at.Add(time.Duration(i)*time.Second)))
@@ -424,40 +425,40 @@ func TestInboxPartitionsAndMemberLifecycle(t *testing.T) {
 		t.Fatalf("creating an existing partition again: %v", err)
 	}
 
-	c := f.client(t, storage.Client{Name: "acme"}, "door1")
+	c := f.client(t, registry.Client{Name: "acme"}, "door1")
 	hash := sha256.Sum256([]byte("token"))
-	m, _, err := f.pg.CreateMember(f.ctx, storage.Member{ClientID: c.ID, Name: "alice", Email: "a@example.com",
-		Timezone: "Europe/Paris", Preferences: storage.MemberPreferences{Email: storage.EmailDigest, DigestTimes: []string{"08:30"}},
-		PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "k1"}}}, hash[:], storage.Backfill{})
+	m, _, err := registry.New(f.pg).CreateMember(f.ctx, registry.Member{ClientID: c.ID, Name: "alice", Email: "a@example.com",
+		Timezone: "Europe/Paris", Preferences: registry.MemberPreferences{Email: registry.EmailDigest, DigestTimes: []string{"08:30"}},
+		PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "k1"}}}, hash[:], registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := f.pg.CreateMember(f.ctx, storage.Member{ClientID: uuid.NewString(), Name: "x",
-		Timezone: "UTC"}, []byte("other"), storage.Backfill{}); !errors.Is(err, storage.ErrNotFound) {
+	if _, _, err := registry.New(f.pg).CreateMember(f.ctx, registry.Member{ClientID: uuid.NewString(), Name: "x",
+		Timezone: "UTC"}, []byte("other"), registry.Backfill{}); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("member of an unknown client: %v", err)
 	}
-	byToken, err := f.pg.MemberByTokenHash(f.ctx, hash[:], storage.DefaultMemberTokenIdle)
-	if err != nil || byToken.ID != m.ID || byToken.Timezone != "Europe/Paris" || byToken.Preferences.Email != storage.EmailDigest ||
+	byToken, err := registry.New(f.pg).MemberByTokenHash(f.ctx, hash[:], registry.DefaultMemberTokenIdle)
+	if err != nil || byToken.ID != m.ID || byToken.Timezone != "Europe/Paris" || byToken.Preferences.Email != registry.EmailDigest ||
 		len(byToken.PushTargets) != 1 || byToken.Email != "a@example.com" {
 		t.Fatalf("by token: %+v %v", byToken, err)
 	}
 	newHash := sha256.Sum256([]byte("token2"))
-	if _, err := f.pg.RotateMemberToken(f.ctx, m.ID, newHash[:]); err != nil {
+	if _, err := registry.New(f.pg).RotateMemberToken(f.ctx, m.ID, newHash[:]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.pg.MemberByTokenHash(f.ctx, hash[:], storage.DefaultMemberTokenIdle); !errors.Is(err, storage.ErrNotFound) {
+	if _, err := registry.New(f.pg).MemberByTokenHash(f.ctx, hash[:], registry.DefaultMemberTokenIdle); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("old token after rotation: %v", err)
 	}
 	empty := ""
-	updated, err := f.pg.UpdateMember(f.ctx, m.ID, storage.MemberUpdate{Email: &empty, PushTargets: &[]storage.PushTarget{}})
+	updated, err := registry.New(f.pg).UpdateMember(f.ctx, m.ID, registry.MemberUpdate{Email: &empty, PushTargets: &[]storage.PushTarget{}})
 	if err != nil || updated.Email != "" || len(updated.PushTargets) != 0 || updated.Name != "alice" {
 		t.Fatalf("update: %+v %v", updated, err)
 	}
 	f.create(t, stateChanged("e1", "door1", 1, time.Now()))
-	if err := f.pg.DeleteMember(f.ctx, m.ID); err != nil {
+	if err := registry.New(f.pg).DeleteMember(f.ctx, m.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.pg.GetMember(f.ctx, m.ID); !errors.Is(err, storage.ErrNotFound) {
+	if _, err := registry.New(f.pg).GetMember(f.ctx, m.ID); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("deleted member: %v", err)
 	}
 	if total, _, err := f.in.ListInbox(f.ctx, inbox.Query{MemberID: m.ID, IncludeSeen: true,
@@ -474,12 +475,12 @@ func TestInboxPartitionsAndMemberLifecycle(t *testing.T) {
 func TestRecordNotificationOncePerKey(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	c := f.client(t, storage.Client{Name: "acme"})
-	var members []storage.Member
+	c := f.client(t, registry.Client{Name: "acme"})
+	var members []registry.Member
 	for _, name := range []string{"alice", "bob"} {
 		hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
-		m, _, err := f.pg.CreateMember(f.ctx, storage.Member{ClientID: c.ID, Name: name, Email: name + "@example.com",
-			Timezone: "UTC", Preferences: storage.DefaultMemberPreferences()}, hash[:], storage.Backfill{})
+		m, _, err := registry.New(f.pg).CreateMember(f.ctx, registry.Member{ClientID: c.ID, Name: name, Email: name + "@example.com",
+			Timezone: "UTC", Preferences: registry.DefaultMemberPreferences()}, hash[:], registry.Backfill{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/incident"
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/registry"
 )
 
 // TestIncidentEventsPublishedOnce: an incident opened by intake, acknowledged
@@ -24,7 +24,7 @@ func TestIncidentEventsPublishedOnce(t *testing.T) {
 	c := f.client(t, "door1")
 	subscribed := []string{"connection_lost", "connection_restored", "incident_opened", "incident_acknowledged",
 		"incident_resolved"}
-	if _, err := f.pg.UpdateClient(f.ctx, c.ID, storage.ClientUpdate{EventTypes: &subscribed}); err != nil {
+	if _, err := registry.New(f.pg).UpdateClient(f.ctx, c.ID, registry.ClientUpdate{EventTypes: &subscribed}); err != nil {
 		t.Fatal(err)
 	}
 	f.client(t, "door1") // of every type (NULL): every sensor event, no incident event

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/incident"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -41,34 +42,34 @@ func newFixture(t testing.TB, sensors ...string) *fixture {
 	t.Cleanup(pg.Close)
 	f.pg, f.store = pg, incident.NewPostgresStore(pg)
 	for _, id := range sensors {
-		if _, err := f.pg.CreateSensor(f.ctx, storage.Sensor{ID: id, Address: "addr of " + id}); err != nil {
+		if _, err := registry.New(f.pg).CreateSensor(f.ctx, registry.Sensor{ID: id, Address: "addr of " + id}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return f
 }
 
-func (f *fixture) client(t testing.TB, sensors ...string) storage.Client {
+func (f *fixture) client(t testing.TB, sensors ...string) registry.Client {
 	t.Helper()
-	c, err := f.pg.CreateClient(f.ctx, storage.Client{Name: "acme", WebhookURL: "https://example.com/hook",
+	c, err := registry.New(f.pg).CreateClient(f.ctx, registry.Client{Name: "acme", WebhookURL: "https://example.com/hook",
 		Secret: "whsec_c2VjcmV0"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range sensors {
-		if err := f.pg.LinkSensor(f.ctx, c.ID, s); err != nil {
+		if err := registry.New(f.pg).LinkSensor(f.ctx, c.ID, s); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return c
 }
 
-func (f *fixture) member(t testing.TB, clientID, name string) storage.Member {
+func (f *fixture) member(t testing.TB, clientID, name string) registry.Member {
 	t.Helper()
-	m := storage.Member{ClientID: clientID, Name: name, Email: name + "@example.com", Timezone: "UTC",
-		Preferences: storage.DefaultMemberPreferences()}
+	m := registry.Member{ClientID: clientID, Name: name, Email: name + "@example.com", Timezone: "UTC",
+		Preferences: registry.DefaultMemberPreferences()}
 	hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
-	created, _, err := f.pg.CreateMember(f.ctx, m, hash[:], storage.Backfill{})
+	created, _, err := registry.New(f.pg).CreateMember(f.ctx, m, hash[:], registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}

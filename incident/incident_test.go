@@ -9,7 +9,7 @@ import (
 
 	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/incident"
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/registry"
 )
 
 // A loss while unlocked opens one incident of the sensor; later events attach;
@@ -339,7 +339,7 @@ func TestRemindersFollowMemberRouting(t *testing.T) {
 	f.intake(t)
 	f.round(t, 0)
 	for _, m := range []struct {
-		member storage.Member
+		member registry.Member
 		want   int
 	}{{yard, 1}, {elsewhere, 0}, {critOnly, 0}} {
 		if got := len(f.reminders(t, m.member.ID)); got != m.want {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/maintain"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -38,14 +39,14 @@ func TestMaintainWalksThroughMonths(t *testing.T) {
 	t.Parallel()
 	stores := storagetest.New(t)
 	pg, ctx := stores.Postgres, context.Background()
-	if _, err := pg.CreateSensor(ctx, storage.Sensor{ID: "s1", Address: "1 Street"}); err != nil {
+	if _, err := registry.New(pg).CreateSensor(ctx, registry.Sensor{ID: "s1", Address: "1 Street"}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := pg.CreateClient(ctx, storage.Client{Name: "c"})
+	c, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "c"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pg.LinkSensor(ctx, c.ID, "s1"); err != nil {
+	if err := registry.New(pg).LinkSensor(ctx, c.ID, "s1"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -175,7 +176,7 @@ func TestMaintainExpiresNotificationKeys(t *testing.T) {
 	t.Parallel()
 	stores := storagetest.New(t)
 	pg, ctx := stores.Postgres, context.Background()
-	c, err := pg.CreateClient(ctx, storage.Client{Name: "c"})
+	c, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "c"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/maintain"
 	"github.com/lockstream/lockstream/notifier/email"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/retrier"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
@@ -130,21 +131,21 @@ func TestWeeklyReportMailedOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, id := range []string{"s1", "s2"} {
-		if _, err := pg.CreateSensor(ctx, storage.Sensor{ID: id, Address: "door " + id, Site: "yard"}); err != nil {
+		if _, err := registry.New(pg).CreateSensor(ctx, registry.Sensor{ID: id, Address: "door " + id, Site: "yard"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	on, err := pg.CreateClient(ctx, storage.Client{Name: "Acme <Doors>", Email: "owner@acme.example"})
+	on, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "Acme <Doors>", Email: "owner@acme.example"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	off, err := pg.CreateClient(ctx, storage.Client{Name: "Quiet", Email: "owner@quiet.example"})
+	off, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "Quiet", Email: "owner@quiet.example"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []string{on.ID, off.ID} {
 		for _, s := range []string{"s1", "s2"} {
-			if err := pg.LinkSensor(ctx, c, s); err != nil {
+			if err := registry.New(pg).LinkSensor(ctx, c, s); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -154,7 +155,7 @@ func TestWeeklyReportMailedOnce(t *testing.T) {
 	scopes := analytics.NewPostgresScopes(pg.Pool())
 	source := analytics.New(stores.ClickHouse.Conn(), scopes, analytics.WithOutages(scopes))
 	reg := prometheus.NewRegistry()
-	server, err := webapi.New(webapi.Config{AdminToken: adminToken}, pg, nil, reg, reg, nil, webapi.WithAnalytics(source))
+	server, err := webapi.New(webapi.Config{AdminToken: adminToken}, registry.New(pg), nil, reg, reg, nil, webapi.WithAnalytics(source))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +447,7 @@ func TestWeeklyReportFollowsTheClient(t *testing.T) {
 	reports := maintain.NewPostgresStore(pg)
 	want := map[string]string{}
 	for _, c := range []struct{ name, state string }{{"moved", "SENT"}, {"no-address", "FAILED"}, {"deleted", "FAILED"}} {
-		client, err := pg.CreateClient(ctx, storage.Client{Name: c.name, Email: "old@" + c.name + ".example"})
+		client, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: c.name, Email: "old@" + c.name + ".example"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -459,12 +460,12 @@ func TestWeeklyReportFollowsTheClient(t *testing.T) {
 		switch c.name {
 		case "moved":
 			addr := "new@moved.example"
-			_, err = pg.UpdateClient(ctx, client.ID, storage.ClientUpdate{Email: &addr})
+			_, err = registry.New(pg).UpdateClient(ctx, client.ID, registry.ClientUpdate{Email: &addr})
 		case "no-address":
 			none := ""
-			_, err = pg.UpdateClient(ctx, client.ID, storage.ClientUpdate{Email: &none})
+			_, err = registry.New(pg).UpdateClient(ctx, client.ID, registry.ClientUpdate{Email: &none})
 		case "deleted":
-			err = pg.DeleteClient(ctx, client.ID)
+			err = registry.New(pg).DeleteClient(ctx, client.ID)
 		}
 		if err != nil {
 			t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/lockstream/lockstream/analytics"
 	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/maintain"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -44,7 +45,7 @@ func TestRollupsSealedEachPass(t *testing.T) {
 	stores := storagetest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := stores.Postgres.CreateSensor(ctx, storage.Sensor{ID: "r1", Address: "gate"}); err != nil {
+	if _, err := stores.Registry.CreateSensor(ctx, registry.Sensor{ID: "r1", Address: "gate"}); err != nil {
 		t.Fatal(err)
 	}
 	oct, nov := time.Date(2026, 10, 10, 12, 0, 0, 0, time.UTC), time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/notifier"
 	"github.com/lockstream/lockstream/storage"
 )
@@ -287,7 +288,7 @@ func (r *Retrier) quietHolds(claimed []storage.Delivery, targets map[string]stor
 		if !ok || t.Quiet == nil || t.QuietCritical {
 			continue
 		}
-		if end, quiet := storage.QuietUntil(now, *t.Quiet, t.MemberTimezone); quiet {
+		if end, quiet := domain.QuietUntil(now, *t.Quiet, t.MemberTimezone); quiet {
 			if held == nil {
 				held = map[string]time.Duration{}
 			}

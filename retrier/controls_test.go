@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockstream/lockstream/notifier/webhook"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/retrier"
 	"github.com/lockstream/lockstream/storage"
 )
@@ -60,10 +61,10 @@ func TestRetrierHoldsBackAnEndpointThatAnswered429(t *testing.T) {
 	s.header = http.Header{"Retry-After": []string{"30"}}
 	b := setup(t, setupOpts{sinkURL: s.srv.URL, noRetrier: true})
 	const other = "OtherSensor"
-	if _, err := b.pg.CreateSensor(b.ctx, storage.Sensor{ID: other, Address: "2 Main St"}); err != nil {
+	if _, err := registry.New(b.pg).CreateSensor(b.ctx, registry.Sensor{ID: other, Address: "2 Main St"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.pg.LinkSensor(b.ctx, b.client.ID, other); err != nil {
+	if err := registry.New(b.pg).LinkSensor(b.ctx, b.client.ID, other); err != nil {
 		t.Fatal(err)
 	}
 	b.startControlled(retrier.Config{})
@@ -105,7 +106,7 @@ func TestRetrierHoldsBackAnEndpointThatAnswered429(t *testing.T) {
 	if n := s.count(); n != 1 {
 		t.Errorf("the endpoint got %d requests, want the one that answered 429", n)
 	}
-	c, err := b.pg.GetClient(b.ctx, b.client.ID)
+	c, err := registry.New(b.pg).GetClient(b.ctx, b.client.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

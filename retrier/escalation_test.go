@@ -12,9 +12,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/escalation"
 	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/notifier"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/retrier"
 	"github.com/lockstream/lockstream/storage"
 )
@@ -47,19 +49,19 @@ func TestEscalationsCheckedWhenSent(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{noRetrier: true})
 	const other = "OtherSensor"
-	if _, err := b.pg.CreateSensor(b.ctx, storage.Sensor{ID: other, Address: "2 Side St"}); err != nil {
+	if _, err := registry.New(b.pg).CreateSensor(b.ctx, registry.Sensor{ID: other, Address: "2 Side St"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.pg.LinkSensor(b.ctx, b.client.ID, other); err != nil {
+	if err := registry.New(b.pg).LinkSensor(b.ctx, b.client.ID, other); err != nil {
 		t.Fatal(err)
 	}
 	members := map[string]string{}
 	for _, name := range []string{"Ann", "Bo"} {
 		hash := sha256.Sum256([]byte("lsm_escalation" + name))
-		m, _, err := b.pg.CreateMember(b.ctx, storage.Member{ClientID: b.client.ID, Name: name,
-			Email: strings.ToLower(name) + "@example.com", Timezone: "UTC", Preferences: storage.DefaultMemberPreferences(),
+		m, _, err := registry.New(b.pg).CreateMember(b.ctx, registry.Member{ClientID: b.client.ID, Name: name,
+			Email: strings.ToLower(name) + "@example.com", Timezone: "UTC", Preferences: registry.DefaultMemberPreferences(),
 			PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: strings.ToLower(name) + "-phone"}}},
-			hash[:], storage.Backfill{})
+			hash[:], registry.Backfill{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,10 +80,10 @@ func TestEscalationsCheckedWhenSent(t *testing.T) {
 	if err != nil || res.Episodes != 4 || res.Emails != 2 || res.Pushes != 2 {
 		t.Fatalf("round: %+v, %v; want 4 episodes, one email and one push per member", res, err)
 	}
-	if err := b.pg.UnlinkSensor(b.ctx, b.client.ID, other); err != nil {
+	if err := registry.New(b.pg).UnlinkSensor(b.ctx, b.client.ID, other); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.pg.DeleteMember(b.ctx, members["Bo"]); err != nil {
+	if err := registry.New(b.pg).DeleteMember(b.ctx, members["Bo"]); err != nil {
 		t.Fatal(err)
 	}
 	b.clock.Set(now)
@@ -132,14 +134,14 @@ func TestNotificationEmailsGoOutThroughTheOutbox(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{noRetrier: true})
 	withMail := sha256.Sum256([]byte("lsm_with_mail"))
-	ann, _, err := b.pg.CreateMember(b.ctx, storage.Member{ClientID: b.client.ID, Name: "Ann", Email: "ann@example.com",
-		Timezone: "UTC", Preferences: storage.DefaultMemberPreferences()}, withMail[:], storage.Backfill{})
+	ann, _, err := registry.New(b.pg).CreateMember(b.ctx, registry.Member{ClientID: b.client.ID, Name: "Ann", Email: "ann@example.com",
+		Timezone: "UTC", Preferences: registry.DefaultMemberPreferences()}, withMail[:], registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	noMail := sha256.Sum256([]byte("lsm_no_mail"))
-	if _, _, err := b.pg.CreateMember(b.ctx, storage.Member{ClientID: b.client.ID, Name: "Bo",
-		Timezone: "UTC", Preferences: storage.DefaultMemberPreferences()}, noMail[:], storage.Backfill{}); err != nil {
+	if _, _, err := registry.New(b.pg).CreateMember(b.ctx, registry.Member{ClientID: b.client.ID, Name: "Bo",
+		Timezone: "UTC", Preferences: registry.DefaultMemberPreferences()}, noMail[:], registry.Backfill{}); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := inbox.NewPostgresStore(b.pg).RecordNotification(b.ctx, inbox.FreeFormNotification{ClientID: b.client.ID, Type: "billing",
@@ -198,13 +200,13 @@ func TestQuietHoursHoldNonCriticalMemberEmails(t *testing.T) {
 	now := time.Now().Add(time.Minute).UTC() // the deliveries are due
 	b.clock.Set(now)
 	hash := sha256.Sum256([]byte("lsm_quiet"))
-	ann, _, err := b.pg.CreateMember(b.ctx, storage.Member{ClientID: b.client.ID, Name: "Ann", Email: "ann@example.com",
-		Timezone: "UTC", Preferences: storage.DefaultMemberPreferences()}, hash[:], storage.Backfill{})
+	ann, _, err := registry.New(b.pg).CreateMember(b.ctx, registry.Member{ClientID: b.client.ID, Name: "Ann", Email: "ann@example.com",
+		Timezone: "UTC", Preferences: registry.DefaultMemberPreferences()}, hash[:], registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	quiet := storage.QuietHours{From: now.Add(-time.Hour).Format("15:04"), To: now.Add(time.Hour).Format("15:04")}
-	if _, err := b.pg.UpdateMember(b.ctx, ann.ID, storage.MemberUpdate{QuietHours: &quiet}); err != nil {
+	quiet := domain.QuietHours{From: now.Add(-time.Hour).Format("15:04"), To: now.Add(time.Hour).Format("15:04")}
+	if _, err := registry.New(b.pg).UpdateMember(b.ctx, ann.ID, registry.MemberUpdate{QuietHours: &quiet}); err != nil {
 		t.Fatal(err)
 	}
 	// A critical message about the sensor (lost while unlocked), and an

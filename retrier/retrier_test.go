@@ -21,6 +21,7 @@ import (
 
 	"github.com/lockstream/lockstream/notifier"
 	"github.com/lockstream/lockstream/notifier/webhook"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/retrier"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
@@ -153,7 +154,7 @@ type bundle struct {
 	pg      *storage.Postgres
 	clock   *clock
 	reg     *prometheus.Registry
-	client  storage.Client
+	client  registry.Client
 	logs    *logBuffer
 	cancel  func()        // stops the retrier started by setup
 	stopped chan struct{} // closed when its Run returned
@@ -172,15 +173,15 @@ func setup(t *testing.T, opts setupOpts) *bundle {
 	stores := storagetest.New(t)
 	b := &bundle{t: t, ctx: context.Background(), stores: stores, pg: stores.Postgres, clock: newClock(),
 		reg: prometheus.NewRegistry(), logs: &logBuffer{}}
-	if _, err := b.pg.CreateSensor(b.ctx, storage.Sensor{ID: sensorID, Address: "1 Main St"}); err != nil {
+	if _, err := registry.New(b.pg).CreateSensor(b.ctx, registry.Sensor{ID: sensorID, Address: "1 Main St"}); err != nil {
 		t.Fatal(err)
 	}
-	client, err := b.pg.CreateClient(b.ctx, storage.Client{Name: "c", WebhookURL: opts.sinkURL, Secret: webhook.NewSecret()})
+	client, err := registry.New(b.pg).CreateClient(b.ctx, registry.Client{Name: "c", WebhookURL: opts.sinkURL, Secret: webhook.NewSecret()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.client = client
-	if err := b.pg.LinkSensor(b.ctx, client.ID, sensorID); err != nil {
+	if err := registry.New(b.pg).LinkSensor(b.ctx, client.ID, sensorID); err != nil {
 		t.Fatal(err)
 	}
 	if !opts.noRetrier {
@@ -493,7 +494,7 @@ func TestRetrierRereadsTheURL(t *testing.T) {
 	b := setup(t, setupOpts{sinkURL: old.srv.URL})
 	d := b.flip("e1", 1, time.Now())
 	retry := b.waitState(d.ID, storage.DeliveryRetry, 1)
-	if _, err := b.pg.UpdateClient(b.ctx, b.client.ID, storage.ClientUpdate{WebhookURL: &next.srv.URL}); err != nil {
+	if _, err := registry.New(b.pg).UpdateClient(b.ctx, b.client.ID, registry.ClientUpdate{WebhookURL: &next.srv.URL}); err != nil {
 		t.Fatal(err)
 	}
 	b.clock.Set(retry.NextAttemptAt)
@@ -512,7 +513,7 @@ func TestRetrierStopsWhenClientUnlinked(t *testing.T) {
 	b := setup(t, setupOpts{sinkURL: s.srv.URL})
 	d := b.flip("e1", 1, time.Now())
 	retry := b.waitState(d.ID, storage.DeliveryRetry, 1)
-	if err := b.pg.UnlinkSensor(b.ctx, b.client.ID, sensorID); err != nil {
+	if err := registry.New(b.pg).UnlinkSensor(b.ctx, b.client.ID, sensorID); err != nil {
 		t.Fatal(err)
 	}
 	b.clock.Set(retry.NextAttemptAt)
@@ -669,7 +670,7 @@ func TestRetrierRoutesByChannel(t *testing.T) {
 	s := newSink(t, 200)
 	b := setup(t, setupOpts{sinkURL: s.srv.URL, noRetrier: true})
 	email, push := "c@example.com", []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "k1"}}
-	if _, err := b.pg.UpdateClient(b.ctx, b.client.ID, storage.ClientUpdate{Email: &email, PushTargets: &push}); err != nil {
+	if _, err := registry.New(b.pg).UpdateClient(b.ctx, b.client.ID, registry.ClientUpdate{Email: &email, PushTargets: &push}); err != nil {
 		t.Fatal(err)
 	}
 	newRetrier := func(emails *emailSender, pushes *pushSender) *retrier.Retrier {
@@ -732,7 +733,7 @@ func TestRetrierRoutesByChannel(t *testing.T) {
 		t.Fatal(err)
 	}
 	noEmail, noPush := "", []storage.PushTarget{}
-	if _, err := b.pg.UpdateClient(b.ctx, b.client.ID, storage.ClientUpdate{Email: &noEmail, PushTargets: &noPush}); err != nil {
+	if _, err := registry.New(b.pg).UpdateClient(b.ctx, b.client.ID, registry.ClientUpdate{Email: &noEmail, PushTargets: &noPush}); err != nil {
 		t.Fatal(err)
 	}
 	if now := time.Now(); now.After(b.clock.Now()) {

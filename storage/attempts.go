@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -147,39 +148,58 @@ func (p *Postgres) DeliveryAttempts(ctx context.Context, deliveryID string) ([]D
 	return out, nil
 }
 
-// CopyDeliveryAttempts hands up to limit attempts not copied yet, oldest first,
-// to copy (the ClickHouse insert) and marks them copied once it returns nil, all
-// in one transaction that holds the rows, so concurrent copiers take disjoint
-// batches. A crash after copy and before the commit copies the batch again:
-// the receiving side dedupes by DeliveryAttempt.ID. It returns how many it
-// copied.
+// CopyDeliveryAttempts hands up to limit attempts not copied yet to copy
+// (the ClickHouse insert) and moves the copy's cursor past them once it
+// returns nil, in one transaction that holds the cursor (another copier
+// meanwhile copies nothing and returns 0). The log is insert-only: the cursor
+// (attempt_copy_cursors, migration 00201) is a pair of snapshots, and a batch
+// is the rows whose writing transaction (xid) is visible in the target
+// snapshot and was not in the previous one, in id order from last_id; when a
+// window has no more, previous becomes target and the next call takes a new
+// one. A crash after copy and before the commit copies the batch again: the
+// receiving side dedupes by DeliveryAttempt.ID. It returns how many it copied.
 func (p *Postgres) CopyDeliveryAttempts(ctx context.Context, limit int, copy func(context.Context, []DeliveryAttempt) error) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		var lastID int64
+		err := tx.QueryRow(ctx, `
+			UPDATE attempt_copy_cursors c SET target = coalesce(c.target, pg_current_snapshot())
+			FROM (SELECT name FROM attempt_copy_cursors WHERE name = 'clickhouse' FOR UPDATE SKIP LOCKED) AS l
+			WHERE c.name = l.name
+			RETURNING c.last_id`).Scan(&lastID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // another copier holds the cursor
+		}
+		if err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, `SELECT `+attemptColumns+`
-			FROM delivery_attempts WHERE copied_at IS NULL
-			ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
+			FROM delivery_attempts a, attempt_copy_cursors c
+			WHERE c.name = 'clickhouse'
+			  AND a.xid >= pg_snapshot_xmin(c.previous) AND a.xid < pg_snapshot_xmax(c.target)
+			  AND pg_visible_in_snapshot(a.xid, c.target) AND NOT pg_visible_in_snapshot(a.xid, c.previous)
+			  AND a.id > $2
+			ORDER BY a.id LIMIT $1`, limit, lastID)
 		if err != nil {
 			return err
 		}
 		batch, err := pgx.CollectRows(rows, scanAttempt)
-		if err != nil || len(batch) == 0 {
+		if err != nil {
 			return err
 		}
-		if err := copy(ctx, batch); err != nil {
-			return err
+		if len(batch) > 0 {
+			if err := copy(ctx, batch); err != nil {
+				return err
+			}
 		}
-		ids := make([]int64, len(batch))
-		ats := make([]time.Time, len(batch))
-		for i, a := range batch {
-			ids[i], ats[i] = a.ID, a.At
-		}
-		// at is the partition key: with it, each row is found in its partition.
-		_, err = tx.Exec(ctx, `
-			UPDATE delivery_attempts a SET copied_at = now()
-			FROM unnest($1::int8[], $2::timestamptz[]) AS c (id, at)
-			WHERE a.id = c.id AND a.at = c.at`, ids, ats)
 		n = len(batch)
+		if n == limit {
+			_, err = tx.Exec(ctx, `UPDATE attempt_copy_cursors SET last_id = $1 WHERE name = 'clickhouse'`, batch[n-1].ID)
+			return err
+		}
+		// The window is done: the next call opens one from its target.
+		_, err = tx.Exec(ctx, `UPDATE attempt_copy_cursors SET previous = target, target = NULL, last_id = 0
+			WHERE name = 'clickhouse'`)
 		return err
 	})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -17,11 +18,11 @@ import (
 func TestFinishDeliveriesLogsAttempts(t *testing.T) {
 	t.Parallel()
 	stores := storagetest.New(t)
-	f := &outboxFixture{pg: stores.Postgres, ctx: context.Background()}
-	if _, err := f.pg.CreateSensor(f.ctx, storage.Sensor{ID: "s1", Address: "1 Street"}); err != nil {
+	f := &outboxFixture{pg: stores.Postgres, reg: stores.Registry, ctx: context.Background()}
+	if _, err := f.reg.CreateSensor(f.ctx, registry.Sensor{ID: "s1", Address: "1 Street"}); err != nil {
 		t.Fatal(err)
 	}
-	c := f.client(t, storage.Client{Name: "c"}, "s1")
+	c := f.client(t, registry.Client{Name: "c"}, "s1")
 	f.create(t, stateChanged("e1", "s1", 1, outboxT0))
 	d := f.claim(t, later(), 10)[0]
 	if d.Attempts != 1 {

@@ -9,53 +9,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 )
 
 // The operator console's reads (its sessions are console.RedisStore's). Every read here costs what one
 // page shows, not what the fleet holds: counts come from Redis cardinalities and the
 // planner's estimate, lists from index ranges, summaries from a bounded window.
-
-// exactCountBelow is the size under which CountSensors counts rows instead of
-// trusting the planner's estimate: cheap there, and the estimate is coarse.
-const exactCountBelow = 100_000
-
-// CountSensors returns how many sensors are registered. Below 100,000 it counts
-// them (exact is true); above, it returns the planner's estimate
-// (pg_class.reltuples, kept by autovacuum's ANALYZE), which costs nothing whatever
-// the fleet's size.
-func (p *Postgres) CountSensors(ctx context.Context) (n int64, exact bool, err error) {
-	var estimate float64
-	if err := p.pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'sensors'::regclass`).Scan(&estimate); err != nil {
-		return 0, false, fmt.Errorf("estimating the sensor count: %w", err)
-	}
-	// -1 (PostgreSQL 14+) or 0: never analysed, so no estimate.
-	if estimate >= exactCountBelow {
-		return int64(estimate), false, nil
-	}
-	if err := p.pool.QueryRow(ctx, `SELECT count(*) FROM sensors`).Scan(&n); err != nil {
-		return 0, false, fmt.Errorf("counting sensors: %w", err)
-	}
-	return n, true, nil
-}
-
-// SearchSensors returns up to page.Limit sensors whose id starts with prefix
-// (case-sensitive), in byte order of their ids, after page.After.
-func (p *Postgres) SearchSensors(ctx context.Context, prefix string, page Page) ([]Sensor, error) {
-	// sensors_id_bytes_idx serves the range; '{' follows 'z', the last id character.
-	rows, err := p.pool.Query(ctx, `SELECT `+sensorColumns+` `+sensorFrom+`
-		WHERE s.id COLLATE "C" >= $1 AND s.id COLLATE "C" > $2 AND s.id COLLATE "C" < $3
-		ORDER BY s.id COLLATE "C" LIMIT $4`,
-		prefix, page.After, prefix+"{", page.Limit)
-	if err != nil {
-		return nil, fmt.Errorf("searching sensors %q: %w", prefix, err)
-	}
-	sensors, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Sensor, error) { return scanSensor(row) })
-	if err != nil {
-		return nil, fmt.Errorf("searching sensors %q: %w", prefix, err)
-	}
-	return sensors, nil
-}
 
 // EndpointHealth is how one endpoint of a client (its webhook, its mailbox or one
 // device) fared in a DeliverySummary.

@@ -1,53 +1,15 @@
 package storage_test
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
-
-func TestCountAndSearchSensors(t *testing.T) {
-	t.Parallel()
-	stores := storagetest.New(t)
-	pg := stores.Postgres
-	ctx := context.Background()
-	ids := []string{"ab", "Ab", "abc", "abZ", "ab9", "abd1", "ac", "a", "b"}
-	var sensors []storage.Sensor
-	for _, id := range ids {
-		sensors = append(sensors, storage.Sensor{ID: id, Address: "x"})
-	}
-	stores.ImportSensors(t, sensors)
-	if n, exact, err := pg.CountSensors(ctx); err != nil || n != int64(len(ids)) || !exact {
-		t.Fatalf("CountSensors = %d %v %v, want %d exact", n, exact, err, len(ids))
-	}
-	search := func(prefix string, page storage.Page) []string {
-		t.Helper()
-		ss, err := pg.SearchSensors(ctx, prefix, page)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, s := range ss {
-			out = append(out, s.ID)
-		}
-		return out
-	}
-	// Byte order, case-sensitive: digits, then upper case, then lower case.
-	if got, want := search("ab", storage.Page{Limit: 10}), []string{"ab", "ab9", "abZ", "abc", "abd1"}; !slices.Equal(got, want) {
-		t.Fatalf("search ab = %v, want %v", got, want)
-	}
-	if got, want := search("ab", storage.Page{After: "abZ", Limit: 1}), []string{"abc"}; !slices.Equal(got, want) {
-		t.Fatalf("search ab after abZ = %v, want %v", got, want)
-	}
-	if got := search("zz", storage.Page{Limit: 10}); len(got) != 0 {
-		t.Fatalf("search zz = %v", got)
-	}
-}
 
 // The delivery summary reads at most its window of the newest deliveries, counts
 // states per endpoint with each one's latest failure; the failed list holds only
@@ -56,7 +18,7 @@ func TestClientDeliverySummaryAndFailedDeliveries(t *testing.T) {
 	t.Parallel()
 	// One sensor per event, so that no newer state supersedes an older one.
 	f := newOutboxFixture(t, "s0", "s1", "s2", "s3")
-	c := f.client(t, storage.Client{Name: "c", Email: "c@example.com"}, "s0", "s1", "s2", "s3")
+	c := f.client(t, registry.Client{Name: "c", Email: "c@example.com"}, "s0", "s1", "s2", "s3")
 	for i := range 4 {
 		f.create(t, stateChanged(fmt.Sprintf("e%d", i), fmt.Sprintf("s%d", i), i%2, outboxT0.Add(time.Duration(i)*time.Minute)))
 	}

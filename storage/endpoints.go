@@ -267,7 +267,7 @@ type RecoverResult struct {
 // after a newer one. SUPERSEDED deliveries are never touched. It returns
 // ErrNotFound for an unknown client.
 func (p *Postgres) RecoverDeliveries(ctx context.Context, clientID string, since time.Time, states []DeliveryState) (RecoverResult, error) {
-	if _, err := p.GetClient(ctx, clientID); err != nil {
+	if err := p.requireClient(ctx, clientID); err != nil {
 		return RecoverResult{}, err
 	}
 	names := make([]string, 0, len(states))

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -19,9 +20,9 @@ func connectionLost(id, sensor string, at time.Time) storage.NotificationInput {
 func TestCreateNotificationsFiltersBySubscription(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "subDoor")
-	lossOnly := f.client(t, storage.Client{Name: "loss only", Email: "ops@example.com",
+	lossOnly := f.client(t, registry.Client{Name: "loss only", Email: "ops@example.com",
 		EventTypes: []string{"connection_lost"}}, "subDoor")
-	all := f.client(t, storage.Client{Name: "all"}, "subDoor")
+	all := f.client(t, registry.Client{Name: "all"}, "subDoor")
 
 	created := f.create(t, stateChanged("sc1", "subDoor", 1, outboxT0))
 	if created.Filtered != 1 || created.Notifications != 1 {
@@ -44,7 +45,7 @@ func TestCreateNotificationsFiltersBySubscription(t *testing.T) {
 
 	// Subscribing to every type again (nil) lets state changes through.
 	everything := []string(nil)
-	if _, err := f.pg.UpdateClient(f.ctx, lossOnly.ID, storage.ClientUpdate{EventTypes: &everything}); err != nil {
+	if _, err := f.reg.UpdateClient(f.ctx, lossOnly.ID, registry.ClientUpdate{EventTypes: &everything}); err != nil {
 		t.Fatal(err)
 	}
 	if created = f.create(t, stateChanged("sc2", "subDoor", 0, outboxT0.Add(2*time.Second))); created.Filtered != 0 || created.Notifications != 2 {
@@ -72,7 +73,7 @@ func fail(t *testing.T, f *outboxFixture, clientID string, n int, at time.Time) 
 func TestEndpointDisableAndEnable(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "deadA", "deadB")
-	dead := f.client(t, storage.Client{Name: "dead", Email: "owner@example.com"}, "deadA", "deadB")
+	dead := f.client(t, registry.Client{Name: "dead", Email: "owner@example.com"}, "deadA", "deadB")
 	now := time.Now()
 	f.create(t, connectionLost("l1", "deadA", outboxT0), connectionLost("l2", "deadB", outboxT0.Add(time.Second)))
 
@@ -82,7 +83,7 @@ func TestEndpointDisableAndEnable(t *testing.T) {
 		t.Fatal(err)
 	}
 	fail(t, f, dead.ID, 2, now.Add(-40*time.Minute))
-	c, err := f.pg.GetClient(f.ctx, dead.ID)
+	c, err := f.reg.GetClient(f.ctx, dead.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,8 +164,8 @@ func disable(t *testing.T, f *outboxFixture, now time.Time, window time.Duration
 func TestRecoverDeliveries(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "recA", "recB", "recC")
-	c := f.client(t, storage.Client{Name: "rec"}, "recA", "recB", "recC")
-	other := f.client(t, storage.Client{Name: "other"}, "recA")
+	c := f.client(t, registry.Client{Name: "rec"}, "recA", "recB", "recC")
+	other := f.client(t, registry.Client{Name: "other"}, "recA")
 	f.create(t,
 		connectionLost("r1", "recA", outboxT0),
 		stateChanged("r2", "recB", 1, outboxT0.Add(time.Second)),

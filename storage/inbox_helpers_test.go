@@ -8,15 +8,15 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lockstream/lockstream/inbox"
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/registry"
 )
 
 // member creates a member of the client with a token of its own.
-func (f *outboxFixture) member(t *testing.T, clientID, name string, backfill storage.Backfill) storage.Member {
+func (f *outboxFixture) member(t *testing.T, clientID, name string, backfill registry.Backfill) registry.Member {
 	t.Helper()
 	hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
-	m, _, err := f.pg.CreateMember(f.ctx, storage.Member{ClientID: clientID, Name: name, Timezone: "UTC",
-		Preferences: storage.DefaultMemberPreferences()}, hash[:], backfill)
+	m, _, err := registry.New(f.pg).CreateMember(f.ctx, registry.Member{ClientID: clientID, Name: name, Timezone: "UTC",
+		Preferences: registry.DefaultMemberPreferences()}, hash[:], backfill)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -75,9 +76,9 @@ func equalStrings(a, b []string) bool {
 func TestEndpointNoticesOnePerStreak(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "noticeDoor")
-	c := f.client(t, storage.Client{Name: "notified", Email: "owner@example.com"}, "noticeDoor")
-	alice := f.member(t, c.ID, "alice", storage.Backfill{})
-	bob := f.member(t, c.ID, "bob", storage.Backfill{})
+	c := f.client(t, registry.Client{Name: "notified", Email: "owner@example.com"}, "noticeDoor")
+	alice := f.member(t, c.ID, "alice", registry.Backfill{})
+	bob := f.member(t, c.ID, "bob", registry.Backfill{})
 	now := time.Now()
 	start := now.Add(-2 * time.Hour)
 
@@ -125,7 +126,7 @@ func TestEndpointNoticesOnePerStreak(t *testing.T) {
 	if got := feedTypes(t, f, c.ID); !equalStrings(got, want) {
 		t.Fatalf("feed %v, want %v", got, want)
 	}
-	for _, m := range []storage.Member{alice, bob} {
+	for _, m := range []registry.Member{alice, bob} {
 		var types []string
 		for _, msg := range f.inbox(t, m.ID) {
 			types = append(types, msg.Type)
@@ -168,7 +169,7 @@ func TestEndpointNoticesOnePerStreak(t *testing.T) {
 func TestEndpointFailingOnceAcrossConcurrentBatches(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "busyDoor")
-	c := f.client(t, storage.Client{Name: "busy"}, "busyDoor")
+	c := f.client(t, registry.Client{Name: "busy"}, "busyDoor")
 	at := time.Now().Add(-time.Hour)
 	var (
 		wg    sync.WaitGroup
@@ -197,7 +198,7 @@ func TestEndpointFailingOnceAcrossConcurrentBatches(t *testing.T) {
 	if total != 1 {
 		t.Fatalf("8 concurrent batches of 3 failures gave %d notices, want 1", total)
 	}
-	got, err := f.pg.GetClient(f.ctx, c.ID)
+	got, err := f.reg.GetClient(f.ctx, c.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,8 +213,8 @@ func TestEndpointFailingOnceAcrossConcurrentBatches(t *testing.T) {
 func TestRestoredCarriesTheOutage(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "backDoor")
-	c := f.client(t, storage.Client{Name: "outage", Email: "o@example.com"}, "backDoor")
-	m := f.member(t, c.ID, "alice", storage.Backfill{})
+	c := f.client(t, registry.Client{Name: "outage", Email: "o@example.com"}, "backDoor")
+	m := f.member(t, c.ID, "alice", registry.Backfill{})
 	at := time.Date(2026, 11, 22, 12, 14, 0, 0, time.UTC)
 	since := at.Add(-(2*time.Hour + 14*time.Minute))
 	one := 1

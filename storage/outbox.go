@@ -10,9 +10,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/escalation"
 	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/internal/pgutil"
+	"github.com/lockstream/lockstream/registry/secretbox"
 )
 
 // Channel is the way a delivery reaches its client.
@@ -803,7 +805,7 @@ type DeliveryFilter struct {
 // creation order (ids are time-ordered), after page.After. It returns ErrNotFound
 // when the client does not exist.
 func (p *Postgres) ListClientDeliveries(ctx context.Context, clientID string, f DeliveryFilter, page Page) ([]Delivery, error) {
-	if _, err := p.GetClient(ctx, clientID); err != nil {
+	if err := p.requireClient(ctx, clientID); err != nil {
 		return nil, err
 	}
 	after := page.After
@@ -856,7 +858,7 @@ type DeliveryTarget struct {
 	// message the member has not seen (a sensor's; any for a digest; for an
 	// escalation round's email or push, one of the episodes it escalates): it
 	// goes at once, quiet hours or not.
-	Quiet          *QuietHours
+	Quiet          *domain.QuietHours
 	MemberTimezone string
 	QuietCritical  bool
 }
@@ -943,7 +945,7 @@ func (p *Postgres) deliveryTargets(ctx context.Context, ids []string, ats []*tim
 			t        DeliveryTarget
 			clientID string
 			until    *time.Time
-			quiet    QuietHours
+			quiet    domain.QuietHours
 		)
 		if err := rows.Scan(&t.DeliveryID, &clientID, &t.Owned, &t.ClientExists, &t.WebhookURL, &t.Secret, &t.PreviousSecret,
 			&until, &t.Email, &t.PushTargetExists, &t.SensorAddress, &t.RateLimit, &t.EndpointDisabled,
@@ -973,13 +975,13 @@ func (p *Postgres) openSecrets(clientID string, t *DeliveryTarget) error {
 		return nil
 	}
 	if p.secrets == nil {
-		return errNoSecretBox
+		return secretbox.ErrNoBox
 	}
 	var err error
-	if t.Secret, err = p.secrets.open(clientID, t.Secret); err != nil {
+	if t.Secret, err = p.secrets.Open(clientID, t.Secret); err != nil {
 		return err
 	}
-	t.PreviousSecret, err = p.secrets.open(clientID, t.PreviousSecret)
+	t.PreviousSecret, err = p.secrets.Open(clientID, t.PreviousSecret)
 	return err
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -159,14 +160,14 @@ func TestLargeInsertAnalyzesTheOutboxMonth(t *testing.T) {
 		events[i] = storage.NotificationInput{EventID: fmt.Sprintf("ev-%d", i), Type: "state_changed", SensorID: ids[i],
 			Data: &data, Previous: &prev, At: at}
 	}
-	if err := pg.CreateSensors(ctx, ids, "x"); err != nil {
+	if err := registry.New(pg).CreateSensors(ctx, ids, "x"); err != nil {
 		t.Fatal(err)
 	}
-	c, err := pg.CreateClient(ctx, storage.Client{Name: "c", WebhookURL: "http://127.0.0.1:1/", Secret: "whsec_x"})
+	c, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "c", WebhookURL: "http://127.0.0.1:1/", Secret: "whsec_x"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pg.LinkSensors(ctx, c.ID, ids); err != nil {
+	if err := registry.New(pg).LinkSensors(ctx, c.ID, ids); err != nil {
 		t.Fatal(err)
 	}
 	created, err := pg.CreateNotifications(ctx, events)

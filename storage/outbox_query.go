@@ -75,3 +75,19 @@ func (p *Postgres) clientDeliveries(ctx context.Context, clientID string, f Deli
 	}
 	return out, nil
 }
+
+// requireClient returns ErrNotFound unless the client exists: the outbox's
+// reads and changes per client answer so for an unknown client.
+func (p *Postgres) requireClient(ctx context.Context, id string) error {
+	if uuid.Validate(id) != nil {
+		return fmt.Errorf("getting client %s: %w", id, ErrNotFound)
+	}
+	var exists bool
+	if err := p.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM clients WHERE id = $1)`, id).Scan(&exists); err != nil {
+		return fmt.Errorf("getting client %s: %w", id, err)
+	}
+	if !exists {
+		return fmt.Errorf("getting client %s: %w", id, ErrNotFound)
+	}
+	return nil
+}

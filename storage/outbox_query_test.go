@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -14,8 +15,8 @@ import (
 func TestListClientDeliveriesNewestFirst(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "s1", "s2", "s3", "s4")
-	c := f.client(t, storage.Client{Name: "c", Email: "c@example.com"}, "s1", "s2", "s3", "s4")
-	other := f.client(t, storage.Client{Name: "other"}, "s1")
+	c := f.client(t, registry.Client{Name: "c", Email: "c@example.com"}, "s1", "s2", "s3", "s4")
+	other := f.client(t, registry.Client{Name: "other"}, "s1")
 	// Two batches, so that creation order is known across them: e4 is newer than
 	// everything else whatever the ids within a batch.
 	f.create(t,

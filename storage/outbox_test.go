@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -16,15 +17,19 @@ import (
 // outboxFixture is a migrated store with one sensor per id and clients linked to
 // them.
 type outboxFixture struct {
-	pg  *storage.Postgres
+	pg *storage.Postgres
+	// reg is the registry on pg: the sensors, clients and members the
+	// outbox's statements read.
+	reg *registry.Store
 	ctx context.Context
 }
 
 func newOutboxFixture(t *testing.T, sensors ...string) *outboxFixture {
 	t.Helper()
-	f := &outboxFixture{pg: storagetest.New(t).Postgres, ctx: context.Background()}
+	stores := storagetest.New(t)
+	f := &outboxFixture{pg: stores.Postgres, reg: stores.Registry, ctx: context.Background()}
 	for _, id := range sensors {
-		if _, err := f.pg.CreateSensor(f.ctx, storage.Sensor{ID: id, Address: "addr of " + id}); err != nil {
+		if _, err := f.reg.CreateSensor(f.ctx, registry.Sensor{ID: id, Address: "addr of " + id}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -32,7 +37,7 @@ func newOutboxFixture(t *testing.T, sensors ...string) *outboxFixture {
 }
 
 // client creates a client linked to the sensors.
-func (f *outboxFixture) client(t *testing.T, c storage.Client, sensors ...string) storage.Client {
+func (f *outboxFixture) client(t *testing.T, c registry.Client, sensors ...string) registry.Client {
 	t.Helper()
 	if c.WebhookURL == "" {
 		c.WebhookURL = "https://example.com/hook"
@@ -40,12 +45,12 @@ func (f *outboxFixture) client(t *testing.T, c storage.Client, sensors ...string
 	if c.Secret == "" {
 		c.Secret = "whsec_c2VjcmV0"
 	}
-	created, err := f.pg.CreateClient(f.ctx, c)
+	created, err := f.reg.CreateClient(f.ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range sensors {
-		if err := f.pg.LinkSensor(f.ctx, created.ID, s); err != nil {
+		if err := f.reg.LinkSensor(f.ctx, created.ID, s); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -102,11 +107,11 @@ func later() time.Time { return time.Now().Add(time.Minute) }
 func TestCreateNotificationsFansOutIdempotently(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "s1", "s2")
-	full := f.client(t, storage.Client{Name: "full", Email: "a@example.com", PushTargets: []storage.PushTarget{
+	full := f.client(t, registry.Client{Name: "full", Email: "a@example.com", PushTargets: []storage.PushTarget{
 		{Platform: storage.PlatformIOS, PushKey: "k1"}, {Platform: storage.PlatformAndroid, PushKey: "k2"},
 	}}, "s1")
-	plain := f.client(t, storage.Client{Name: "plain"}, "s1", "s2")
-	f.client(t, storage.Client{Name: "unlinked"})
+	plain := f.client(t, registry.Client{Name: "plain"}, "s1", "s2")
+	f.client(t, registry.Client{Name: "unlinked"})
 
 	events := []storage.NotificationInput{
 		stateChanged("e1", "s1", 1, outboxT0),
@@ -153,7 +158,7 @@ func TestCreateNotificationsFansOutIdempotently(t *testing.T) {
 func TestCreateNotificationsSupersedesOlderStates(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "s1")
-	c := f.client(t, storage.Client{Name: "c", Email: "c@example.com"}, "s1")
+	c := f.client(t, registry.Client{Name: "c", Email: "c@example.com"}, "s1")
 
 	// Two flips in one batch: the older is superseded at once.
 	f.create(t, stateChanged("a1", "s1", 1, outboxT0), stateChanged("a2", "s1", 0, outboxT0.Add(time.Second)))
@@ -218,7 +223,7 @@ func TestCreateNotificationsSupersedesOlderStates(t *testing.T) {
 func TestClaimKeepsEventOrderPerClientAndSensor(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "s1", "s2")
-	f.client(t, storage.Client{Name: "c"}, "s1", "s2")
+	f.client(t, registry.Client{Name: "c"}, "s1", "s2")
 	f.create(t,
 		storage.NotificationInput{EventID: "lost", Type: "connection_lost", SensorID: "s1", At: outboxT0},
 		storage.NotificationInput{EventID: "restored", Type: "connection_restored", SensorID: "s1", At: outboxT0.Add(time.Second)},
@@ -281,7 +286,7 @@ func TestClaimOrdersEventsOfTheSameTimeByArrival(t *testing.T) {
 	t.Parallel()
 	for _, order := range [][]string{{"restored", "flip"}, {"flip", "restored"}} {
 		f := newOutboxFixture(t, "s1")
-		f.client(t, storage.Client{Name: "c"}, "s1")
+		f.client(t, registry.Client{Name: "c"}, "s1")
 		byID := map[string]storage.NotificationInput{
 			"restored": {EventID: "restored", Type: "connection_restored", SensorID: "s1", At: outboxT0},
 			"flip":     stateChanged("flip", "s1", 1, outboxT0),
@@ -308,8 +313,8 @@ func TestClaimConcurrentlyEachDeliveryOnce(t *testing.T) {
 	}
 	f := newOutboxFixture(t, ids...)
 	// Two clients per sensor: each (client, sensor) is its own ordered queue.
-	f.client(t, storage.Client{Name: "a"}, ids...)
-	f.client(t, storage.Client{Name: "b"}, ids...)
+	f.client(t, registry.Client{Name: "a"}, ids...)
+	f.client(t, registry.Client{Name: "b"}, ids...)
 	var events []storage.NotificationInput
 	for i, s := range ids {
 		for j := range perSensor {
@@ -393,7 +398,7 @@ func TestClaimConcurrentlyEachDeliveryOnce(t *testing.T) {
 func TestLeaseExpiryAndFencing(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "s1")
-	f.client(t, storage.Client{Name: "c"}, "s1")
+	f.client(t, registry.Client{Name: "c"}, "s1")
 	f.create(t, storage.NotificationInput{EventID: "e", Type: "connection_lost", SensorID: "s1", At: outboxT0})
 	now := later()
 	claimed := f.claim(t, now, 10)
@@ -433,7 +438,7 @@ func TestLeaseExpiryAndFencing(t *testing.T) {
 func TestRetryDelivery(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "s1")
-	f.client(t, storage.Client{Name: "c"}, "s1")
+	f.client(t, registry.Client{Name: "c"}, "s1")
 	f.create(t, storage.NotificationInput{EventID: "e1", Type: "connection_lost", SensorID: "s1", At: outboxT0},
 		storage.NotificationInput{EventID: "e2", Type: "connection_restored", SensorID: "s1", At: outboxT0.Add(time.Second)})
 	d := f.claim(t, later(), 1)[0]
@@ -462,7 +467,7 @@ func TestRetryDelivery(t *testing.T) {
 func TestDeliveryTargetRereadsTheClient(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "s1")
-	c := f.client(t, storage.Client{Name: "c", WebhookURL: "https://old.example/hook", Email: "c@example.com",
+	c := f.client(t, registry.Client{Name: "c", WebhookURL: "https://old.example/hook", Email: "c@example.com",
 		PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "k1"}}}, "s1")
 	f.create(t, stateChanged("e1", "s1", 1, outboxT0))
 	byChannel := map[storage.Channel]storage.Delivery{}
@@ -487,7 +492,7 @@ func TestDeliveryTargetRereadsTheClient(t *testing.T) {
 	}
 
 	newURL, noEmail := "https://new.example/hook", ""
-	if _, err := f.pg.UpdateClient(f.ctx, c.ID, storage.ClientUpdate{WebhookURL: &newURL, Email: &noEmail,
+	if _, err := f.reg.UpdateClient(f.ctx, c.ID, registry.ClientUpdate{WebhookURL: &newURL, Email: &noEmail,
 		PushTargets: &[]storage.PushTarget{}}); err != nil {
 		t.Fatal(err)
 	}
@@ -497,13 +502,13 @@ func TestDeliveryTargetRereadsTheClient(t *testing.T) {
 	if target(storage.ChannelSwrve).PushTargetExists {
 		t.Fatal("removed push target reported present")
 	}
-	if err := f.pg.UnlinkSensor(f.ctx, c.ID, "s1"); err != nil {
+	if err := f.reg.UnlinkSensor(f.ctx, c.ID, "s1"); err != nil {
 		t.Fatal(err)
 	}
 	if got := target(storage.ChannelWebhook); got.Owned || !got.ClientExists {
 		t.Fatalf("target after unlink = %+v, want not owned", got)
 	}
-	if err := f.pg.DeleteClient(f.ctx, c.ID); err != nil {
+	if err := f.reg.DeleteClient(f.ctx, c.ID); err != nil {
 		t.Fatal(err)
 	}
 	if got := target(storage.ChannelWebhook); got.Owned || got.ClientExists {
@@ -517,7 +522,7 @@ func TestDeliveryTargetRereadsTheClient(t *testing.T) {
 func TestListClientDeliveriesAndOutboxStats(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "s1", "s2", "s3")
-	c := f.client(t, storage.Client{Name: "c"}, "s1", "s2", "s3")
+	c := f.client(t, registry.Client{Name: "c"}, "s1", "s2", "s3")
 	f.create(t,
 		storage.NotificationInput{EventID: "e1", Type: "connection_lost", SensorID: "s1", At: outboxT0},
 		storage.NotificationInput{EventID: "e2", Type: "connection_lost", SensorID: "s2", At: outboxT0.Add(time.Hour)},
@@ -621,7 +626,7 @@ func TestDeliveryAttemptsRoundTrip(t *testing.T) {
 func TestRequeueSupersedesAnOlderStateWithANewerWaiting(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "s1")
-	f.client(t, storage.Client{Name: "c"}, "s1")
+	f.client(t, registry.Client{Name: "c"}, "s1")
 	f.create(t, stateChanged("old", "s1", 1, outboxT0))
 	now := later()
 	claimed := f.claim(t, now, 10)

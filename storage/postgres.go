@@ -8,15 +8,18 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/lockstream/lockstream/internal/pgutil"
+	"github.com/lockstream/lockstream/registry/secretbox"
 )
 
 // Postgres is the registry, sensor state and outbox store. It is safe for concurrent
 // use.
 type Postgres struct {
 	pool *pgxpool.Pool
-	// secrets encrypts client signing secrets; see WithSecretBox.
-	secrets *SecretBox
+	// secrets opens client signing secrets for delivery targets and is the
+	// registry's to seal them with; see WithSecretBox.
+	secrets *secretbox.Box
 	// analyzer says when the outbox month CreateNotifications fills needs
 	// fresh statistics.
 	analyzer outboxAnalyzer
@@ -47,6 +50,20 @@ func (c *StatementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ p
 
 // TraceQueryEnd implements pgx's QueryTracer.
 func (c *StatementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// PostgresOption configures OpenPostgres.
+type PostgresOption func(*Postgres)
+
+// WithSecretBox gives the store the key of client signing secrets: the outbox's
+// delivery targets open them with it, and the registry (registry.New) seals
+// them with it when it stores one. Without it, creating a client, rotating its
+// secret and reading delivery targets fail.
+func WithSecretBox(box *secretbox.Box) PostgresOption {
+	return func(p *Postgres) { p.secrets = box }
+}
+
+// SecretBox returns the box given by WithSecretBox, nil without one.
+func (p *Postgres) SecretBox() *secretbox.Box { return p.secrets }
 
 // TraceBatchStart implements pgx's BatchTracer.
 func (c *StatementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {

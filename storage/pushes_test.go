@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -86,14 +87,14 @@ func TestGetPushNotFound(t *testing.T) {
 		}
 	}
 	// A delivery of a sensor event is not a push.
-	if _, err := pg.CreateSensor(ctx, storage.Sensor{ID: "s1", Address: "a"}); err != nil {
+	if _, err := registry.New(pg).CreateSensor(ctx, registry.Sensor{ID: "s1", Address: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := pg.CreateClient(ctx, storage.Client{Name: "c", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
+	c, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "c", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pg.LinkSensor(ctx, c.ID, "s1"); err != nil {
+	if err := registry.New(pg).LinkSensor(ctx, c.ID, "s1"); err != nil {
 		t.Fatal(err)
 	}
 	data := 1

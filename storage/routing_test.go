@@ -5,13 +5,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
 // route sets the member's routing.
-func (f *outboxFixture) route(t *testing.T, m storage.Member, r storage.MemberRouting) {
+func (f *outboxFixture) route(t *testing.T, m registry.Member, r registry.MemberRouting) {
 	t.Helper()
-	got, err := f.pg.UpdateMember(f.ctx, m.ID, storage.MemberUpdate{Routing: &r})
+	got, err := f.reg.UpdateMember(f.ctx, m.ID, registry.MemberUpdate{Routing: &r})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,7 +22,7 @@ func (f *outboxFixture) route(t *testing.T, m storage.Member, r storage.MemberRo
 }
 
 // inboxKeys lists the member's messages as type@sensor.
-func (f *outboxFixture) inboxKeys(t *testing.T, m storage.Member) []string {
+func (f *outboxFixture) inboxKeys(t *testing.T, m registry.Member) []string {
 	t.Helper()
 	var keys []string
 	for _, msg := range f.inbox(t, m.ID) {
@@ -37,21 +38,21 @@ func (f *outboxFixture) inboxKeys(t *testing.T, m storage.Member) []string {
 func TestInboxFollowsMemberRouting(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t)
-	for _, s := range []storage.Sensor{{ID: "rN1", Address: "a", Site: "north"}, {ID: "rN2", Address: "b", Site: "north"}, {ID: "rS1", Address: "c", Site: "south"}} {
-		if _, err := f.pg.CreateSensor(f.ctx, s); err != nil {
+	for _, s := range []registry.Sensor{{ID: "rN1", Address: "a", Site: "north"}, {ID: "rN2", Address: "b", Site: "north"}, {ID: "rS1", Address: "c", Site: "south"}} {
+		if _, err := f.reg.CreateSensor(f.ctx, s); err != nil {
 			t.Fatal(err)
 		}
 	}
-	c := f.client(t, storage.Client{Name: "routed"}, "rN1", "rN2", "rS1")
-	all := f.member(t, c.ID, "all", storage.Backfill{})
-	north := f.member(t, c.ID, "north", storage.Backfill{})
-	one := f.member(t, c.ID, "one sensor", storage.Backfill{})
-	critical := f.member(t, c.ID, "critical only", storage.Backfill{})
-	south := f.member(t, c.ID, "south warnings", storage.Backfill{})
-	f.route(t, north, storage.MemberRouting{Sites: []string{"north"}})
-	f.route(t, one, storage.MemberRouting{Sensors: []string{"rS1"}})
-	f.route(t, critical, storage.MemberRouting{MinSeverity: "critical"})
-	f.route(t, south, storage.MemberRouting{Sites: []string{"south"}, MinSeverity: "warning"})
+	c := f.client(t, registry.Client{Name: "routed"}, "rN1", "rN2", "rS1")
+	all := f.member(t, c.ID, "all", registry.Backfill{})
+	north := f.member(t, c.ID, "north", registry.Backfill{})
+	one := f.member(t, c.ID, "one sensor", registry.Backfill{})
+	critical := f.member(t, c.ID, "critical only", registry.Backfill{})
+	south := f.member(t, c.ID, "south warnings", registry.Backfill{})
+	f.route(t, north, registry.MemberRouting{Sites: []string{"north"}})
+	f.route(t, one, registry.MemberRouting{Sensors: []string{"rS1"}})
+	f.route(t, critical, registry.MemberRouting{MinSeverity: "critical"})
+	f.route(t, south, registry.MemberRouting{Sites: []string{"south"}, MinSeverity: "warning"})
 
 	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	zero := 0
@@ -71,7 +72,7 @@ func TestInboxFollowsMemberRouting(t *testing.T) {
 	publish(t, f)
 
 	for _, tc := range []struct {
-		m    storage.Member
+		m    registry.Member
 		want []string
 	}{
 		{all, []string{"state_changed@rN1", "connection_lost@rN2", "state_changed@rS1", "connection_lost@rS1", "site_outage@rN1", "endpoint_failing@"}},
@@ -86,7 +87,7 @@ func TestInboxFollowsMemberRouting(t *testing.T) {
 	}
 
 	// Back to the default: everything again.
-	f.route(t, critical, storage.MemberRouting{})
+	f.route(t, critical, registry.MemberRouting{})
 	f.create(t, stateChanged("r6", "rS1", 0, at.Add(5*time.Second)))
 	if got := f.inboxKeys(t, critical); len(got) != 2 || got[1] != "state_changed@rS1" {
 		t.Errorf("after resetting its routing, critical-only hears %v", got)
@@ -99,17 +100,17 @@ func TestInboxFollowsMemberRouting(t *testing.T) {
 func TestDigestMemberGetsCriticalAtOnce(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "dgDoor")
-	c := f.client(t, storage.Client{Name: "digests"}, "dgDoor")
-	digest := f.member(t, c.ID, "digest", storage.Backfill{})
-	episodic := f.member(t, c.ID, "episodic", storage.Backfill{})
-	prefs := storage.DefaultMemberPreferences()
-	prefs.Email = storage.EmailDigest
+	c := f.client(t, registry.Client{Name: "digests"}, "dgDoor")
+	digest := f.member(t, c.ID, "digest", registry.Backfill{})
+	episodic := f.member(t, c.ID, "episodic", registry.Backfill{})
+	prefs := registry.DefaultMemberPreferences()
+	prefs.Email = registry.EmailDigest
 	address := "d@example.com"
-	if _, err := f.pg.UpdateMember(f.ctx, digest.ID, storage.MemberUpdate{Preferences: &prefs, Email: &address}); err != nil {
+	if _, err := f.reg.UpdateMember(f.ctx, digest.ID, registry.MemberUpdate{Preferences: &prefs, Email: &address}); err != nil {
 		t.Fatal(err)
 	}
 	other := "e@example.com"
-	if _, err := f.pg.UpdateMember(f.ctx, episodic.ID, storage.MemberUpdate{Email: &other}); err != nil {
+	if _, err := f.reg.UpdateMember(f.ctx, episodic.ID, registry.MemberUpdate{Email: &other}); err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)

@@ -9,10 +9,8 @@ import (
 	"strings"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/lockstream/lockstream/internal/pgutil"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -102,22 +100,6 @@ func (s *ScratchStores) Drop(ctx context.Context) error {
 	return nil
 }
 
-// LinkSensors makes the client watch every sensor of ids, in one statement;
-// links that exist already are kept. Every sensor must be registered.
-func (p *Postgres) LinkSensors(ctx context.Context, clientID string, ids []string) error {
-	if uuid.Validate(clientID) != nil {
-		return fmt.Errorf("linking client %s: %w", clientID, ErrNotFound)
-	}
-	_, err := p.pool.Exec(ctx, `
-		INSERT INTO client_sensors (client_id, sensor_id)
-		SELECT $1, s FROM unnest($2::text[]) AS s
-		ON CONFLICT DO NOTHING`, clientID, ids)
-	if err != nil {
-		return fmt.Errorf("linking client %s to %d sensors: %w", clientID, len(ids), pgutil.MapError(err))
-	}
-	return nil
-}
-
 // connectOne opens a single connection to url, whose pool settings
 // (pool_max_conns, ...) it ignores.
 func connectOne(ctx context.Context, url string) (*pgx.Conn, error) {
@@ -126,18 +108,6 @@ func connectOne(ctx context.Context, url string) (*pgx.Conn, error) {
 		return nil, fmt.Errorf("parsing postgres URL: %w", err)
 	}
 	return pgx.ConnectConfig(ctx, config.ConnConfig)
-}
-
-// AnalyzeRegistry refreshes the planner statistics of the registry tables
-// (sensors, clients, links, states). A deployment's are kept by autovacuum; a
-// benchmark that registers a fleet in bulk calls this before it measures, as
-// the statements that join them (the retrier's delivery targets, the
-// consumer's lookups) are planned as if the tables were empty until then.
-func (p *Postgres) AnalyzeRegistry(ctx context.Context) error {
-	if _, err := p.pool.Exec(ctx, `ANALYZE sensors, clients, client_sensors, sensor_state`); err != nil {
-		return fmt.Errorf("analyzing the registry: %w", err)
-	}
-	return nil
 }
 
 // PostgresCost is a reading of what Postgres has done so far, for a benchmark

@@ -17,6 +17,7 @@ import (
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/internal/httpapi"
 	"github.com/lockstream/lockstream/notifier/webhook"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -67,7 +68,7 @@ type endpointBody struct {
 	Failures int `json:"failures"`
 }
 
-func renderEndpoint(c storage.Client) endpointBody {
+func renderEndpoint(c registry.Client) endpointBody {
 	e := endpointBody{State: "enabled", Failures: c.WebhookFailures}
 	if !c.EndpointDisabledAt.IsZero() {
 		e.State = "disabled"
@@ -81,7 +82,7 @@ func renderEndpoint(c storage.Client) endpointBody {
 	return e
 }
 
-func renderClient(c storage.Client, withSecret bool) clientBody {
+func renderClient(c registry.Client, withSecret bool) clientBody {
 	body := clientBody{
 		ID:          c.ID,
 		Name:        c.Name,
@@ -107,9 +108,9 @@ func renderClient(c storage.Client, withSecret bool) clientBody {
 	return body
 }
 
-func renderClientWithoutSecret(c storage.Client) clientBody { return renderClient(c, false) }
+func renderClientWithoutSecret(c registry.Client) clientBody { return renderClient(c, false) }
 
-func clientKey(c storage.Client) string { return c.ID }
+func clientKey(c registry.Client) string { return c.ID }
 
 func checkName(errs *httpapi.FieldErrors, name string) {
 	switch {
@@ -244,7 +245,7 @@ func (s *Server) createClient(w http.ResponseWriter, r *http.Request) error {
 	}
 	var (
 		errs   httpapi.FieldErrors
-		client storage.Client
+		client registry.Client
 	)
 	if req.EventTypes.set && !req.EventTypes.null {
 		checkEventTypes(&errs, req.EventTypes.value)
@@ -327,7 +328,7 @@ type reportSettingsRequest struct {
 }
 
 // checkReportSettings checks PATCH's report and copies it into update.
-func checkReportSettings(errs *httpapi.FieldErrors, req optional[reportSettingsRequest], update *storage.ClientUpdate) {
+func checkReportSettings(errs *httpapi.FieldErrors, req optional[reportSettingsRequest], update *registry.ClientUpdate) {
 	if !req.set {
 		return
 	}
@@ -376,7 +377,7 @@ func (s *Server) updateClient(w http.ResponseWriter, r *http.Request) error {
 	}
 	var (
 		errs   httpapi.FieldErrors
-		update storage.ClientUpdate
+		update registry.ClientUpdate
 	)
 	switch {
 	case req.Name.null:

@@ -47,9 +47,9 @@ func newV1Fixture(t *testing.T) *v1Fixture {
 	t.Helper()
 	stores := storagetest.New(t)
 	reg := prometheus.NewRegistry()
-	server, err := webapi.New(webapi.Config{AdminToken: testToken, V1Token: v1Token}, stores.Postgres, nil, reg, reg,
+	server, err := webapi.New(webapi.Config{AdminToken: testToken, V1Token: v1Token}, stores.Registry, nil, reg, reg,
 		slog.New(slog.NewTextHandler(io.Discard, nil)),
-		webapi.WithInbox(stores.Postgres, inbox.NewPostgresStore(stores.Postgres), stores.Redis, webapi.InboxConfig{}))
+		webapi.WithInbox(stores.Registry, inbox.NewPostgresStore(stores.Postgres), stores.Redis, webapi.InboxConfig{}))
 	if err != nil {
 		t.Fatalf("webapi.New: %v", err)
 	}
@@ -475,14 +475,14 @@ func TestMemberUsername(t *testing.T) {
 		t.Fatalf("removed username shows %v", f["username"])
 	}
 	a.createMember(c2.ID, map[string]any{"name": "Alice 2", "username": "alice"}) // free again
-	m, err := a.stores.Postgres.MemberByUser(t.Context(), "bob.smith@example")
+	m, err := a.stores.Registry.MemberByUser(t.Context(), "bob.smith@example")
 	if err != nil || m.ID != bob.ID {
 		t.Fatalf("MemberByUser(username) = %+v, %v", m, err)
 	}
-	if m, err := a.stores.Postgres.MemberByUser(t.Context(), bob.ID); err != nil || m.Username != "bob.smith@example" {
+	if m, err := a.stores.Registry.MemberByUser(t.Context(), bob.ID); err != nil || m.Username != "bob.smith@example" {
 		t.Fatalf("MemberByUser(id) = %+v, %v", m, err)
 	}
-	if _, err := a.stores.Postgres.MemberByUser(t.Context(), "nobody"); !errors.Is(err, storage.ErrNotFound) {
+	if _, err := a.stores.Registry.MemberByUser(t.Context(), "nobody"); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("MemberByUser(unknown): %v, want ErrNotFound", err)
 	}
 }

@@ -111,7 +111,7 @@ func newDegradedAPI(t *testing.T, cfg webapi.Config, ch *storage.ClickHouse, sto
 	reg := prometheus.NewRegistry()
 	cfg.AdminToken = testToken
 	checks := map[string]webapi.Pinger{"postgres": stores.Postgres, "redis": stores.Redis, "clickhouse": ch}
-	server, err := webapi.New(cfg, stores.Postgres, checks, reg, reg, slog.New(slog.NewTextHandler(io.Discard, nil)),
+	server, err := webapi.New(cfg, stores.Registry, checks, reg, reg, slog.New(slog.NewTextHandler(io.Discard, nil)),
 		webapi.WithHistory(analytics.New(ch.Conn(), nil)), webapi.WithDeliveries(stores.Postgres, ch),
 		webapi.WithAnalytics(analytics.New(ch.Conn(), analytics.NewPostgresScopes(stores.Postgres.Pool()))))
 	if err != nil {

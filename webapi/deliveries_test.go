@@ -63,7 +63,7 @@ func newDeliveryAPI(t *testing.T, opts func(*storagetest.Stores) []webapi.Option
 	t.Helper()
 	stores := storagetest.New(t)
 	reg := prometheus.NewRegistry()
-	server, err := webapi.New(webapi.Config{AdminToken: testToken}, stores.Postgres, nil, reg, reg,
+	server, err := webapi.New(webapi.Config{AdminToken: testToken}, stores.Registry, nil, reg, reg,
 		slog.New(slog.NewTextHandler(io.Discard, nil)), opts(stores)...)
 	if err != nil {
 		t.Fatalf("webapi.New: %v", err)

@@ -59,7 +59,7 @@ func newTestAPI(t *testing.T, o apiOptions) *testAPI {
 			"clickhouse": stores.ClickHouse,
 		}
 	}
-	var registry webapi.Registry = stores.Postgres
+	var registry webapi.Registry = stores.Registry
 	if o.registry != nil {
 		registry = o.registry(t, stores)
 	}

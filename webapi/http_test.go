@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/webapi"
@@ -248,7 +249,7 @@ func TestInternalErrorIsLoggedNotShown(t *testing.T) {
 			t.Fatal(err)
 		}
 		closed.Close()
-		return closed
+		return registry.New(closed)
 	}
 	var logs syncWriter
 	api := newTestAPI(t, apiOptions{registry: closedRegistry, logger: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -295,7 +296,7 @@ func TestNilLogger(t *testing.T) {
 	t.Parallel()
 	api := newTestAPI(t, apiOptions{})
 	reg := prometheus.NewRegistry()
-	server, err := webapi.New(webapi.Config{AdminToken: testToken}, api.stores.Postgres, nil, reg, reg, nil)
+	server, err := webapi.New(webapi.Config{AdminToken: testToken}, api.stores.Registry, nil, reg, reg, nil)
 	if err != nil {
 		t.Fatalf("New with a nil logger: %v", err)
 	}
@@ -310,7 +311,7 @@ func TestServeShutsDownCleanly(t *testing.T) {
 	t.Parallel()
 	api := newTestAPI(t, apiOptions{})
 	reg := prometheus.NewRegistry()
-	server, err := webapi.New(webapi.Config{AdminToken: testToken}, api.stores.Postgres, nil, reg, reg, slog.New(slog.DiscardHandler))
+	server, err := webapi.New(webapi.Config{AdminToken: testToken}, api.stores.Registry, nil, reg, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +354,7 @@ func TestServeShutsDownCleanly(t *testing.T) {
 	}
 	defer busy.Close()
 	reg = prometheus.NewRegistry()
-	server, err = webapi.New(webapi.Config{AdminToken: testToken, Addr: busy.Addr().String()}, api.stores.Postgres, nil, reg, reg,
+	server, err = webapi.New(webapi.Config{AdminToken: testToken, Addr: busy.Addr().String()}, api.stores.Registry, nil, reg, reg,
 		slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

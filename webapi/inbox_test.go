@@ -37,8 +37,8 @@ func newInboxAPI(t *testing.T, cfg webapi.InboxConfig) *testAPI {
 	stores := storagetest.New(t)
 	reg := prometheus.NewRegistry()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	server, err := webapi.New(webapi.Config{AdminToken: testToken}, stores.Postgres, nil, reg, reg, logger,
-		webapi.WithInbox(stores.Postgres, inbox.NewPostgresStore(stores.Postgres), stores.Redis, cfg))
+	server, err := webapi.New(webapi.Config{AdminToken: testToken}, stores.Registry, nil, reg, reg, logger,
+		webapi.WithInbox(stores.Registry, inbox.NewPostgresStore(stores.Postgres), stores.Redis, cfg))
 	if err != nil {
 		t.Fatalf("webapi.New: %v", err)
 	}
@@ -735,8 +735,8 @@ func TestStreamOverHTTP2(t *testing.T) {
 	t.Parallel()
 	stores := storagetest.New(t)
 	reg := prometheus.NewRegistry()
-	server, err := webapi.New(webapi.Config{AdminToken: testToken}, stores.Postgres, nil, reg, reg,
-		slog.New(slog.DiscardHandler), webapi.WithInbox(stores.Postgres, inbox.NewPostgresStore(stores.Postgres), stores.Redis,
+	server, err := webapi.New(webapi.Config{AdminToken: testToken}, stores.Registry, nil, reg, reg,
+		slog.New(slog.DiscardHandler), webapi.WithInbox(stores.Registry, inbox.NewPostgresStore(stores.Postgres), stores.Redis,
 			webapi.InboxConfig{StreamPing: 50 * time.Millisecond}))
 	if err != nil {
 		t.Fatal(err)

@@ -41,9 +41,9 @@ func newIncidentAPI(t *testing.T) (*testAPI, *incident.PostgresStore) {
 	stores := storagetest.New(t)
 	reg := prometheus.NewRegistry()
 	store := incident.NewPostgresStore(stores.Postgres)
-	server, err := webapi.New(webapi.Config{AdminToken: testToken}, stores.Postgres, nil, reg, reg,
+	server, err := webapi.New(webapi.Config{AdminToken: testToken}, stores.Registry, nil, reg, reg,
 		slog.New(slog.NewTextHandler(io.Discard, nil)),
-		webapi.WithInbox(stores.Postgres, inbox.NewPostgresStore(stores.Postgres), stores.Redis, webapi.InboxConfig{}),
+		webapi.WithInbox(stores.Registry, inbox.NewPostgresStore(stores.Postgres), stores.Redis, webapi.InboxConfig{}),
 		webapi.WithIncidents(incident.NewAPIStore(store)))
 	if err != nil {
 		t.Fatalf("webapi.New: %v", err)

@@ -18,20 +18,22 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
+	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/internal/httpapi"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
 // MemberStore is the part of storage.Postgres the member routes and member
 // authentication use.
 type MemberStore interface {
-	CreateMember(ctx context.Context, m storage.Member, tokenHash []byte, backfill storage.Backfill) (storage.Member, int, error)
-	GetMember(ctx context.Context, id string) (storage.Member, error)
-	MemberByTokenHash(ctx context.Context, hash []byte, idle time.Duration) (storage.Member, error)
-	MemberByUser(ctx context.Context, user string) (storage.Member, error)
-	ListClientMembers(ctx context.Context, clientID string, page storage.Page) ([]storage.Member, error)
-	UpdateMember(ctx context.Context, id string, u storage.MemberUpdate) (storage.Member, error)
-	RotateMemberToken(ctx context.Context, id string, tokenHash []byte) (storage.Member, error)
+	CreateMember(ctx context.Context, m registry.Member, tokenHash []byte, backfill registry.Backfill) (registry.Member, int, error)
+	GetMember(ctx context.Context, id string) (registry.Member, error)
+	MemberByTokenHash(ctx context.Context, hash []byte, idle time.Duration) (registry.Member, error)
+	MemberByUser(ctx context.Context, user string) (registry.Member, error)
+	ListClientMembers(ctx context.Context, clientID string, page storage.Page) ([]registry.Member, error)
+	UpdateMember(ctx context.Context, id string, u registry.MemberUpdate) (registry.Member, error)
+	RotateMemberToken(ctx context.Context, id string, tokenHash []byte) (registry.Member, error)
 	DeleteMember(ctx context.Context, id string) error
 }
 
@@ -98,7 +100,7 @@ type quietHoursBody struct {
 }
 
 // checkQuietHours validates quiet hours.
-func checkQuietHours(errs *httpapi.FieldErrors, q quietHoursBody) storage.QuietHours {
+func checkQuietHours(errs *httpapi.FieldErrors, q quietHoursBody) domain.QuietHours {
 	if !digestTime.MatchString(q.From) {
 		errs.Add("quiet_hours.from", "must be a time HH:MM on 24 hours, got %q", q.From)
 	}
@@ -107,14 +109,14 @@ func checkQuietHours(errs *httpapi.FieldErrors, q quietHoursBody) storage.QuietH
 	} else if q.To == q.From {
 		errs.Add("quiet_hours.to", "must differ from from (%s)", q.From)
 	}
-	return storage.QuietHours{From: q.From, To: q.To}
+	return domain.QuietHours{From: q.From, To: q.To}
 }
 
 // maxRouted bounds the sites and the sensors a routing names.
 const maxRouted = 1000
 
 // checkRouting validates a routing request into the member's routing.
-func checkRouting(errs *httpapi.FieldErrors, req routingBody) storage.MemberRouting {
+func checkRouting(errs *httpapi.FieldErrors, req routingBody) registry.MemberRouting {
 	list := func(field string, names []string) {
 		if len(names) > maxRouted {
 			errs.Add("routing."+field, "at most %d entries", maxRouted)
@@ -133,10 +135,10 @@ func checkRouting(errs *httpapi.FieldErrors, req routingBody) storage.MemberRout
 	default:
 		errs.Add("routing.min_severity", "must be info, warning or critical, got %q", req.MinSeverity)
 	}
-	return storage.MemberRouting{Sites: req.Sites, Sensors: req.Sensors, MinSeverity: cmp.Or(req.MinSeverity, "info")}
+	return registry.MemberRouting{Sites: req.Sites, Sensors: req.Sensors, MinSeverity: cmp.Or(req.MinSeverity, "info")}
 }
 
-func renderMember(m storage.Member) memberBody {
+func renderMember(m registry.Member) memberBody {
 	body := memberBody{
 		ID:       m.ID,
 		ClientID: m.ClientID,
@@ -170,7 +172,7 @@ func renderMember(m storage.Member) memberBody {
 	return body
 }
 
-func memberKey(m storage.Member) string { return m.ID }
+func memberKey(m registry.Member) string { return m.ID }
 
 // maxDigestTimes bounds a member's digest times: more than one an hour is not a
 // digest.
@@ -188,13 +190,13 @@ type preferencesRequest struct {
 }
 
 // checkPreferences validates req and applies it over base.
-func checkPreferences(errs *httpapi.FieldErrors, req *preferencesRequest, base storage.MemberPreferences) storage.MemberPreferences {
+func checkPreferences(errs *httpapi.FieldErrors, req *preferencesRequest, base registry.MemberPreferences) registry.MemberPreferences {
 	prefs := base
 	if req == nil {
 		return prefs
 	}
 	if req.Email != nil {
-		if p := storage.EmailPreference(*req.Email); p.Valid() {
+		if p := registry.EmailPreference(*req.Email); p.Valid() {
 			prefs.Email = p
 		} else {
 			errs.Add("preferences.email", "must be off, once_per_unread or digest, got %q", *req.Email)
@@ -279,7 +281,7 @@ func (s *Server) createMember(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var errs httpapi.FieldErrors
-	m := storage.Member{ClientID: clientID, Timezone: "UTC"}
+	m := registry.Member{ClientID: clientID, Timezone: "UTC"}
 	if req.Name == nil {
 		errs.Add("name", "is required")
 	} else {
@@ -298,7 +300,7 @@ func (s *Server) createMember(w http.ResponseWriter, r *http.Request) error {
 		checkTimezone(&errs, *req.Timezone)
 		m.Timezone = *req.Timezone
 	}
-	m.Preferences = checkPreferences(&errs, req.Preferences, storage.DefaultMemberPreferences())
+	m.Preferences = checkPreferences(&errs, req.Preferences, registry.DefaultMemberPreferences())
 	m.PushTargets = checkPushTargets(&errs, req.PushTargets)
 	if err := errs.Err(); err != nil {
 		return err
@@ -306,7 +308,7 @@ func (s *Server) createMember(w http.ResponseWriter, r *http.Request) error {
 
 	token, hash := newMemberToken()
 	created, backfilled, err := s.members.CreateMember(r.Context(), m, hash,
-		storage.Backfill{Window: s.inboxCfg.NewMemberWindow, Max: NewMemberMaxMessages})
+		registry.Backfill{Window: s.inboxCfg.NewMemberWindow, Max: NewMemberMaxMessages})
 	if errors.Is(err, storage.ErrNotFound) {
 		return clientNotFound(clientID)
 	}
@@ -413,7 +415,7 @@ func (s *Server) updateMember(w http.ResponseWriter, r *http.Request) error {
 	}
 	if req.QuietHours.set {
 		// null removes them.
-		quiet := storage.QuietHours{}
+		quiet := domain.QuietHours{}
 		if !req.QuietHours.null {
 			var errs httpapi.FieldErrors
 			quiet = checkQuietHours(&errs, req.QuietHours.value)
@@ -472,11 +474,11 @@ func usernameTaken(username string) error {
 }
 
 // memberUpdate validates a PATCH of current into an update, or a 422.
-func memberUpdate(current storage.Member, name, email, tz optional[string], prefs optional[preferencesRequest],
-	targets optional[[]pushTargetRequest]) (storage.MemberUpdate, error) {
+func memberUpdate(current registry.Member, name, email, tz optional[string], prefs optional[preferencesRequest],
+	targets optional[[]pushTargetRequest]) (registry.MemberUpdate, error) {
 	var (
 		errs   httpapi.FieldErrors
-		update storage.MemberUpdate
+		update registry.MemberUpdate
 	)
 	switch {
 	case name.null:
@@ -603,7 +605,7 @@ func (s *Server) requireMember(adminAllowed bool) func(http.Handler) http.Handle
 					w.Header().Set("WWW-Authenticate", `Bearer realm="lockstream", error="invalid_token"`)
 					return httpapi.NewProblem(http.StatusUnauthorized, httpapi.ProblemUnauthorized, "the member token is not valid")
 				}
-				if errors.Is(err, storage.ErrTokenIdle) {
+				if errors.Is(err, registry.ErrTokenIdle) {
 					w.Header().Set("WWW-Authenticate", `Bearer realm="lockstream", error="invalid_token", error_description="token idle"`)
 					return httpapi.NewProblem(http.StatusUnauthorized, httpapi.ProblemUnauthorized,
 						"the member token went unused for %s (LOCKSTREAM_MEMBER_TOKEN_IDLE) and no longer works: "+

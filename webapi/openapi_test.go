@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/lockstream/lockstream/internal/httpapi"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -26,7 +27,7 @@ import (
 func newRouteOnlyServer(t *testing.T, logger *slog.Logger) *Server {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	s, err := New(Config{AdminToken: "t"}, &storage.Postgres{}, nil, reg, reg, logger)
+	s, err := New(Config{AdminToken: "t"}, registry.New(&storage.Postgres{}), nil, reg, reg, logger)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 func BenchmarkLegacyPushReceive(b *testing.B) {
 	stores := storagetest.New(b)
 	reg := prometheus.NewRegistry()
-	server, err := webapi.New(webapi.Config{AdminToken: testToken, PushToken: testPushToken}, stores.Postgres, nil,
+	server, err := webapi.New(webapi.Config{AdminToken: testToken, PushToken: testPushToken}, stores.Registry, nil,
 		reg, reg, slog.New(slog.NewTextHandler(io.Discard, nil)), webapi.WithPushes(stores.Postgres, stores.Postgres))
 	if err != nil {
 		b.Fatal(err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/lockstream/lockstream/notifier"
 	"github.com/lockstream/lockstream/notifier/swrve"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/retrier"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
@@ -66,7 +67,7 @@ func newPushAPI(t *testing.T, cfg webapi.Config, withPushes bool) *testAPI {
 	if withPushes {
 		opts = append(opts, webapi.WithPushes(stores.Postgres, stores.Postgres))
 	}
-	server, err := webapi.New(cfg, stores.Postgres, nil, reg, reg, slog.New(slog.NewTextHandler(io.Discard, nil)), opts...)
+	server, err := webapi.New(cfg, stores.Registry, nil, reg, reg, slog.New(slog.NewTextHandler(io.Discard, nil)), opts...)
 	if err != nil {
 		t.Fatalf("webapi.New: %v", err)
 	}
@@ -221,7 +222,7 @@ func TestPushAuthentication(t *testing.T) {
 		{AdminToken: "same", PushToken: "same"},
 		{AdminToken: "admin", IngestToken: "same", PushToken: "same"},
 	} {
-		if _, err := webapi.New(cfg, &storage.Postgres{}, nil, reg, reg, slog.New(slog.DiscardHandler)); err == nil ||
+		if _, err := webapi.New(cfg, registry.New(&storage.Postgres{}), nil, reg, reg, slog.New(slog.DiscardHandler)); err == nil ||
 			!strings.Contains(err.Error(), "PushToken") {
 			t.Fatalf("New(%+v) = %v, want an error naming PushToken", cfg, err)
 		}

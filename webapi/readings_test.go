@@ -55,7 +55,7 @@ func newStreamAPI(t *testing.T, o streamAPIOptions) *testAPI {
 	if !o.noHistory {
 		opts = append(slices.Clone(opts), webapi.WithHistory(analytics.New(stores.ClickHouse.Conn(), nil)))
 	}
-	server, err := webapi.New(cfg, stores.Postgres, nil, reg, reg, slog.New(slog.NewTextHandler(io.Discard, nil)), opts...)
+	server, err := webapi.New(cfg, stores.Registry, nil, reg, reg, slog.New(slog.NewTextHandler(io.Discard, nil)), opts...)
 	if err != nil {
 		t.Fatalf("webapi.New: %v", err)
 	}
@@ -261,7 +261,7 @@ func TestIngestAuthentication(t *testing.T) {
 
 	// The two tokens must differ, or the admin token would publish readings.
 	reg := prometheus.NewRegistry()
-	_, err := webapi.New(webapi.Config{AdminToken: "same", IngestToken: "same"}, api.stores.Postgres, nil, reg, reg,
+	_, err := webapi.New(webapi.Config{AdminToken: "same", IngestToken: "same"}, api.stores.Registry, nil, reg, reg,
 		slog.New(slog.DiscardHandler))
 	if err == nil || !strings.Contains(err.Error(), "IngestToken") {
 		t.Fatalf("New with IngestToken = AdminToken: err = %v, want one naming IngestToken", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/lockstream/lockstream/internal/httpapi"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -60,7 +61,7 @@ type sensorBody struct {
 // renderSensors shows sensors with the heartbeat's view of them, asked for all of
 // them at once. A failing heartbeat store degrades the answer to "unknown" rather
 // than failing a registry read.
-func (s *Server) renderSensors(ctx context.Context, sensors []storage.Sensor) []sensorBody {
+func (s *Server) renderSensors(ctx context.Context, sensors []registry.Sensor) []sensorBody {
 	var statuses map[string]SensorConnection
 	if s.status != nil && len(sensors) > 0 {
 		ids := make([]string, len(sensors))
@@ -80,7 +81,7 @@ func (s *Server) renderSensors(ctx context.Context, sensors []storage.Sensor) []
 }
 
 // renderSensor shows one sensor with what the heartbeat knows of it.
-func renderSensor(sensor storage.Sensor, status SensorConnection) sensorBody {
+func renderSensor(sensor registry.Sensor, status SensorConnection) sensorBody {
 	body := sensorBody{
 		ID:         sensor.ID,
 		Address:    sensor.Address,
@@ -120,19 +121,19 @@ func renderSensor(sensor storage.Sensor, status SensorConnection) sensorBody {
 }
 
 // renderOne shows one sensor with the heartbeat's view of it.
-func (s *Server) renderOne(ctx context.Context, sensor storage.Sensor) sensorBody {
-	return s.renderSensors(ctx, []storage.Sensor{sensor})[0]
+func (s *Server) renderOne(ctx context.Context, sensor registry.Sensor) sensorBody {
+	return s.renderSensors(ctx, []registry.Sensor{sensor})[0]
 }
 
 // sensorPage is the page body of a sensor list whose query asked for limit+1
 // rows, with one status lookup for the page.
-func (s *Server) sensorPage(ctx context.Context, sensors []storage.Sensor, limit int) pageBody[sensorBody] {
+func (s *Server) sensorPage(ctx context.Context, sensors []registry.Sensor, limit int) pageBody[sensorBody] {
 	shown := sensors[:min(len(sensors), limit)]
 	bodies := make(map[string]sensorBody, len(shown))
 	for _, b := range s.renderSensors(ctx, shown) {
 		bodies[b.ID] = b
 	}
-	return newPageBody(sensors, limit, sensorKey, func(sensor storage.Sensor) sensorBody { return bodies[sensor.ID] })
+	return newPageBody(sensors, limit, sensorKey, func(sensor registry.Sensor) sensorBody { return bodies[sensor.ID] })
 }
 
 // sensorLocation is the URL of a sensor's resource.
@@ -218,7 +219,7 @@ func (s *Server) createSensor(w http.ResponseWriter, r *http.Request) error {
 	}
 	var (
 		errs   httpapi.FieldErrors
-		sensor storage.Sensor
+		sensor registry.Sensor
 	)
 	switch {
 	case req.ID == nil:
@@ -284,7 +285,7 @@ func (s *Server) listSensors(w http.ResponseWriter, r *http.Request) error {
 	return httpapi.WriteJSON(w, http.StatusOK, s.sensorPage(r.Context(), sensors, p.limit))
 }
 
-func sensorKey(sensor storage.Sensor) string { return sensor.ID }
+func sensorKey(sensor registry.Sensor) string { return sensor.ID }
 
 // listLostSensors handles GET /v1/sensors?connection=lost: the page is a page of the
 // heartbeat's lost set, showing the registered sensors in it.
@@ -346,7 +347,7 @@ func (s *Server) updateSensor(w http.ResponseWriter, r *http.Request) error {
 	}
 	var (
 		errs   httpapi.FieldErrors
-		update storage.SensorUpdate
+		update registry.SensorUpdate
 	)
 	switch {
 	case req.Address.null:

@@ -21,6 +21,7 @@ import (
 
 	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/inbox"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -183,24 +184,24 @@ func (c Config) Validate() error {
 
 // Registry is the part of storage.Postgres the admin routes use.
 type Registry interface {
-	CreateSensor(ctx context.Context, s storage.Sensor) (storage.Sensor, error)
-	GetSensor(ctx context.Context, id string) (storage.Sensor, error)
-	ListSensors(ctx context.Context, page storage.Page) ([]storage.Sensor, error)
-	SensorsByID(ctx context.Context, ids []string) ([]storage.Sensor, error)
-	UpdateSensor(ctx context.Context, id string, u storage.SensorUpdate) (storage.Sensor, error)
+	CreateSensor(ctx context.Context, s registry.Sensor) (registry.Sensor, error)
+	GetSensor(ctx context.Context, id string) (registry.Sensor, error)
+	ListSensors(ctx context.Context, page storage.Page) ([]registry.Sensor, error)
+	SensorsByID(ctx context.Context, ids []string) ([]registry.Sensor, error)
+	UpdateSensor(ctx context.Context, id string, u registry.SensorUpdate) (registry.Sensor, error)
 	DeleteSensor(ctx context.Context, id string) error
 
-	CreateClient(ctx context.Context, c storage.Client) (storage.Client, error)
-	GetClient(ctx context.Context, id string) (storage.Client, error)
-	ListClients(ctx context.Context, page storage.Page) ([]storage.Client, error)
-	UpdateClient(ctx context.Context, id string, u storage.ClientUpdate) (storage.Client, error)
-	RotateClientSecret(ctx context.Context, id, secret string, keepPreviousUntil time.Time) (storage.Client, error)
+	CreateClient(ctx context.Context, c registry.Client) (registry.Client, error)
+	GetClient(ctx context.Context, id string) (registry.Client, error)
+	ListClients(ctx context.Context, page storage.Page) ([]registry.Client, error)
+	UpdateClient(ctx context.Context, id string, u registry.ClientUpdate) (registry.Client, error)
+	RotateClientSecret(ctx context.Context, id, secret string, keepPreviousUntil time.Time) (registry.Client, error)
 	DeleteClient(ctx context.Context, id string) error
 
 	LinkSensor(ctx context.Context, clientID, sensorID string) error
 	UnlinkSensor(ctx context.Context, clientID, sensorID string) error
-	ListClientSensors(ctx context.Context, clientID string, page storage.Page) ([]storage.Sensor, error)
-	ListSensorClients(ctx context.Context, sensorID string, page storage.Page) ([]storage.Client, error)
+	ListClientSensors(ctx context.Context, clientID string, page storage.Page) ([]registry.Sensor, error)
+	ListSensorClients(ctx context.Context, sensorID string, page storage.Page) ([]registry.Client, error)
 }
 
 // Pinger is a store GET /readyz checks.

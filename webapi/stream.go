@@ -17,6 +17,7 @@ import (
 
 	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/internal/httpapi"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -28,7 +29,7 @@ const (
 	DefaultStreamWriteTimeout = 10 * time.Second
 	DefaultStreamFetchBatch   = 500
 	DefaultStreamListenRetry  = time.Second
-	DefaultMemberTokenIdle    = storage.DefaultMemberTokenIdle
+	DefaultMemberTokenIdle    = registry.DefaultMemberTokenIdle
 	// NewMemberMaxMessages bounds the messages a new member is given.
 	NewMemberMaxMessages = 20
 	// StreamTicketTTL is how long a stream ticket opens a stream.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -19,7 +20,7 @@ func newTimeoutServer(t *testing.T, cfg Config) *Server {
 	t.Helper()
 	cfg.AdminToken = "admin"
 	reg := prometheus.NewRegistry()
-	s, err := New(cfg, &storage.Postgres{}, nil, reg, reg, slog.New(slog.DiscardHandler))
+	s, err := New(cfg, registry.New(&storage.Postgres{}), nil, reg, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/lockstream/lockstream/bridge/bridgetest"
 	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/notifier/email"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/retrier"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
@@ -33,12 +34,12 @@ func TestNotificationsReachTheInbox(t *testing.T) {
 	t.Parallel()
 	stores := storagetest.New(t)
 	ctx := context.Background()
-	client, err := stores.Postgres.CreateClient(ctx, storage.Client{Name: "acme", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
+	client, err := stores.Registry.CreateClient(ctx, registry.Client{Name: "acme", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	member, _, err := stores.Postgres.CreateMember(ctx, storage.Member{ClientID: client.ID, Name: "Alice",
-		Timezone: "UTC", Preferences: storage.DefaultMemberPreferences()}, []byte("alice-token-hash"), storage.Backfill{})
+	member, _, err := stores.Registry.CreateMember(ctx, registry.Member{ClientID: client.ID, Name: "Alice",
+		Timezone: "UTC", Preferences: registry.DefaultMemberPreferences()}, []byte("alice-token-hash"), registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,15 +95,15 @@ func (r *recordedThenLost) RecordNotification(ctx context.Context, m amqp.Messag
 }
 
 // newMember creates a client and a member of it with an email address.
-func newMember(t *testing.T, pg *storage.Postgres) storage.Member {
+func newMember(t *testing.T, pg *storage.Postgres) registry.Member {
 	t.Helper()
 	ctx := context.Background()
-	client, err := pg.CreateClient(ctx, storage.Client{Name: "acme", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
+	client, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "acme", WebhookURL: "https://example.com/h", Secret: "whsec_x"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	member, _, err := pg.CreateMember(ctx, storage.Member{ClientID: client.ID, Name: "Alice", Email: "alice@example.com",
-		Timezone: "UTC", Preferences: storage.DefaultMemberPreferences()}, []byte("alice-token-hash-"+client.ID), storage.Backfill{})
+	member, _, err := registry.New(pg).CreateMember(ctx, registry.Member{ClientID: client.ID, Name: "Alice", Email: "alice@example.com",
+		Timezone: "UTC", Preferences: registry.DefaultMemberPreferences()}, []byte("alice-token-hash-"+client.ID), registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}

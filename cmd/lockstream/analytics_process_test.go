@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lockstream/lockstream/event"
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream/streamtest"
 )
@@ -43,7 +43,7 @@ func TestProcessAnalyticsLive(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), processWait)
 	defer cancel()
 	for _, id := range []string{"u1", "l1"} {
-		if _, err := stores.Postgres.CreateSensor(ctx, storage.Sensor{ID: id, Address: "live " + id}); err != nil {
+		if _, err := stores.Registry.CreateSensor(ctx, registry.Sensor{ID: id, Address: "live " + id}); err != nil {
 			t.Fatal(err)
 		}
 	}

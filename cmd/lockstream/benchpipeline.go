@@ -15,6 +15,7 @@ import (
 
 	"github.com/lockstream/lockstream/bench"
 	"github.com/lockstream/lockstream/migrations"
+	"github.com/lockstream/lockstream/registry/secretbox"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -127,7 +128,7 @@ func benchPipelineSettings(all *allSettings, scratch *storage.ScratchStores, dir
 	all.Node.ClickHouseURL = scratch.ClickHouseURL
 	all.Node.RedisPrefix = scratch.RedisPrefix
 	all.Node.DataDir = dir
-	all.Node.SecretKey = storage.NewSecretKey()
+	all.Node.SecretKey = secretbox.NewKey()
 	all.API.API.Addr = "127.0.0.1:0"
 	all.API.API.AdminToken = hex.EncodeToString(token)
 	all.Retrier.Webhook.AllowPrivate = true

@@ -27,6 +27,7 @@ import (
 	"github.com/lockstream/lockstream/internal/settings"
 	"github.com/lockstream/lockstream/maintain"
 	"github.com/lockstream/lockstream/migrations"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
 	"github.com/lockstream/lockstream/webapi"
@@ -428,7 +429,8 @@ func (b *apiBox) daemon(ctx context.Context, n *node) (daemon, error) {
 	}
 	// Secrets stored before they were encrypted at rest are encrypted now; until
 	// then (and should this fail) they are read as they are.
-	if encrypted, err := n.pg.EncryptPlaintextSecrets(ctx); err != nil {
+	reg := registry.New(n.pg)
+	if encrypted, err := reg.EncryptPlaintextSecrets(ctx); err != nil {
 		n.logger.Warn("encrypting client secrets stored in plaintext failed; they stay readable and are tried again at the next start",
 			"err", err)
 	} else if encrypted > 0 {
@@ -446,7 +448,7 @@ func (b *apiBox) daemon(ctx context.Context, n *node) (daemon, error) {
 	opts := []webapi.Option{webapi.WithHealth(n.health), webapi.WithHistory(a), webapi.WithAnalytics(a), webapi.WithDeliveries(n.pg, n.pg), webapi.WithClientEvents(n.pg), webapi.WithMaintenance(n.heartbeatStores().Postgres), webapi.WithPushes(n.pg, n.pg),
 		webapi.WithSensorStatus(tracker),
 		webapi.WithSensorObserver(tracker), webapi.WithLostSensors(tracker), webapi.WithConsole(con.Handler()),
-		webapi.WithInbox(n.pg, inbox.NewPostgresStore(n.pg), n.redis, b.Inbox), webapi.WithUnregistered(consumer.NewPostgresStore(n.pg))}
+		webapi.WithInbox(reg, inbox.NewPostgresStore(n.pg), n.redis, b.Inbox), webapi.WithUnregistered(consumer.NewPostgresStore(n.pg))}
 	opts = append(opts, webapi.WithDeliveryControls(n.pg, b.Retention))
 	opts = append(opts, webapi.WithIncidents(incident.NewAPIStore(incident.NewPostgresStore(n.pg))))
 	d := daemon{name: "api"}
@@ -469,7 +471,7 @@ func (b *apiBox) daemon(ctx context.Context, n *node) (daemon, error) {
 	}
 	apiCfg := b.API
 	apiCfg.Now = n.now
-	srv, err := webapi.New(apiCfg, n.pg, nil, n.reg, n.reg, n.logger, opts...)
+	srv, err := webapi.New(apiCfg, reg, nil, n.reg, n.reg, n.logger, opts...)
 	if err != nil {
 		if d.close != nil {
 			d.close()

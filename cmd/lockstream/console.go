@@ -10,6 +10,7 @@ import (
 	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/incident"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/stream"
 )
 
@@ -20,7 +21,8 @@ import (
 // memberTokenIdle is LOCKSTREAM_MEMBER_TOKEN_IDLE, which the console's
 // sign-in applies as the API does.
 func newConsole(n *node, adminToken string, memberTokenIdle time.Duration, tracker *heartbeat.Tracker) (*console.Console, error) {
-	deps := console.Deps{Registry: n.pg, Members: n.pg, Inbox: inbox.NewPostgresStore(n.pg), Deliveries: n.pg, Sessions: console.NewRedisStore(n.redis),
+	reg := registry.New(n.pg)
+	deps := console.Deps{Registry: reg, Members: reg, Inbox: inbox.NewPostgresStore(n.pg), Deliveries: n.pg, Sessions: console.NewRedisStore(n.redis),
 		Heartbeat: n.heartbeatStores().Redis, Connections: tracker, History: n.analytics(),
 		Incidents: incident.NewAPIStore(incident.NewPostgresStore(n.pg))}
 	if len(n.stream.Brokers) > 0 {

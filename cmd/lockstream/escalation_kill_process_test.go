@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream"
@@ -64,25 +65,25 @@ func TestEscalationSurvivesSIGKILL(t *testing.T) {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("killEsc%03d", i)
 	}
-	if err := pg.CreateSensors(ctx, ids, "somewhere"); err != nil {
+	if err := registry.New(pg).CreateSensors(ctx, ids, "somewhere"); err != nil {
 		t.Fatal(err)
 	}
-	c, err := pg.CreateClient(ctx, storage.Client{Name: "kill", WebhookURL: "https://example.com/hook", Secret: "whsec_c2VjcmV0"})
+	c, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "kill", WebhookURL: "https://example.com/hook", Secret: "whsec_c2VjcmV0"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range ids {
-		if err := pg.LinkSensor(ctx, c.ID, s); err != nil {
+		if err := registry.New(pg).LinkSensor(ctx, c.ID, s); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := range members {
 		hash := sha256.Sum256([]byte(uuid.NewString()))
 		name := fmt.Sprintf("m%03d", i)
-		if _, _, err := pg.CreateMember(ctx, storage.Member{ClientID: c.ID, Name: name, Email: name + "@example.com",
-			Timezone: "UTC", Preferences: storage.DefaultMemberPreferences(),
+		if _, _, err := registry.New(pg).CreateMember(ctx, registry.Member{ClientID: c.ID, Name: name, Email: name + "@example.com",
+			Timezone: "UTC", Preferences: registry.DefaultMemberPreferences(),
 			PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "dev-" + name}}},
-			hash[:], storage.Backfill{}); err != nil {
+			hash[:], registry.Backfill{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/event"
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream"
 	"github.com/lockstream/lockstream/stream/streamtest"
@@ -64,7 +64,7 @@ func TestProcessHeartbeatSurvivesConsumerStall(t *testing.T) {
 	var all []string
 	for _, ids := range groups {
 		for _, id := range ids {
-			if _, err := stores.Postgres.CreateSensor(ctx, storage.Sensor{ID: id, Address: "test"}); err != nil {
+			if _, err := stores.Registry.CreateSensor(ctx, registry.Sensor{ID: id, Address: "test"}); err != nil {
 				t.Fatal(err)
 			}
 			all = append(all, id)

@@ -8,7 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/registry/secretbox"
 )
 
 // secretKeyFile is where, in the data folder, a generated secret key is kept.
@@ -19,13 +19,13 @@ const secretKeyFile = "secret.key"
 // key in <data dir>/secret.key, which is generated on first use with a warning:
 // every process that reads or writes secrets (api, retrier) must then share that
 // folder, so a deployment on several machines sets the variable instead.
-func secretBox(secretKey, dataDir string, logger *slog.Logger) (*storage.SecretBox, error) {
+func secretBox(secretKey, dataDir string, logger *slog.Logger) (*secretbox.Box, error) {
 	if text := secretKey; text != "" {
-		key, err := storage.ParseSecretKey(text)
+		key, err := secretbox.ParseKey(text)
 		if err != nil {
 			return nil, fmt.Errorf("LOCKSTREAM_SECRET_KEY / --secret-key: %w", err)
 		}
-		return storage.NewSecretBox(key)
+		return secretbox.New(key)
 	}
 	path := filepath.Join(dataDir, secretKeyFile)
 	text, err := os.ReadFile(path)
@@ -41,11 +41,11 @@ func secretBox(secretKey, dataDir string, logger *slog.Logger) (*storage.SecretB
 	if err != nil {
 		return nil, fmt.Errorf("reading the secret key: %w", err)
 	}
-	key, err := storage.ParseSecretKey(string(text))
+	key, err := secretbox.ParseKey(string(text))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return storage.NewSecretBox(key)
+	return secretbox.New(key)
 }
 
 // writeSecretKey creates path holding a fresh key, readable by its owner only. The
@@ -62,7 +62,7 @@ func writeSecretKey(path string) error {
 		return fmt.Errorf("writing the secret key: %w", err)
 	}
 	defer os.Remove(tmp.Name())
-	_, err = tmp.WriteString(storage.NewSecretKey() + "\n")
+	_, err = tmp.WriteString(secretbox.NewKey() + "\n")
 	if err := errors.Join(err, tmp.Sync(), tmp.Close()); err != nil {
 		return fmt.Errorf("writing the secret key: %w", err)
 	}

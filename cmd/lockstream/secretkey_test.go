@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/registry/secretbox"
 )
 
 // Without LOCKSTREAM_SECRET_KEY a key is generated into the data folder, with a
@@ -32,7 +32,7 @@ func TestSecretKeyIsGeneratedOnceIntoTheDataFolder(t *testing.T) {
 		return string(key), logs.String()
 	}
 	first, logs := load()
-	if _, err := storage.ParseSecretKey(first); err != nil {
+	if _, err := secretbox.ParseKey(first); err != nil {
 		t.Fatalf("generated key %q: %v", first, err)
 	}
 	if !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, "LOCKSTREAM_SECRET_KEY") {
@@ -54,7 +54,7 @@ func TestSecretKeyIsGeneratedOnceIntoTheDataFolder(t *testing.T) {
 	if _, err := secretBox(c.SecretKey, c.DataDir, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "LOCKSTREAM_SECRET_KEY") {
 		t.Fatalf("malformed key: %v", err)
 	}
-	t.Setenv("LOCKSTREAM_SECRET_KEY", storage.NewSecretKey())
+	t.Setenv("LOCKSTREAM_SECRET_KEY", secretbox.NewKey())
 	c = parseNodeSettings(t, usesSecretKey)
 	if _, err := secretBox(c.SecretKey, c.DataDir, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatalf("configured key: %v", err)

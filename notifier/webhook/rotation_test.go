@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockstream/lockstream/notifier"
 	"github.com/lockstream/lockstream/notifier/webhook"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -21,15 +22,15 @@ func TestRotationSignsWithBothSecretsDuringOverlap(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pg := storagetest.New(t).Postgres
-	if _, err := pg.CreateSensor(ctx, storage.Sensor{ID: "door1", Address: "Main St 1"}); err != nil {
+	if _, err := registry.New(pg).CreateSensor(ctx, registry.Sensor{ID: "door1", Address: "Main St 1"}); err != nil {
 		t.Fatal(err)
 	}
 	oldSecret, newSecret := webhook.NewSecret(), webhook.NewSecret()
-	c, err := pg.CreateClient(ctx, storage.Client{Name: "c", WebhookURL: "https://example.com/hook", Secret: oldSecret})
+	c, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "c", WebhookURL: "https://example.com/hook", Secret: oldSecret})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pg.LinkSensor(ctx, c.ID, "door1"); err != nil {
+	if err := registry.New(pg).LinkSensor(ctx, c.ID, "door1"); err != nil {
 		t.Fatal(err)
 	}
 	data, previous := 1, 0
@@ -43,7 +44,7 @@ func TestRotationSignsWithBothSecretsDuringOverlap(t *testing.T) {
 	}
 
 	overlapEnds := time.Now().Add(24 * time.Hour)
-	if _, err := pg.RotateClientSecret(ctx, c.ID, newSecret, overlapEnds); err != nil {
+	if _, err := registry.New(pg).RotateClientSecret(ctx, c.ID, newSecret, overlapEnds); err != nil {
 		t.Fatal(err)
 	}
 	tg, err := pg.DeliveryTarget(ctx, deliveries[0].ID)
@@ -96,7 +97,7 @@ func TestRotationSignsWithBothSecretsDuringOverlap(t *testing.T) {
 	}
 
 	// A rotation without overlap drops the previous secret at once.
-	if _, err := pg.RotateClientSecret(ctx, c.ID, webhook.NewSecret(), time.Time{}); err != nil {
+	if _, err := registry.New(pg).RotateClientSecret(ctx, c.ID, webhook.NewSecret(), time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	if tg, err := pg.DeliveryTarget(ctx, deliveries[0].ID); err != nil || tg.PreviousSecret != "" || !tg.PreviousSecretUntil.IsZero() {

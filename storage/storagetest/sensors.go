@@ -6,15 +6,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/registry"
 )
 
 // ImportSensors registers many sensors at once (COPY), for fixtures and benchmarks
 // of large fleets, then refreshes the table's statistics so the planner, and
 // CountSensors's estimate, know its new size. It fails the test on any error, an
 // id already taken included.
-func (s *Stores) ImportSensors(t testing.TB, sensors []storage.Sensor) {
+func (s *Stores) ImportSensors(t testing.TB, sensors []registry.Sensor) {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, s.PostgresURL)

@@ -27,6 +27,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockstream/lockstream/migrations"
+	"github.com/lockstream/lockstream/registry"
+	"github.com/lockstream/lockstream/registry/secretbox"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -53,7 +55,9 @@ type Stores struct {
 	Postgres   *storage.Postgres
 	ClickHouse *storage.ClickHouse
 	Redis      *storage.Redis
-	SecretBox  *storage.SecretBox
+	SecretBox  *secretbox.Box
+	// Registry is the registry's statements on Postgres.
+	Registry *registry.Store
 }
 
 // New creates and migrates a fresh set of stores for t and removes them when t ends.
@@ -73,17 +77,18 @@ func New(t testing.TB) *Stores {
 		t.Fatalf("migrating test stores: %v", err)
 	}
 
-	key, err := storage.ParseSecretKey(storage.NewSecretKey())
+	key, err := secretbox.ParseKey(secretbox.NewKey())
 	if err != nil {
 		t.Fatalf("test secret key: %v", err)
 	}
-	if s.SecretBox, err = storage.NewSecretBox(key); err != nil {
+	if s.SecretBox, err = secretbox.New(key); err != nil {
 		t.Fatalf("test secret key: %v", err)
 	}
 	if s.Postgres, err = storage.OpenPostgres(ctx, s.PostgresURL, storage.WithSecretBox(s.SecretBox)); err != nil {
 		t.Fatalf("opening test postgres: %v", err)
 	}
 	t.Cleanup(s.Postgres.Close)
+	s.Registry = registry.New(s.Postgres)
 	if s.ClickHouse, err = storage.OpenClickHouse(ctx, s.ClickHouseURL); err != nil {
 		t.Fatalf("opening test clickhouse: %v", err)
 	}

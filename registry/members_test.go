@@ -1,4 +1,4 @@
-package storage_test
+package registry_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lockstream/lockstream/inbox"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -42,8 +43,8 @@ func TestDeleteClientDeletesItsMembersAndTheirInboxes(t *testing.T) {
 	t.Parallel()
 	stores := storagetest.New(t)
 	ctx := context.Background()
-	f := &outboxFixture{pg: stores.Postgres, ctx: ctx}
-	if _, err := f.pg.CreateSensor(ctx, storage.Sensor{ID: "door1", Address: "addr of door1"}); err != nil {
+	f := &fixture{pg: stores.Postgres, reg: stores.Registry, ctx: ctx}
+	if _, err := f.reg.CreateSensor(ctx, registry.Sensor{ID: "door1", Address: "addr of door1"}); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := pgx.Connect(ctx, stores.PostgresURL)
@@ -52,17 +53,17 @@ func TestDeleteClientDeletesItsMembersAndTheirInboxes(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 
-	gone := f.client(t, storage.Client{Name: "gone"}, "door1")
-	kept := f.client(t, storage.Client{Name: "kept"}, "door1")
+	gone := f.client(t, registry.Client{Name: "gone"}, "door1")
+	kept := f.client(t, registry.Client{Name: "kept"}, "door1")
 	hash := sha256.Sum256([]byte("lsm_alice"))
-	alice, _, err := f.pg.CreateMember(ctx, storage.Member{ClientID: gone.ID, Name: "alice", Email: "a@example.com",
-		Timezone: "UTC", Preferences: storage.MemberPreferences{Email: storage.EmailDigest, DigestTimes: []string{"09:00"}},
-		PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "k1"}}}, hash[:], storage.Backfill{})
+	alice, _, err := f.reg.CreateMember(ctx, registry.Member{ClientID: gone.ID, Name: "alice", Email: "a@example.com",
+		Timezone: "UTC", Preferences: registry.MemberPreferences{Email: registry.EmailDigest, DigestTimes: []string{"09:00"}},
+		PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "k1"}}}, hash[:], registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	bob := f.member(t, gone.ID, "bob", storage.Backfill{})
-	carol := f.member(t, kept.ID, "carol", storage.Backfill{})
+	bob := f.member(t, gone.ID, "bob", registry.Backfill{})
+	carol := f.member(t, kept.ID, "carol", registry.Backfill{})
 
 	at := time.Now().Add(-time.Minute)
 	f.create(t, stateChanged("e1", "door1", 1, at), stateChanged("e2", "door1", 0, at.Add(time.Second)))
@@ -83,7 +84,7 @@ func TestDeleteClientDeletesItsMembersAndTheirInboxes(t *testing.T) {
 	}
 	keptBefore := memberRows(t, ctx, conn, carol.ID)
 
-	if err := f.pg.DeleteClient(ctx, gone.ID); err != nil {
+	if err := f.reg.DeleteClient(ctx, gone.ID); err != nil {
 		t.Fatal(err)
 	}
 	after := memberRows(t, ctx, conn, alice.ID, bob.ID)
@@ -100,7 +101,7 @@ func TestDeleteClientDeletesItsMembersAndTheirInboxes(t *testing.T) {
 	if keptAfter := memberRows(t, ctx, conn, carol.ID); fmt.Sprint(keptAfter) != fmt.Sprint(keptBefore) {
 		t.Errorf("another client's member: rows %v before, %v after", keptBefore, keptAfter)
 	}
-	if err := f.pg.DeleteClient(ctx, gone.ID); !errors.Is(err, storage.ErrNotFound) {
+	if err := f.reg.DeleteClient(ctx, gone.ID); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("deleting again: %v, want ErrNotFound", err)
 	}
 }
@@ -112,17 +113,17 @@ func TestDeleteClientWhileWritingLeavesNoOrphan(t *testing.T) {
 	t.Parallel()
 	stores := storagetest.New(t)
 	ctx := context.Background()
-	f := &outboxFixture{pg: stores.Postgres, ctx: ctx}
-	if _, err := f.pg.CreateSensor(ctx, storage.Sensor{ID: "door1", Address: "addr of door1"}); err != nil {
+	f := &fixture{pg: stores.Postgres, reg: stores.Registry, ctx: ctx}
+	if _, err := f.reg.CreateSensor(ctx, registry.Sensor{ID: "door1", Address: "addr of door1"}); err != nil {
 		t.Fatal(err)
 	}
 	const clients = 8
 	ids := make([]string, clients)
 	for i := range ids {
-		c := f.client(t, storage.Client{Name: fmt.Sprint("c", i)}, "door1")
+		c := f.client(t, registry.Client{Name: fmt.Sprint("c", i)}, "door1")
 		ids[i] = c.ID
 		for j := range 3 {
-			f.member(t, c.ID, fmt.Sprint("m", j), storage.Backfill{Window: time.Hour, Max: 20})
+			f.member(t, c.ID, fmt.Sprint("m", j), registry.Backfill{Window: time.Hour, Max: 20})
 		}
 	}
 	var wg sync.WaitGroup
@@ -140,14 +141,14 @@ func TestDeleteClientWhileWritingLeavesNoOrphan(t *testing.T) {
 	for _, id := range ids {
 		wg.Go(func() { // a member added (with a backfill) as the client goes
 			hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
-			_, _, err := f.pg.CreateMember(ctx, storage.Member{ClientID: id, Name: "late", Timezone: "UTC",
-				Preferences: storage.DefaultMemberPreferences()}, hash[:], storage.Backfill{Window: time.Hour, Max: 20})
+			_, _, err := f.reg.CreateMember(ctx, registry.Member{ClientID: id, Name: "late", Timezone: "UTC",
+				Preferences: registry.DefaultMemberPreferences()}, hash[:], registry.Backfill{Window: time.Hour, Max: 20})
 			if err != nil && !errors.Is(err, storage.ErrNotFound) {
 				errs <- err
 			}
 		})
 		wg.Go(func() {
-			if err := f.pg.DeleteClient(ctx, id); err != nil {
+			if err := f.reg.DeleteClient(ctx, id); err != nil {
 				errs <- err
 			}
 		})
@@ -180,11 +181,11 @@ func TestDeleteClientWhileWritingLeavesNoOrphan(t *testing.T) {
 // never waited for.
 func TestMemberTokenIdle(t *testing.T) {
 	t.Parallel()
-	f := newOutboxFixture(t)
-	c := f.client(t, storage.Client{Name: "acme"})
+	f := newFixture(t)
+	c := f.client(t, registry.Client{Name: "acme"})
 	hash := sha256.Sum256([]byte("lsm_idle_" + c.ID))
-	m, _, err := f.pg.CreateMember(f.ctx, storage.Member{ClientID: c.ID, Name: "alice", Timezone: "UTC",
-		Preferences: storage.DefaultMemberPreferences()}, hash[:], storage.Backfill{})
+	m, _, err := f.reg.CreateMember(f.ctx, registry.Member{ClientID: c.ID, Name: "alice", Timezone: "UTC",
+		Preferences: registry.DefaultMemberPreferences()}, hash[:], registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +195,7 @@ func TestMemberTokenIdle(t *testing.T) {
 		if err := storagetest.SetMemberTokenUsed(f.ctx, f.pg, m.ID, age); err != nil {
 			t.Fatal(err)
 		}
-		got, err := f.pg.MemberByTokenHash(f.ctx, hash[:], limit)
+		got, err := f.reg.MemberByTokenHash(f.ctx, hash[:], limit)
 		if !errors.Is(err, wantErr) || got.ID != m.ID {
 			t.Errorf("%s: member %q, %v; want %s, %v", name, got.ID, err, m.ID, wantErr)
 		}
@@ -213,18 +214,18 @@ func TestMemberTokenIdle(t *testing.T) {
 	step("used 30 minutes ago", 30*time.Minute, idle, nil, unchanged(30*time.Minute))
 	step("used 2 hours ago", 2*time.Hour, idle, nil, recorded)
 	step("used 59 days ago", 59*24*time.Hour, idle, nil, recorded)
-	step("unused 60 days", idle, idle, storage.ErrTokenIdle, unchanged(idle))
-	step("unused 61 days", 61*24*time.Hour, idle, storage.ErrTokenIdle, unchanged(61*24*time.Hour))
+	step("unused 60 days", idle, idle, registry.ErrTokenIdle, unchanged(idle))
+	step("unused 61 days", 61*24*time.Hour, idle, registry.ErrTokenIdle, unchanged(61*24*time.Hour))
 	step("unused a year, no limit", 365*24*time.Hour, 0, nil, recorded)
 
 	if err := storagetest.SetMemberTokenUsed(f.ctx, f.pg, m.ID, 61*24*time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	rotated := sha256.Sum256([]byte("lsm_rotated_" + c.ID))
-	if _, err := f.pg.RotateMemberToken(f.ctx, m.ID, rotated[:]); err != nil {
+	if _, err := f.reg.RotateMemberToken(f.ctx, m.ID, rotated[:]); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := f.pg.MemberByTokenHash(f.ctx, rotated[:], idle); err != nil || got.ID != m.ID {
+	if got, err := f.reg.MemberByTokenHash(f.ctx, rotated[:], idle); err != nil || got.ID != m.ID {
 		t.Errorf("rotated token: %+v, %v", got, err)
 	}
 }

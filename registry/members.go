@@ -1,4 +1,4 @@
-package storage
+package registry
 
 import (
 	"cmp"
@@ -12,8 +12,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/internal/pgutil"
+	"github.com/lockstream/lockstream/storage"
 )
 
 // EmailPreference is how a member wants to hear by email of messages it has not
@@ -78,8 +80,8 @@ type Member struct {
 	// Routing is what the member hears of: inbox, stream, escalation.
 	Routing MemberRouting
 	// QuietHours hold the member's non-critical pushes and emails; nil: none.
-	QuietHours  *QuietHours
-	PushTargets []PushTarget
+	QuietHours  *domain.QuietHours
+	PushTargets []domain.PushTarget
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 }
@@ -94,11 +96,11 @@ type MemberUpdate struct {
 	Email       *string
 	Timezone    *string
 	Preferences *MemberPreferences
-	PushTargets *[]PushTarget
+	PushTargets *[]domain.PushTarget
 	// Routing replaces the member's routing whole.
 	Routing *MemberRouting
 	// QuietHours sets the quiet hours; a zero QuietHours removes them.
-	QuietHours *QuietHours
+	QuietHours *domain.QuietHours
 }
 
 // Backfill says which of a client's recent messages a new member receives: those
@@ -123,7 +125,7 @@ func scanMember(row pgx.Row, extra ...any) (Member, error) {
 		m       Member
 		prefs   []byte
 		targets []byte
-		quiet   QuietHours
+		quiet   domain.QuietHours
 	)
 	dest := append(extra, &m.ID, &m.ClientID, &m.Name, &m.Email, &m.Timezone, &prefs, &m.CreatedAt, &m.UpdatedAt,
 		&targets, &m.Username, &m.Routing.Sites, &m.Routing.Sensors, &m.Routing.MinSeverity,
@@ -138,15 +140,15 @@ func scanMember(row pgx.Row, extra ...any) (Member, error) {
 		return Member{}, fmt.Errorf("decoding preferences: %w", err)
 	}
 	var decoded []struct {
-		Platform Platform `json:"platform"`
-		PushKey  string   `json:"push_key"`
+		Platform domain.Platform `json:"platform"`
+		PushKey  string          `json:"push_key"`
 	}
 	if err := json.Unmarshal(targets, &decoded); err != nil {
 		return Member{}, fmt.Errorf("decoding push targets: %w", err)
 	}
-	m.PushTargets = make([]PushTarget, 0, len(decoded))
+	m.PushTargets = make([]domain.PushTarget, 0, len(decoded))
 	for _, t := range decoded {
-		m.PushTargets = append(m.PushTargets, PushTarget{Platform: t.Platform, PushKey: t.PushKey})
+		m.PushTargets = append(m.PushTargets, domain.PushTarget{Platform: t.Platform, PushKey: t.PushKey})
 	}
 	return m, nil
 }
@@ -163,10 +165,10 @@ func newEpoch() string {
 // tokenHash, with an empty inbox, and copies into that inbox the client's
 // messages that backfill asks for, unseen, with cause new_member — all in one
 // transaction. It returns the member and how many messages it was given, or
-// ErrNotFound when the client does not exist.
-func (p *Postgres) CreateMember(ctx context.Context, m Member, tokenHash []byte, backfill Backfill) (Member, int, error) {
+// storage.ErrNotFound when the client does not exist.
+func (r *Store) CreateMember(ctx context.Context, m Member, tokenHash []byte, backfill Backfill) (Member, int, error) {
 	if uuid.Validate(m.ClientID) != nil {
-		return Member{}, 0, fmt.Errorf("creating member of client %s: %w", m.ClientID, ErrNotFound)
+		return Member{}, 0, fmt.Errorf("creating member of client %s: %w", m.ClientID, storage.ErrNotFound)
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
@@ -177,7 +179,7 @@ func (p *Postgres) CreateMember(ctx context.Context, m Member, tokenHash []byte,
 		return Member{}, 0, fmt.Errorf("encoding preferences: %w", err)
 	}
 	var copied int
-	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `
 			INSERT INTO members (id, client_id, name, email, timezone, preferences, token_hash, username)
 			VALUES ($1, $2, $3, nullif($4, ''), $5, $6, $7, nullif($8, ''))`,
@@ -196,16 +198,16 @@ func (p *Postgres) CreateMember(ctx context.Context, m Member, tokenHash []byte,
 	if err != nil {
 		return Member{}, 0, fmt.Errorf("creating member of client %s: %w", m.ClientID, err)
 	}
-	created, err := p.GetMember(ctx, id.String())
+	created, err := r.GetMember(ctx, id.String())
 	return created, copied, err
 }
 
-// GetMember returns the member, or ErrNotFound.
-func (p *Postgres) GetMember(ctx context.Context, id string) (Member, error) {
+// GetMember returns the member, or storage.ErrNotFound.
+func (r *Store) GetMember(ctx context.Context, id string) (Member, error) {
 	if uuid.Validate(id) != nil {
-		return Member{}, fmt.Errorf("getting member %s: %w", id, ErrNotFound)
+		return Member{}, fmt.Errorf("getting member %s: %w", id, storage.ErrNotFound)
 	}
-	m, err := scanMember(p.pool.QueryRow(ctx, `SELECT `+memberColumns+` FROM members m WHERE m.id = $1`, id))
+	m, err := scanMember(r.pool.QueryRow(ctx, `SELECT `+memberColumns+` FROM members m WHERE m.id = $1`, id))
 	if err != nil {
 		return Member{}, fmt.Errorf("getting member %s: %w", id, pgutil.MapError(err))
 	}
@@ -213,15 +215,15 @@ func (p *Postgres) GetMember(ctx context.Context, id string) (Member, error) {
 }
 
 // MemberByUser returns the member a CyVerse API v1 request names: the one whose
-// username is user or, failing that, the one whose id it is; ErrNotFound when
+// username is user or, failing that, the one whose id it is; storage.ErrNotFound when
 // neither exists. A username wins over an id, though the API refuses usernames
 // shaped like ids, so both cannot match.
-func (p *Postgres) MemberByUser(ctx context.Context, user string) (Member, error) {
+func (r *Store) MemberByUser(ctx context.Context, user string) (Member, error) {
 	var id *string
 	if uuid.Validate(user) == nil {
 		id = &user
 	}
-	m, err := scanMember(p.pool.QueryRow(ctx, `SELECT `+memberColumns+` FROM members m
+	m, err := scanMember(r.pool.QueryRow(ctx, `SELECT `+memberColumns+` FROM members m
 		WHERE m.username = $1 OR m.id = $2::uuid
 		ORDER BY m.username IS NOT DISTINCT FROM $1 DESC LIMIT 1`, user, id))
 	if err != nil {
@@ -245,14 +247,14 @@ const MemberTokenUseInterval = time.Hour
 var ErrTokenIdle = errors.New("the token went unused for too long")
 
 // MemberByTokenHash returns the member whose token hashes to hash, or
-// ErrNotFound, and records the token's use (at most once per
+// storage.ErrNotFound, and records the token's use (at most once per
 // MemberTokenUseInterval, in the same statement). With idle > 0, a token whose
 // last recorded use is idle or more ago returns its member with ErrTokenIdle,
 // and its use is not recorded: it stays idle until rotated. The times are
 // Postgres's clock.
-func (p *Postgres) MemberByTokenHash(ctx context.Context, hash []byte, idle time.Duration) (Member, error) {
+func (r *Store) MemberByTokenHash(ctx context.Context, hash []byte, idle time.Duration) (Member, error) {
 	var isIdle bool
-	m, err := scanMember(p.pool.QueryRow(ctx, `
+	m, err := scanMember(r.pool.QueryRow(ctx, `
 		WITH found AS MATERIALIZED (
 			SELECT id, $2::bigint > 0 AND token_used_at <= now() - $2::bigint * interval '1 microsecond' AS idle,
 			       token_used_at <= now() - $3::bigint * interval '1 microsecond' AS stale
@@ -273,24 +275,24 @@ func (p *Postgres) MemberByTokenHash(ctx context.Context, hash []byte, idle time
 }
 
 // MemberTokenHash returns the hash of the member's current token, or
-// ErrNotFound: the console checks a member's session against it, so a rotated
+// storage.ErrNotFound: the console checks a member's session against it, so a rotated
 // token or a deleted member ends the session.
-func (p *Postgres) MemberTokenHash(ctx context.Context, id string) ([]byte, error) {
+func (r *Store) MemberTokenHash(ctx context.Context, id string) ([]byte, error) {
 	if uuid.Validate(id) != nil {
-		return nil, fmt.Errorf("reading member %s's token: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("reading member %s's token: %w", id, storage.ErrNotFound)
 	}
 	var hash []byte
-	if err := p.pool.QueryRow(ctx, `SELECT token_hash FROM members WHERE id = $1`, id).Scan(&hash); err != nil {
+	if err := r.pool.QueryRow(ctx, `SELECT token_hash FROM members WHERE id = $1`, id).Scan(&hash); err != nil {
 		return nil, fmt.Errorf("reading member %s's token: %w", id, pgutil.MapError(err))
 	}
 	return hash, nil
 }
 
 // ListClientMembers returns up to page.Limit members of the client ordered by id
-// (creation order), after page.After. It returns ErrNotFound when the client does
+// (creation order), after page.After. It returns storage.ErrNotFound when the client does
 // not exist.
-func (p *Postgres) ListClientMembers(ctx context.Context, clientID string, page Page) ([]Member, error) {
-	if _, err := p.GetClient(ctx, clientID); err != nil {
+func (r *Store) ListClientMembers(ctx context.Context, clientID string, page storage.Page) ([]Member, error) {
+	if _, err := r.GetClient(ctx, clientID); err != nil {
 		return nil, err
 	}
 	after := page.After
@@ -299,7 +301,7 @@ func (p *Postgres) ListClientMembers(ctx context.Context, clientID string, page 
 	} else if uuid.Validate(after) != nil {
 		return nil, fmt.Errorf("listing members after %q: not a member id", after)
 	}
-	rows, err := p.pool.Query(ctx, `SELECT `+memberColumns+` FROM members m
+	rows, err := r.pool.Query(ctx, `SELECT `+memberColumns+` FROM members m
 		WHERE m.client_id = $1 AND m.id > $2 ORDER BY m.id LIMIT $3`, clientID, after, page.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("listing members of client %s: %w", clientID, err)
@@ -312,9 +314,9 @@ func (p *Postgres) ListClientMembers(ctx context.Context, clientID string, page 
 }
 
 // UpdateMember changes the fields set in u and returns the member as it is now.
-func (p *Postgres) UpdateMember(ctx context.Context, id string, u MemberUpdate) (Member, error) {
+func (r *Store) UpdateMember(ctx context.Context, id string, u MemberUpdate) (Member, error) {
 	if uuid.Validate(id) != nil {
-		return Member{}, fmt.Errorf("updating member %s: %w", id, ErrNotFound)
+		return Member{}, fmt.Errorf("updating member %s: %w", id, storage.ErrNotFound)
 	}
 	var prefs []byte
 	if u.Preferences != nil {
@@ -324,11 +326,11 @@ func (p *Postgres) UpdateMember(ctx context.Context, id string, u MemberUpdate) 
 		}
 	}
 	rt := newRoutingArgs(u.Routing)
-	var quiet QuietHours
+	var quiet domain.QuietHours
 	if u.QuietHours != nil {
 		quiet = *u.QuietHours
 	}
-	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
 			UPDATE members SET
 				name = coalesce($2, name),
@@ -348,7 +350,7 @@ func (p *Postgres) UpdateMember(ctx context.Context, id string, u MemberUpdate) 
 			return pgutil.MapError(err)
 		}
 		if tag.RowsAffected() == 0 {
-			return ErrNotFound
+			return storage.ErrNotFound
 		}
 		if u.PushTargets != nil {
 			return replacePushTargets(ctx, tx, "member_id", id, *u.PushTargets)
@@ -358,35 +360,35 @@ func (p *Postgres) UpdateMember(ctx context.Context, id string, u MemberUpdate) 
 	if err != nil {
 		return Member{}, fmt.Errorf("updating member %s: %w", id, err)
 	}
-	return p.GetMember(ctx, id)
+	return r.GetMember(ctx, id)
 }
 
 // RotateMemberToken makes tokenHash the member's only token: the old one stops
 // working at once; the new one's idle time starts now.
-func (p *Postgres) RotateMemberToken(ctx context.Context, id string, tokenHash []byte) (Member, error) {
+func (r *Store) RotateMemberToken(ctx context.Context, id string, tokenHash []byte) (Member, error) {
 	if uuid.Validate(id) != nil {
-		return Member{}, fmt.Errorf("rotating token of member %s: %w", id, ErrNotFound)
+		return Member{}, fmt.Errorf("rotating token of member %s: %w", id, storage.ErrNotFound)
 	}
-	tag, err := p.pool.Exec(ctx, `UPDATE members SET token_hash = $2, token_used_at = now(), updated_at = now()
+	tag, err := r.pool.Exec(ctx, `UPDATE members SET token_hash = $2, token_used_at = now(), updated_at = now()
 		WHERE id = $1`, id, tokenHash)
 	if err != nil {
 		return Member{}, fmt.Errorf("rotating token of member %s: %w", id, pgutil.MapError(err))
 	}
 	if tag.RowsAffected() == 0 {
-		return Member{}, fmt.Errorf("rotating token of member %s: %w", id, ErrNotFound)
+		return Member{}, fmt.Errorf("rotating token of member %s: %w", id, storage.ErrNotFound)
 	}
-	return p.GetMember(ctx, id)
+	return r.GetMember(ctx, id)
 }
 
 // DeleteMember removes the member and everything kept for it: deleteMembers.
-func (p *Postgres) DeleteMember(ctx context.Context, id string) error {
+func (r *Store) DeleteMember(ctx context.Context, id string) error {
 	if uuid.Validate(id) != nil {
-		return fmt.Errorf("deleting member %s: %w", id, ErrNotFound)
+		return fmt.Errorf("deleting member %s: %w", id, storage.ErrNotFound)
 	}
-	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		n, err := deleteMembers(ctx, tx, membersByID, id)
 		if err == nil && n == 0 {
-			err = ErrNotFound
+			err = storage.ErrNotFound
 		}
 		return err
 	})
@@ -451,61 +453,4 @@ func newRoutingArgs(r *MemberRouting) routingArgs {
 		return routingArgs{}
 	}
 	return routingArgs{set: true, sites: r.Sites, sensors: r.Sensors, minSeverity: cmp.Or(r.MinSeverity, "info")}
-}
-
-// MemberRoutes returns the SQL condition that the member row member (a
-// members alias) hears a message about sensor (NULL or ” for none) in site
-// with severity (each an SQL expression): the routing rule of MemberRouting,
-// as the SQL function lockstream_routes (migration 00172), which the planner
-// inlines so that a statement choosing who hears something (the fan-out's
-// inbox write, notices, incident reminders) filters set-based. The message's
-// site is a site event's, or its sensor's (sensors.site).
-func MemberRoutes(member, sensor, site, severity string) string {
-	return fmt.Sprintf("lockstream_routes(%s, %s, %s, %s)", member, sensor, site, severity)
-}
-
-// QuietHours are a member's quiet hours: wall-clock times "HH:MM" in its
-// timezone; From after To spans midnight ("22:00" to "07:00"). While they
-// last, its non-critical pushes and emails wait for their end.
-type QuietHours struct {
-	From string `json:"from"`
-	To   string `json:"to"`
-}
-
-// QuietUntil reports whether now falls in the quiet hours q of a member in
-// the IANA zone tz (UTC when unknown), and when they end. The end is the next
-// To on the member's wall clock (a day with a DST change keeps the wall time).
-func QuietUntil(now time.Time, q QuietHours, tz string) (time.Time, bool) {
-	from, okFrom := clockMinutes(q.From)
-	to, okTo := clockMinutes(q.To)
-	if !okFrom || !okTo || from == to {
-		return time.Time{}, false
-	}
-	loc, err := time.LoadLocation(tz)
-	if err != nil {
-		loc = time.UTC
-	}
-	local := now.In(loc)
-	m := local.Hour()*60 + local.Minute()
-	endOn := func(days int) time.Time {
-		return time.Date(local.Year(), local.Month(), local.Day()+days, to/60, to%60, 0, 0, loc)
-	}
-	switch {
-	case from < to && m >= from && m < to:
-		return endOn(0), true
-	case from > to && m >= from:
-		return endOn(1), true
-	case from > to && m < to:
-		return endOn(0), true
-	}
-	return time.Time{}, false
-}
-
-// clockMinutes reads "HH:MM" as minutes after midnight.
-func clockMinutes(hm string) (int, bool) {
-	t, err := time.Parse("15:04", hm)
-	if err != nil || len(hm) != 5 {
-		return 0, false
-	}
-	return t.Hour()*60 + t.Minute(), true
 }

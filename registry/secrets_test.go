@@ -1,4 +1,4 @@
-package storage_test
+package registry_test
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lockstream/lockstream/registry"
+	"github.com/lockstream/lockstream/registry/secretbox"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -47,15 +49,15 @@ func TestClientSecretsAreEncryptedAtRest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	stores := storagetest.New(t)
-	f := &outboxFixture{pg: stores.Postgres, ctx: ctx}
+	f := &fixture{pg: stores.Postgres, reg: stores.Registry, ctx: ctx}
 	for _, id := range []string{"s1", "s2"} {
-		if _, err := f.pg.CreateSensor(ctx, storage.Sensor{ID: id, Address: "addr of " + id}); err != nil {
+		if _, err := f.reg.CreateSensor(ctx, registry.Sensor{ID: id, Address: "addr of " + id}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	const secretA, secretB = "whsec_QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUE=", "whsec_QkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkI="
-	a := f.client(t, storage.Client{Name: "a", Secret: secretA}, "s1")
-	b := f.client(t, storage.Client{Name: "b", Secret: secretB}, "s2")
+	a := f.client(t, registry.Client{Name: "a", Secret: secretA}, "s1")
+	b := f.client(t, registry.Client{Name: "b", Secret: secretB}, "s2")
 	f.create(t, stateChanged("e1", "s1", 1, outboxT0), stateChanged("e2", "s2", 1, outboxT0))
 	deliveryOf := map[string]string{a.ID: f.deliveries(t, a.ID)[0].ID, b.ID: f.deliveries(t, b.ID)[0].ID}
 	secretOf := func(clientID string) (string, error) {
@@ -79,7 +81,7 @@ func TestClientSecretsAreEncryptedAtRest(t *testing.T) {
 	}
 
 	// A store under another key cannot read it, and says which setting to check.
-	other, err := storage.NewSecretBox(make([]byte, storage.SecretKeySize))
+	other, err := secretbox.New(make([]byte, secretbox.KeySize))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +98,7 @@ func TestClientSecretsAreEncryptedAtRest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer noKey.Close()
-	if _, err := noKey.CreateClient(ctx, storage.Client{Name: "c", WebhookURL: "https://example.com", Secret: secretA}); err == nil {
+	if _, err := registry.New(noKey).CreateClient(ctx, registry.Client{Name: "c", WebhookURL: "https://example.com", Secret: secretA}); err == nil {
 		t.Fatal("a store without the key stored a secret")
 	}
 
@@ -107,7 +109,7 @@ func TestClientSecretsAreEncryptedAtRest(t *testing.T) {
 	if got, err := secretOf(a.ID); err != nil || got != secretA {
 		t.Fatalf("plaintext secret read back: %v, %v", got == secretA, err)
 	}
-	n, err := f.pg.EncryptPlaintextSecrets(ctx)
+	n, err := f.reg.EncryptPlaintextSecrets(ctx)
 	if err != nil || n != 1 {
 		t.Fatalf("EncryptPlaintextSecrets = %d, %v; want 1", n, err)
 	}
@@ -119,7 +121,7 @@ func TestClientSecretsAreEncryptedAtRest(t *testing.T) {
 	if err != nil || tg.Secret != secretA || tg.PreviousSecret != secretB {
 		t.Fatalf("after encryption: secret %v, previous %v, %v", tg.Secret == secretA, tg.PreviousSecret == secretB, err)
 	}
-	if n, err := f.pg.EncryptPlaintextSecrets(ctx); err != nil || n != 0 {
+	if n, err := f.reg.EncryptPlaintextSecrets(ctx); err != nil || n != 0 {
 		t.Fatalf("EncryptPlaintextSecrets again = %d, %v; want 0", n, err)
 	}
 }

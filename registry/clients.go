@@ -1,4 +1,4 @@
-package storage
+package registry
 
 import (
 	"context"
@@ -9,7 +9,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/internal/pgutil"
+	"github.com/lockstream/lockstream/registry/secretbox"
+	"github.com/lockstream/lockstream/storage"
 )
 
 // clientColumns are selected by every client query, in scanClient's order; the secret
@@ -39,34 +42,34 @@ func scanClient(row pgx.Row) (Client, error) {
 		c.WebhookFailingSince = *failingSince
 	}
 	var decoded []struct {
-		Platform Platform `json:"platform"`
-		PushKey  string   `json:"push_key"`
+		Platform domain.Platform `json:"platform"`
+		PushKey  string          `json:"push_key"`
 	}
 	if err := json.Unmarshal(targets, &decoded); err != nil {
 		return Client{}, fmt.Errorf("decoding push targets: %w", err)
 	}
-	c.PushTargets = make([]PushTarget, 0, len(decoded))
+	c.PushTargets = make([]domain.PushTarget, 0, len(decoded))
 	for _, t := range decoded {
-		c.PushTargets = append(c.PushTargets, PushTarget{Platform: t.Platform, PushKey: t.PushKey})
+		c.PushTargets = append(c.PushTargets, domain.PushTarget{Platform: t.Platform, PushKey: t.PushKey})
 	}
 	return c, nil
 }
 
 // CreateClient stores a new client with a fresh time-ordered id and returns it,
 // secret included. The secret is stored encrypted (see WithSecretBox).
-func (p *Postgres) CreateClient(ctx context.Context, c Client) (Client, error) {
-	if p.secrets == nil {
-		return Client{}, fmt.Errorf("creating client: %w", errNoSecretBox)
+func (r *Store) CreateClient(ctx context.Context, c Client) (Client, error) {
+	if r.box == nil {
+		return Client{}, fmt.Errorf("creating client: %w", secretbox.ErrNoBox)
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
 		return Client{}, fmt.Errorf("creating client id: %w", err)
 	}
-	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx,
 			`INSERT INTO clients (id, name, webhook_url, email, secret, event_types, rate_limit)
 			 VALUES ($1, $2, $3, nullif($4, ''), $5, $6, nullif($7, 0))`,
-			id, c.Name, c.WebhookURL, c.Email, p.secrets.seal(id.String(), c.Secret), c.EventTypes, c.RateLimit); err != nil {
+			id, c.Name, c.WebhookURL, c.Email, r.box.Seal(id.String(), c.Secret), c.EventTypes, c.RateLimit); err != nil {
 			return pgutil.MapError(err)
 		}
 		return replacePushTargets(ctx, tx, "client_id", id.String(), c.PushTargets)
@@ -74,7 +77,7 @@ func (p *Postgres) CreateClient(ctx context.Context, c Client) (Client, error) {
 	if err != nil {
 		return Client{}, fmt.Errorf("creating client: %w", err)
 	}
-	created, err := p.GetClient(ctx, id.String())
+	created, err := r.GetClient(ctx, id.String())
 	if err != nil {
 		return Client{}, err
 	}
@@ -89,7 +92,7 @@ var pushTargetOwners = map[string]string{"client_id": "push_targets", "member_id
 // replacePushTargets replaces the push targets of the client or member whose
 // id is ownerID (ownerColumn "client_id" or "member_id") with targets: two
 // statements whatever their number.
-func replacePushTargets(ctx context.Context, tx pgx.Tx, ownerColumn, ownerID string, targets []PushTarget) error {
+func replacePushTargets(ctx context.Context, tx pgx.Tx, ownerColumn, ownerID string, targets []domain.PushTarget) error {
 	table, ok := pushTargetOwners[ownerColumn]
 	if !ok {
 		return fmt.Errorf("replacing push targets: unknown owner %q", ownerColumn)
@@ -115,12 +118,12 @@ func replacePushTargets(ctx context.Context, tx pgx.Tx, ownerColumn, ownerID str
 	return nil
 }
 
-// GetClient returns the client without its secret, or ErrNotFound.
-func (p *Postgres) GetClient(ctx context.Context, id string) (Client, error) {
+// GetClient returns the client without its secret, or storage.ErrNotFound.
+func (r *Store) GetClient(ctx context.Context, id string) (Client, error) {
 	if uuid.Validate(id) != nil {
-		return Client{}, fmt.Errorf("getting client %s: %w", id, ErrNotFound)
+		return Client{}, fmt.Errorf("getting client %s: %w", id, storage.ErrNotFound)
 	}
-	c, err := scanClient(p.pool.QueryRow(ctx, `SELECT `+clientColumns+` FROM clients c WHERE c.id = $1`, id))
+	c, err := scanClient(r.pool.QueryRow(ctx, `SELECT `+clientColumns+` FROM clients c WHERE c.id = $1`, id))
 	if err != nil {
 		return Client{}, fmt.Errorf("getting client %s: %w", id, pgutil.MapError(err))
 	}
@@ -129,14 +132,14 @@ func (p *Postgres) GetClient(ctx context.Context, id string) (Client, error) {
 
 // ListClients returns up to page.Limit clients ordered by id (creation order), after
 // page.After.
-func (p *Postgres) ListClients(ctx context.Context, page Page) ([]Client, error) {
+func (r *Store) ListClients(ctx context.Context, page storage.Page) ([]Client, error) {
 	after := page.After
 	if after == "" {
 		after = uuid.Nil.String()
 	} else if uuid.Validate(after) != nil {
 		return nil, fmt.Errorf("listing clients after %q: not a client id", after)
 	}
-	rows, err := p.pool.Query(ctx,
+	rows, err := r.pool.Query(ctx,
 		`SELECT `+clientColumns+` FROM clients c WHERE c.id > $1 ORDER BY c.id LIMIT $2`, after, page.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("listing clients: %w", err)
@@ -149,11 +152,11 @@ func (p *Postgres) ListClients(ctx context.Context, page Page) ([]Client, error)
 }
 
 // UpdateClient changes the fields set in u and returns the client as it is now.
-func (p *Postgres) UpdateClient(ctx context.Context, id string, u ClientUpdate) (Client, error) {
+func (r *Store) UpdateClient(ctx context.Context, id string, u ClientUpdate) (Client, error) {
 	if uuid.Validate(id) != nil {
-		return Client{}, fmt.Errorf("updating client %s: %w", id, ErrNotFound)
+		return Client{}, fmt.Errorf("updating client %s: %w", id, storage.ErrNotFound)
 	}
-	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
 			UPDATE clients SET
 				name = coalesce($2, name),
@@ -170,7 +173,7 @@ func (p *Postgres) UpdateClient(ctx context.Context, id string, u ClientUpdate) 
 			return pgutil.MapError(err)
 		}
 		if tag.RowsAffected() == 0 {
-			return ErrNotFound
+			return storage.ErrNotFound
 		}
 		if u.PushTargets != nil {
 			return replacePushTargets(ctx, tx, "client_id", id, *u.PushTargets)
@@ -180,7 +183,7 @@ func (p *Postgres) UpdateClient(ctx context.Context, id string, u ClientUpdate) 
 	if err != nil {
 		return Client{}, fmt.Errorf("updating client %s: %w", id, err)
 	}
-	return p.GetClient(ctx, id)
+	return r.GetClient(ctx, id)
 }
 
 // eventTypesArg is the event_types value of an update: NULL (every type) for
@@ -196,28 +199,28 @@ func eventTypesArg(types *[]string) []string {
 // replaces stays valid until keepPreviousUntil (DeliveryTargets returns both until
 // then, so webhooks are signed with both); a zero keepPreviousUntil drops it at
 // once. A second rotation within the overlap drops the oldest secret.
-func (p *Postgres) RotateClientSecret(ctx context.Context, id, secret string, keepPreviousUntil time.Time) (Client, error) {
+func (r *Store) RotateClientSecret(ctx context.Context, id, secret string, keepPreviousUntil time.Time) (Client, error) {
 	if uuid.Validate(id) != nil {
-		return Client{}, fmt.Errorf("rotating secret of client %s: %w", id, ErrNotFound)
+		return Client{}, fmt.Errorf("rotating secret of client %s: %w", id, storage.ErrNotFound)
 	}
-	if p.secrets == nil {
-		return Client{}, fmt.Errorf("rotating secret of client %s: %w", id, errNoSecretBox)
+	if r.box == nil {
+		return Client{}, fmt.Errorf("rotating secret of client %s: %w", id, secretbox.ErrNoBox)
 	}
 	var until *time.Time
 	if !keepPreviousUntil.IsZero() {
 		until = &keepPreviousUntil
 	}
-	tag, err := p.pool.Exec(ctx, `
+	tag, err := r.pool.Exec(ctx, `
 		UPDATE clients SET previous_secret = CASE WHEN $3::timestamptz IS NULL THEN NULL ELSE secret END,
 		                   previous_secret_until = $3, secret = $2, updated_at = now()
-		WHERE id = $1`, id, p.secrets.seal(strings.ToLower(id), secret), until)
+		WHERE id = $1`, id, r.box.Seal(strings.ToLower(id), secret), until)
 	if err != nil {
 		return Client{}, fmt.Errorf("rotating secret of client %s: %w", id, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return Client{}, fmt.Errorf("rotating secret of client %s: %w", id, ErrNotFound)
+		return Client{}, fmt.Errorf("rotating secret of client %s: %w", id, storage.ErrNotFound)
 	}
-	c, err := p.GetClient(ctx, id)
+	c, err := r.GetClient(ctx, id)
 	if err != nil {
 		return Client{}, err
 	}
@@ -227,11 +230,11 @@ func (p *Postgres) RotateClientSecret(ctx context.Context, id, secret string, ke
 
 // DeleteClient removes the client, its push targets, its links and its members
 // with everything kept for them (deleteMembers), in one transaction.
-func (p *Postgres) DeleteClient(ctx context.Context, id string) error {
+func (r *Store) DeleteClient(ctx context.Context, id string) error {
 	if uuid.Validate(id) != nil {
-		return fmt.Errorf("deleting client %s: %w", id, ErrNotFound)
+		return fmt.Errorf("deleting client %s: %w", id, storage.ErrNotFound)
 	}
-	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		// Locked first, so that no member is added between the members' deletion
 		// and the client's (its inbox, backfilled on creation, would be left
 		// behind by the cascade): a creation under way is waited for, a later one
@@ -241,7 +244,7 @@ func (p *Postgres) DeleteClient(ctx context.Context, id string) error {
 			return err
 		}
 		if tag.RowsAffected() == 0 {
-			return ErrNotFound
+			return storage.ErrNotFound
 		}
 		if _, err := deleteMembers(ctx, tx, membersByClient, id); err != nil {
 			return err
@@ -256,12 +259,12 @@ func (p *Postgres) DeleteClient(ctx context.Context, id string) error {
 }
 
 // LinkSensor makes the client watch the sensor; linking twice is not an error. It
-// returns ErrNotFound when either does not exist.
-func (p *Postgres) LinkSensor(ctx context.Context, clientID, sensorID string) error {
+// returns storage.ErrNotFound when either does not exist.
+func (r *Store) LinkSensor(ctx context.Context, clientID, sensorID string) error {
 	if uuid.Validate(clientID) != nil {
-		return fmt.Errorf("linking client %s: %w", clientID, ErrNotFound)
+		return fmt.Errorf("linking client %s: %w", clientID, storage.ErrNotFound)
 	}
-	_, err := p.pool.Exec(ctx,
+	_, err := r.pool.Exec(ctx,
 		`INSERT INTO client_sensors (client_id, sensor_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
 		clientID, sensorID)
 	if err != nil {
@@ -270,30 +273,30 @@ func (p *Postgres) LinkSensor(ctx context.Context, clientID, sensorID string) er
 	return nil
 }
 
-// UnlinkSensor stops the client watching the sensor, or returns ErrNotFound when it
+// UnlinkSensor stops the client watching the sensor, or returns storage.ErrNotFound when it
 // did not.
-func (p *Postgres) UnlinkSensor(ctx context.Context, clientID, sensorID string) error {
+func (r *Store) UnlinkSensor(ctx context.Context, clientID, sensorID string) error {
 	if uuid.Validate(clientID) != nil {
-		return fmt.Errorf("unlinking client %s: %w", clientID, ErrNotFound)
+		return fmt.Errorf("unlinking client %s: %w", clientID, storage.ErrNotFound)
 	}
-	tag, err := p.pool.Exec(ctx,
+	tag, err := r.pool.Exec(ctx,
 		`DELETE FROM client_sensors WHERE client_id = $1 AND sensor_id = $2`, clientID, sensorID)
 	if err != nil {
 		return fmt.Errorf("unlinking client %s from sensor %s: %w", clientID, sensorID, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("unlinking client %s from sensor %s: %w", clientID, sensorID, ErrNotFound)
+		return fmt.Errorf("unlinking client %s from sensor %s: %w", clientID, sensorID, storage.ErrNotFound)
 	}
 	return nil
 }
 
 // ListClientSensors returns a page of the sensors the client watches, ordered by id.
-// It returns ErrNotFound when the client does not exist.
-func (p *Postgres) ListClientSensors(ctx context.Context, clientID string, page Page) ([]Sensor, error) {
-	if _, err := p.GetClient(ctx, clientID); err != nil {
+// It returns storage.ErrNotFound when the client does not exist.
+func (r *Store) ListClientSensors(ctx context.Context, clientID string, page storage.Page) ([]Sensor, error) {
+	if _, err := r.GetClient(ctx, clientID); err != nil {
 		return nil, err
 	}
-	rows, err := p.pool.Query(ctx, `SELECT `+sensorColumns+` `+sensorFrom+`
+	rows, err := r.pool.Query(ctx, `SELECT `+sensorColumns+` `+sensorFrom+`
 		JOIN client_sensors l ON l.sensor_id = s.id
 		WHERE l.client_id = $1 AND s.id > $2 ORDER BY s.id LIMIT $3`, clientID, page.After, page.Limit)
 	if err != nil {
@@ -307,9 +310,9 @@ func (p *Postgres) ListClientSensors(ctx context.Context, clientID string, page 
 }
 
 // ListSensorClients returns a page of the clients watching the sensor, ordered by id.
-// It returns ErrNotFound when the sensor does not exist.
-func (p *Postgres) ListSensorClients(ctx context.Context, sensorID string, page Page) ([]Client, error) {
-	if _, err := p.GetSensor(ctx, sensorID); err != nil {
+// It returns storage.ErrNotFound when the sensor does not exist.
+func (r *Store) ListSensorClients(ctx context.Context, sensorID string, page storage.Page) ([]Client, error) {
+	if _, err := r.GetSensor(ctx, sensorID); err != nil {
 		return nil, err
 	}
 	after := page.After
@@ -318,7 +321,7 @@ func (p *Postgres) ListSensorClients(ctx context.Context, sensorID string, page 
 	} else if uuid.Validate(after) != nil {
 		return nil, fmt.Errorf("listing clients after %q: not a client id", after)
 	}
-	rows, err := p.pool.Query(ctx, `SELECT `+clientColumns+` FROM clients c
+	rows, err := r.pool.Query(ctx, `SELECT `+clientColumns+` FROM clients c
 		JOIN client_sensors l ON l.client_id = c.id
 		WHERE l.sensor_id = $1 AND c.id > $2 ORDER BY c.id LIMIT $3`, sensorID, after, page.Limit)
 	if err != nil {
@@ -329,4 +332,32 @@ func (p *Postgres) ListSensorClients(ctx context.Context, sensorID string, page 
 		return nil, fmt.Errorf("listing clients of sensor %s: %w", sensorID, err)
 	}
 	return clients, nil
+}
+
+// LinkSensors makes the client watch every sensor of ids, in one statement;
+// links that exist already are kept. Every sensor must be registered.
+func (r *Store) LinkSensors(ctx context.Context, clientID string, ids []string) error {
+	if uuid.Validate(clientID) != nil {
+		return fmt.Errorf("linking client %s: %w", clientID, storage.ErrNotFound)
+	}
+	_, err := r.pool.Exec(ctx, `
+		INSERT INTO client_sensors (client_id, sensor_id)
+		SELECT $1, s FROM unnest($2::text[]) AS s
+		ON CONFLICT DO NOTHING`, clientID, ids)
+	if err != nil {
+		return fmt.Errorf("linking client %s to %d sensors: %w", clientID, len(ids), pgutil.MapError(err))
+	}
+	return nil
+}
+
+// AnalyzeRegistry refreshes the planner statistics of the registry tables
+// (sensors, clients, links, states). A deployment's are kept by autovacuum; a
+// benchmark that registers a fleet in bulk calls this before it measures, as
+// the statements that join them (the retrier's delivery targets, the
+// consumer's lookups) are planned as if the tables were empty until then.
+func (r *Store) AnalyzeRegistry(ctx context.Context) error {
+	if _, err := r.pool.Exec(ctx, `ANALYZE sensors, clients, client_sensors, sensor_state`); err != nil {
+		return fmt.Errorf("analyzing the registry: %w", err)
+	}
+	return nil
 }

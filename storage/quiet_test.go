@@ -7,40 +7,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/lockstream/lockstream/domain"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
-
-// Quiet hours are read on the member's wall clock: a window within a day, one
-// spanning midnight (before and after it), outside them, and a zone with its
-// own offset.
-func TestQuietUntil(t *testing.T) {
-	t.Parallel()
-	utc := func(h, m int) time.Time { return time.Date(2026, 11, 22, h, m, 0, 0, time.UTC) }
-	night := storage.QuietHours{From: "22:00", To: "07:00"}
-	lunch := storage.QuietHours{From: "12:00", To: "13:30"}
-	for _, tc := range []struct {
-		now   time.Time
-		q     storage.QuietHours
-		tz    string
-		quiet bool
-		until time.Time
-	}{
-		{utc(23, 10), night, "UTC", true, time.Date(2026, 11, 23, 7, 0, 0, 0, time.UTC)},
-		{utc(3, 0), night, "UTC", true, utc(7, 0)},
-		{utc(7, 0), night, "UTC", false, time.Time{}},
-		{utc(21, 59), night, "UTC", false, time.Time{}},
-		{utc(12, 0), lunch, "UTC", true, utc(13, 30)},
-		{utc(13, 30), lunch, "UTC", false, time.Time{}},
-		// 21:30 UTC is 22:30 in Paris (UTC+1 in November): quiet until 07:00 Paris.
-		{utc(21, 30), night, "Europe/Paris", true, time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)},
-		{utc(21, 30), night, "Nowhere/Land", false, time.Time{}}, // unknown zone: UTC
-	} {
-		until, quiet := storage.QuietUntil(tc.now, tc.q, tc.tz)
-		if quiet != tc.quiet || !until.Equal(tc.until) {
-			t.Errorf("QuietUntil(%v, %v, %s) = %v, %v; want %v, %v", tc.now, tc.q, tc.tz, until, quiet, tc.until, tc.quiet)
-		}
-	}
-}
 
 // The targets of a claim tell a member's push and email apart and carry its
 // quiet hours and whether it is about a critical message the member has not
@@ -48,16 +18,16 @@ func TestQuietUntil(t *testing.T) {
 func TestDeliveryTargetsCarryQuietHours(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "qDoor")
-	c := f.client(t, storage.Client{Name: "quiet"}, "qDoor")
+	c := f.client(t, registry.Client{Name: "quiet"}, "qDoor")
 	hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
-	ann, _, err := f.pg.CreateMember(f.ctx, storage.Member{ClientID: c.ID, Name: "ann", Timezone: "Europe/Paris",
-		Email: "ann@example.com", Preferences: storage.DefaultMemberPreferences(),
-		PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "ann-phone"}}}, hash[:], storage.Backfill{})
+	ann, _, err := f.reg.CreateMember(f.ctx, registry.Member{ClientID: c.ID, Name: "ann", Timezone: "Europe/Paris",
+		Email: "ann@example.com", Preferences: registry.DefaultMemberPreferences(),
+		PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "ann-phone"}}}, hash[:], registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	quiet := storage.QuietHours{From: "22:00", To: "07:00"}
-	if _, err := f.pg.UpdateMember(f.ctx, ann.ID, storage.MemberUpdate{QuietHours: &quiet}); err != nil {
+	quiet := domain.QuietHours{From: "22:00", To: "07:00"}
+	if _, err := f.reg.UpdateMember(f.ctx, ann.ID, registry.MemberUpdate{QuietHours: &quiet}); err != nil {
 		t.Fatal(err)
 	}
 	insert := func(clientID *string, channel, target string) storage.Delivery {
