@@ -171,7 +171,7 @@ func Ingest(ctx context.Context, cfg IngestConfig, states IngestStore, logger *s
 }
 
 // IngestStore is where the full consumer keeps state (consumer.PostgresStore);
-// the benchmark registers its sensors there first (storage.Postgres), since
+// the benchmark registers its sensors there first (registry.Store), since
 // only registered sensors have a state.
 type IngestStore interface {
 	consumer.StateStore

@@ -115,7 +115,7 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Registry is the part of storage.Postgres the console reads sensors and clients
+// Registry is the part of registry.Store the console reads sensors and clients
 // from.
 type Registry interface {
 	GetSensor(ctx context.Context, id string) (registry.Sensor, error)
@@ -135,7 +135,7 @@ type Deliveries interface {
 	RetryDelivery(ctx context.Context, id string) (storage.Delivery, error)
 }
 
-// Members is the part of storage.Postgres that signs members in and lists a
+// Members is the part of registry.Store that signs members in and lists a
 // client's members.
 type Members interface {
 	MemberByTokenHash(ctx context.Context, hash []byte, idle time.Duration) (registry.Member, error)

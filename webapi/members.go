@@ -24,7 +24,7 @@ import (
 	"github.com/lockstream/lockstream/storage"
 )
 
-// MemberStore is the part of storage.Postgres the member routes and member
+// MemberStore is the part of registry.Store the member routes and member
 // authentication use.
 type MemberStore interface {
 	CreateMember(ctx context.Context, m registry.Member, tokenHash []byte, backfill registry.Backfill) (registry.Member, int, error)

@@ -182,7 +182,7 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Registry is the part of storage.Postgres the admin routes use.
+// Registry is the part of registry.Store the admin routes use.
 type Registry interface {
 	CreateSensor(ctx context.Context, s registry.Sensor) (registry.Sensor, error)
 	GetSensor(ctx context.Context, id string) (registry.Sensor, error)
