@@ -313,7 +313,7 @@ func (s *Store) sealRestores(ctx context.Context, hours []int64, in string, lo, 
 }
 
 // insertRestores inserts the nonzero differences of diff into the rollups:
-// the fleet's (” keys) into fleet_events_hourly, the sensors' into
+// the fleet's ("" keys) into fleet_events_hourly, the sensors' into
 // events_hourly. It returns how many rows it inserted.
 func (s *Store) insertRestores(ctx context.Context, diff map[hourKey][2]int64) (int, error) {
 	type columns struct {

@@ -47,8 +47,9 @@ type Sent struct {
 	Marks int
 	Done  bool
 	// Incidents is the number of incidents with due tiers handled (at most
-	// the limit); Reminders the number of inbox messages added.
-	Incidents, Reminders int
+	// the limit); Reminders the number of inbox messages added; Emails and
+	// Pushes the deliveries queued for them (reminderChannels).
+	Incidents, Reminders, Emails, Pushes int
 	// Statements is the number of statements sent (BEGIN and COMMIT
 	// included): the same whatever it handled.
 	Statements int
@@ -153,7 +154,7 @@ func (p *PostgresStore) SendMarks(ctx context.Context, r Round) (Sent, error) {
 		return Sent{}, fmt.Errorf("sending reminders: limit %d must be positive", r.Limit)
 	}
 	res := Sent{Statements: 4}
-	var notified int
+	var notified, woke int
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		// The statement is planned once and runs once: compiling it (JIT)
 		// costs more than it saves, and a full send's sorts and hashes spill
@@ -162,7 +163,7 @@ func (p *PostgresStore) SendMarks(ctx context.Context, r Round) (Sent, error) {
 			return err
 		}
 		return tx.QueryRow(ctx, sendSQL, r.Now, r.Limit, r.PublicURL, r.Now.Add(r.AckTTL)).
-			Scan(&res.Marks, &res.Incidents, &res.Reminders, &notified, &res.Done)
+			Scan(&res.Marks, &res.Incidents, &res.Reminders, &notified, &res.Done, &res.Emails, &res.Pushes, &woke)
 	})
 	if err != nil {
 		return Sent{}, fmt.Errorf("sending reminders: %w", storage.MapError(err))
@@ -274,6 +275,52 @@ WITH k AS MATERIALIZED (
 	           AS message,
 	       row_number() OVER (ORDER BY r.due_at, r.incident_id) AS ord
 	FROM rcpt r
-	` + inbox.WriteNotified + `
+	` + inbox.WriteNotified + reminderChannels + `
 SELECT (SELECT count(*) FROM k), (SELECT count(*) FROM pick), (SELECT count(*) FROM ins), (SELECT count(*) FROM notified),
-       EXISTS (SELECT 1 FROM sent)`
+       EXISTS (SELECT 1 FROM sent), (SELECT count(*) FROM mail), (SELECT count(*) FROM push), (SELECT n FROM woke)`
+
+// PushPrototype is the Swrve message prototype of a reminder's push.
+const PushPrototype = "incident.reminder"
+
+// reminderChannels follows sendSQL's inbox write (ins: the reminders added):
+// each reminder also goes by email and push as its member's preferences say
+// (docs/DESIGN.md "Reminders by email and push"), with the same one-click ack
+// link as its inbox message, rendered when sent:
+//   - an email (a member email of kind message naming the reminder's seq,
+//     event type incident_reminder) to a member with an address whose email
+//     preference is once_per_unread, or digest for a critical incident (a
+//     digest never holds a critical); off: none;
+//   - a push per device of a member whose push preference is not false: a
+//     standalone push (pushes row) of prototype PushPrototype whose message
+//     is the reminder's JSON (incident, subject, ack_url…), with a member
+//     email row of kind push naming the reminder, so that quiet hours hold a
+//     non-critical one and never a critical one (storage's delivery targets).
+//
+// The retriers are woken on commit.
+const reminderChannels = `, mail AS MATERIALIZED (
+	SELECT lockstream_uuid_v7() AS id, i.member_id, i.client_id, i.seq
+	FROM ins i JOIN members mb ON mb.id = i.member_id
+	WHERE coalesce(mb.email, '') <> ''
+	  AND (mb.preferences ->> 'email' = 'once_per_unread' OR mb.preferences ->> 'email' = 'digest' AND i.severity = 'critical')
+), push AS MATERIALIZED (
+	SELECT lockstream_uuid_v7() AS id, i.member_id, i.client_id, i.seq, i.message, t.platform, t.push_key
+	FROM ins i JOIN members mb ON mb.id = i.member_id JOIN member_push_targets t ON t.member_id = i.member_id
+	WHERE (mb.preferences ->> 'push')::boolean IS NOT FALSE
+), queued AS (
+	INSERT INTO deliveries (id, client_id, sensor_id, event_type, channel, target, state, next_attempt_at, event_at)
+	SELECT id, client_id, NULL, '` + ReminderType + `', 'email', 'member:' || member_id, 'PENDING', now(), now() FROM mail
+	UNION ALL
+	SELECT id, client_id, NULL, '` + ReminderType + `', 'swrve', platform || ':' || push_key, 'PENDING', now(), now() FROM push
+), listed_in AS (
+	INSERT INTO member_emails (delivery_id, event_at, member_id, kind, key, from_seq, to_seq)
+	SELECT id, now(), member_id, 'message', NULL, seq - 1, seq FROM mail
+	UNION ALL
+	SELECT id, now(), member_id, 'push', NULL, seq - 1, seq FROM push
+), pushed AS (
+	INSERT INTO pushes (delivery_id, platform, message_prototype_key, push_key, message, window_at, received_at)
+	SELECT id, platform, '` + PushPrototype + `', push_key, message::text, now(), now() FROM push
+), woke AS (
+	SELECT count(pg_notify('` + storage.OutboxChannel + `', w.lane)) AS n
+	FROM (SELECT 'email' AS lane WHERE EXISTS (SELECT 1 FROM mail)
+	      UNION ALL SELECT 'swrve' WHERE EXISTS (SELECT 1 FROM push)) w
+)`

@@ -143,6 +143,9 @@ type UnseenMessage struct {
 	Data     *int
 	Previous *int
 	At       time.Time
+	// AckURL is an incident reminder's one-click ack link (its message's
+	// ack_url); empty for other messages.
+	AckURL string
 }
 
 // ParseRetryAfter reads a Retry-After value, delay-seconds or an HTTP date; 0 if

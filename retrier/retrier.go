@@ -15,6 +15,7 @@ package retrier
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/notifier"
 	"github.com/lockstream/lockstream/notifier/swrve"
 	"github.com/lockstream/lockstream/notifier/webhook"
@@ -649,7 +651,7 @@ func (r *Retrier) sendMemberEmail(ctx context.Context, d storage.Delivery, me st
 	for _, m := range me.Messages {
 		e.Messages = append(e.Messages, notifier.UnseenMessage{Type: m.Type, SensorID: m.SensorID,
 			SensorAddress: m.SensorAddress, SensorSite: m.SensorSite, Subject: m.Subject, Severity: m.Severity, Data: m.Data,
-			Previous: m.Previous, At: m.At})
+			Previous: m.Previous, At: m.At, AckURL: ackURL(m)})
 	}
 	return u.SendUnseen(ctx, me.Email, e)
 }
@@ -896,3 +898,22 @@ func (r *Retrier) refreshStats(ctx context.Context) {
 	}
 	r.m.oldestDue.Set(oldest)
 }
+
+// ackURL is an incident reminder's one-click ack link (its message's
+// ack_url), or "" for another message.
+func ackURL(m inbox.Message) string {
+	if m.Type != incidentReminderType || len(m.Message) == 0 {
+		return ""
+	}
+	var body struct {
+		AckURL string `json:"ack_url"`
+	}
+	if json.Unmarshal(m.Message, &body) != nil {
+		return ""
+	}
+	return body.AckURL
+}
+
+// incidentReminderType is incident.ReminderType (a daemon package the
+// retrier does not import).
+const incidentReminderType = "incident_reminder"

@@ -13,8 +13,8 @@ import (
 	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/escalation"
 	"github.com/lockstream/lockstream/inbox"
+	"github.com/lockstream/lockstream/internal/pgutil"
 	"github.com/lockstream/lockstream/registry/secretbox"
-	"github.com/lockstream/lockstream/storage/pgutil"
 )
 
 // Channel is the way a delivery reaches its client.
@@ -912,6 +912,11 @@ func (p *Postgres) deliveryTargets(ctx context.Context, ids []string, ats []*tim
 		               JOIN inbox_messages x ON x.member_id = q.id AND `+escalation.EpisodeKey+` = e.key AND x.seq >= e.first_seq
 		               WHERE me.delivery_id = d.id AND me.event_at = d.event_at AND `+escalation.EpisodeUnseen+`
 		                 AND x.severity = 'critical')
+		           -- An incident reminder's email or push: the reminder it names.
+		           WHEN d.event_type = 'incident_reminder' THEN EXISTS (
+		               SELECT 1 FROM member_emails me
+		               JOIN inbox_messages x ON x.member_id = q.id AND x.seq > me.from_seq AND x.seq <= me.to_seq
+		               WHERE me.delivery_id = d.id AND me.event_at = d.event_at AND x.severity = 'critical')
 		           ELSE false END
 		FROM unnest($1::uuid[], $2::timestamptz[]) AS k (id, at)
 		JOIN deliveries d ON d.id = k.id AND (k.at IS NULL OR d.event_at = k.at)

@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockstream/lockstream/internal/pgutil"
 	"github.com/lockstream/lockstream/registry/secretbox"
-	"github.com/lockstream/lockstream/storage/pgutil"
 )
 
 // Postgres is the registry, sensor state and outbox store. It is safe for concurrent

@@ -65,12 +65,12 @@ fi
 mkdir -p "$LOCKSTREAM_DATA_DIR"
 : >"$LOG"
 # The message prototypes lockstream pushes: "sensor." and each event type, sensor.unseen
-# (escalations), and the demo's standalone "Hello". The fake Swrve takes any campaign
+# (escalations), incident.reminder (incident reminders), and the demo's standalone "Hello". The fake Swrve takes any campaign
 # key. The demo's keys file is rewritten when it lacks one of them (a data folder from
 # an older demo predates some); a file of your own is only checked.
 push_prototypes="Hello sensor.unseen sensor.state_changed sensor.connection_lost sensor.connection_restored
   sensor.sensor_open_too_long sensor.site_outage sensor.site_restored sensor.sensor_unstable sensor.sensor_stable
-  sensor.maintenance_ended"
+  sensor.maintenance_ended incident.reminder"
 missing_prototypes=""
 for p in $push_prototypes; do
   grep -qF "'$p':" "$LOCKSTREAM_SWRVE_PUSH_KEYS" 2>/dev/null || missing_prototypes="$missing_prototypes $p"

@@ -31,6 +31,8 @@ type unseenItem struct {
 	At       string
 	// AtRFC3339 is in UTC, for the HTML time element.
 	AtRFC3339 string
+	// AckURL is an incident reminder's one-click ack link, or empty.
+	AckURL string
 }
 
 // SendUnseen makes one attempt to mail an escalation (the messages of an
@@ -58,7 +60,7 @@ func (s *Sender) unseenMessage(to string, u notifier.Unseen) (*mail.Msg, error) 
 	for _, m := range u.Messages {
 		v.Items = append(v.Items, unseenItem{Title: unseenTitle(m), Severity: m.Severity,
 			Critical: m.Severity == "critical", At: m.At.In(loc).Format("Mon, 02 Jan 2006 15:04 MST"),
-			AtRFC3339: m.At.UTC().Format(time.RFC3339)})
+			AtRFC3339: m.At.UTC().Format(time.RFC3339), AckURL: m.AckURL})
 	}
 	v.About = unseenAbout(u.Messages[0])
 	name := "unseen"

@@ -108,3 +108,26 @@ func TestUnseenTitleOfEveryEventType(t *testing.T) {
 		mustContain(t, string(typ)+" text", m.text, "Sun, 22 Nov 2026 10:00 UTC: "+want)
 	}
 }
+
+// An incident reminder's email, alone or listed in an escalation, carries its
+// one-click ack link in the text and as a link in the HTML.
+func TestIncidentReminderEmailCarriesAckLink(t *testing.T) {
+	t.Parallel()
+	srv := startSMTP(t, smtpOptions{})
+	s := newSender(t, email.Config{SMTPURL: srv.url("smtp"), From: "lockstream <alerts@lockstream.test>"})
+	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	const link = "https://ls.example.com/ack/0123456789abcdef0123456789abcdef"
+	reminder := notifier.UnseenMessage{Type: "incident_reminder", Subject: "Incident not acknowledged: connection_lost of sensor:door1",
+		Severity: "critical", At: at, AckURL: link}
+	for _, u := range []notifier.Unseen{
+		{ID: "0190-inc", Notification: true, MemberName: "Alice", Timezone: "UTC", Messages: []notifier.UnseenMessage{reminder}},
+		{ID: "0190-esc", MemberName: "Alice", Timezone: "UTC", Messages: []notifier.UnseenMessage{reminder}},
+	} {
+		if res := s.SendUnseen(t.Context(), "alice@example.com", u); res.Outcome != notifier.Sent {
+			t.Fatalf("result = %+v, want Sent", res)
+		}
+		m := parse(t, srv.next(t).data)
+		mustContain(t, u.ID+" text part", m.text, "Incident not acknowledged", "Acknowledge (one click): "+link)
+		mustContain(t, u.ID+" HTML part", m.html, `<a href="`+link+`">Acknowledge</a>`)
+	}
+}
