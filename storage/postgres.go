@@ -13,8 +13,10 @@ import (
 	"github.com/lockstream/lockstream/registry/secretbox"
 )
 
-// Postgres is the registry, sensor state and outbox store. It is safe for concurrent
-// use.
+// Postgres is the shared Postgres handle: the pool and the key of client
+// secrets that the boxes' stores are built on (registry.New, inbox, …), and
+// the outbox's statements not yet moved to their box. It is safe for
+// concurrent use.
 type Postgres struct {
 	pool *pgxpool.Pool
 	// secrets opens client signing secrets for delivery targets and is the
