@@ -70,7 +70,7 @@ func (s *Store) summarize(ctx context.Context, scope Scope, edges []time.Time) (
 			return Summary{}, err
 		}
 		p := newPlan(unix, s.source, untrusted)
-		carried, err := s.carryIn(ctx, sc, p.from, s.source, untrusted, false)
+		carried, err := s.carryIn(ctx, sc, p.from, s.source, untrusted, false, "")
 		if err != nil {
 			return Summary{}, err
 		}

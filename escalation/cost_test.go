@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/escalation"
-	"github.com/lockstream/lockstream/registry"
 )
 
 // dueEpisodes makes members × sensors due episodes (one flip per sensor, every
@@ -18,7 +17,7 @@ func dueEpisodes(t *testing.T, members, sensors int) *fixture {
 		ids[i] = fmt.Sprintf("s%d", i)
 	}
 	f := newFixture(t)
-	if err := registry.New(f.pg).CreateSensors(f.ctx, ids, "somewhere"); err != nil {
+	if err := f.reg.CreateSensors(f.ctx, ids, "somewhere"); err != nil {
 		t.Fatal(err)
 	}
 	c := f.client(t, ids...)

@@ -114,7 +114,7 @@ func TestRoundSkipsSelfUnseenAndLostAccess(t *testing.T) {
 	f.flip(t, "state_changed", 1, "door1", "door2")
 	f.markAll(t, erin.ID, inbox.ActionSeen)
 	f.markAll(t, erin.ID, inbox.ActionUnseen)
-	if err := registry.New(f.pg).UnlinkSensor(f.ctx, c2.ID, "door2"); err != nil {
+	if err := f.reg.UnlinkSensor(f.ctx, c2.ID, "door2"); err != nil {
 		t.Fatal(err)
 	}
 	now = time.Now().Add(time.Hour)
@@ -253,7 +253,7 @@ func TestRoundBackfillAndFreeForm(t *testing.T) {
 	c := f.client(t, "door1")
 	f.flip(t, "state_changed", 1, "door1")
 	hash := [32]byte{1}
-	late, n, err := registry.New(f.pg).CreateMember(f.ctx, registry.Member{ClientID: c.ID, Name: "late", Email: "late@example.com",
+	late, n, err := f.reg.CreateMember(f.ctx, registry.Member{ClientID: c.ID, Name: "late", Email: "late@example.com",
 		Timezone: "UTC", Preferences: registry.DefaultMemberPreferences()}, hash[:],
 		registry.Backfill{Window: time.Hour, Max: 20})
 	if err != nil || n != 1 {

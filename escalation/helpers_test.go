@@ -24,6 +24,7 @@ import (
 type fixture struct {
 	ctx   context.Context
 	pg    *storage.Postgres
+	reg   *registry.Store
 	count *storage.StatementCounter
 	start time.Time // before anything was written: episodes open after it
 	seq   int
@@ -39,9 +40,9 @@ func newFixture(t *testing.T, sensors ...string) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(pg.Close)
-	f.pg = pg
+	f.pg, f.reg = pg, registry.New(pg)
 	for _, id := range sensors {
-		if _, err := registry.New(f.pg).CreateSensor(f.ctx, registry.Sensor{ID: id, Address: "addr of " + id}); err != nil {
+		if _, err := f.reg.CreateSensor(f.ctx, registry.Sensor{ID: id, Address: "addr of " + id}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -50,13 +51,13 @@ func newFixture(t *testing.T, sensors ...string) *fixture {
 
 func (f *fixture) client(t *testing.T, sensors ...string) registry.Client {
 	t.Helper()
-	c, err := registry.New(f.pg).CreateClient(f.ctx, registry.Client{Name: "acme", WebhookURL: "https://example.com/hook",
+	c, err := f.reg.CreateClient(f.ctx, registry.Client{Name: "acme", WebhookURL: "https://example.com/hook",
 		Secret: "whsec_c2VjcmV0"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range sensors {
-		if err := registry.New(f.pg).LinkSensor(f.ctx, c.ID, s); err != nil {
+		if err := f.reg.LinkSensor(f.ctx, c.ID, s); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -73,7 +74,7 @@ func (f *fixture) member(t *testing.T, clientID, name string, change func(*regis
 		change(&m)
 	}
 	hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
-	created, _, err := registry.New(f.pg).CreateMember(f.ctx, m, hash[:], registry.Backfill{})
+	created, _, err := f.reg.CreateMember(f.ctx, m, hash[:], registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lockstream/lockstream/storage/pgutil"
+	"github.com/lockstream/lockstream/internal/pgutil"
 )
 
 // PostgresStore runs escalation rounds: the round's rules are its one

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lockstream/lockstream/domain"
-	"github.com/lockstream/lockstream/storage/pgutil"
+	"github.com/lockstream/lockstream/internal/pgutil"
 )
 
 // inbox of one member, or of every member of one client. Its JSON form is the

@@ -25,6 +25,7 @@ import (
 // (storage) and the inbox's store over one pool.
 type fixture struct {
 	pg  *storage.Postgres
+	reg *registry.Store
 	in  *inbox.PostgresStore
 	ctx context.Context
 }
@@ -32,9 +33,9 @@ type fixture struct {
 func newFixture(t *testing.T, sensors ...string) *fixture {
 	t.Helper()
 	pg := storagetest.New(t).Postgres
-	f := &fixture{pg: pg, in: inbox.NewPostgresStore(pg), ctx: context.Background()}
+	f := &fixture{pg: pg, reg: registry.New(pg), in: inbox.NewPostgresStore(pg), ctx: context.Background()}
 	for _, id := range sensors {
-		if _, err := registry.New(f.pg).CreateSensor(f.ctx, registry.Sensor{ID: id, Address: "addr of " + id}); err != nil {
+		if _, err := f.reg.CreateSensor(f.ctx, registry.Sensor{ID: id, Address: "addr of " + id}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -50,12 +51,12 @@ func (f *fixture) client(t *testing.T, c registry.Client, sensors ...string) reg
 	if c.Secret == "" {
 		c.Secret = "whsec_c2VjcmV0"
 	}
-	created, err := registry.New(f.pg).CreateClient(f.ctx, c)
+	created, err := f.reg.CreateClient(f.ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range sensors {
-		if err := registry.New(f.pg).LinkSensor(f.ctx, created.ID, s); err != nil {
+		if err := f.reg.LinkSensor(f.ctx, created.ID, s); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -76,7 +77,7 @@ func (f *fixture) create(t *testing.T, events ...storage.NotificationInput) fano
 func (f *fixture) member(t *testing.T, clientID, name string, backfill registry.Backfill) registry.Member {
 	t.Helper()
 	hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
-	m, _, err := registry.New(f.pg).CreateMember(f.ctx, registry.Member{ClientID: clientID, Name: name, Timezone: "UTC",
+	m, _, err := f.reg.CreateMember(f.ctx, registry.Member{ClientID: clientID, Name: name, Timezone: "UTC",
 		Preferences: registry.DefaultMemberPreferences()}, hash[:], backfill)
 	if err != nil {
 		t.Fatal(err)
@@ -428,38 +429,38 @@ func TestInboxPartitionsAndMemberLifecycle(t *testing.T) {
 
 	c := f.client(t, registry.Client{Name: "acme"}, "door1")
 	hash := sha256.Sum256([]byte("token"))
-	m, _, err := registry.New(f.pg).CreateMember(f.ctx, registry.Member{ClientID: c.ID, Name: "alice", Email: "a@example.com",
+	m, _, err := f.reg.CreateMember(f.ctx, registry.Member{ClientID: c.ID, Name: "alice", Email: "a@example.com",
 		Timezone: "Europe/Paris", Preferences: registry.MemberPreferences{Email: registry.EmailDigest, DigestTimes: []string{"08:30"}},
 		PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "k1"}}}, hash[:], registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := registry.New(f.pg).CreateMember(f.ctx, registry.Member{ClientID: uuid.NewString(), Name: "x",
+	if _, _, err := f.reg.CreateMember(f.ctx, registry.Member{ClientID: uuid.NewString(), Name: "x",
 		Timezone: "UTC"}, []byte("other"), registry.Backfill{}); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("member of an unknown client: %v", err)
 	}
-	byToken, err := registry.New(f.pg).MemberByTokenHash(f.ctx, hash[:], registry.DefaultMemberTokenIdle)
+	byToken, err := f.reg.MemberByTokenHash(f.ctx, hash[:], registry.DefaultMemberTokenIdle)
 	if err != nil || byToken.ID != m.ID || byToken.Timezone != "Europe/Paris" || byToken.Preferences.Email != registry.EmailDigest ||
 		len(byToken.PushTargets) != 1 || byToken.Email != "a@example.com" {
 		t.Fatalf("by token: %+v %v", byToken, err)
 	}
 	newHash := sha256.Sum256([]byte("token2"))
-	if _, err := registry.New(f.pg).RotateMemberToken(f.ctx, m.ID, newHash[:]); err != nil {
+	if _, err := f.reg.RotateMemberToken(f.ctx, m.ID, newHash[:]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := registry.New(f.pg).MemberByTokenHash(f.ctx, hash[:], registry.DefaultMemberTokenIdle); !errors.Is(err, storage.ErrNotFound) {
+	if _, err := f.reg.MemberByTokenHash(f.ctx, hash[:], registry.DefaultMemberTokenIdle); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("old token after rotation: %v", err)
 	}
 	empty := ""
-	updated, err := registry.New(f.pg).UpdateMember(f.ctx, m.ID, registry.MemberUpdate{Email: &empty, PushTargets: &[]storage.PushTarget{}})
+	updated, err := f.reg.UpdateMember(f.ctx, m.ID, registry.MemberUpdate{Email: &empty, PushTargets: &[]storage.PushTarget{}})
 	if err != nil || updated.Email != "" || len(updated.PushTargets) != 0 || updated.Name != "alice" {
 		t.Fatalf("update: %+v %v", updated, err)
 	}
 	f.create(t, stateChanged("e1", "door1", 1, time.Now()))
-	if err := registry.New(f.pg).DeleteMember(f.ctx, m.ID); err != nil {
+	if err := f.reg.DeleteMember(f.ctx, m.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := registry.New(f.pg).GetMember(f.ctx, m.ID); !errors.Is(err, storage.ErrNotFound) {
+	if _, err := f.reg.GetMember(f.ctx, m.ID); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("deleted member: %v", err)
 	}
 	if total, _, err := f.in.ListInbox(f.ctx, inbox.Query{MemberID: m.ID, IncludeSeen: true,
@@ -480,7 +481,7 @@ func TestRecordNotificationOncePerKey(t *testing.T) {
 	var members []registry.Member
 	for _, name := range []string{"alice", "bob"} {
 		hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
-		m, _, err := registry.New(f.pg).CreateMember(f.ctx, registry.Member{ClientID: c.ID, Name: name, Email: name + "@example.com",
+		m, _, err := f.reg.CreateMember(f.ctx, registry.Member{ClientID: c.ID, Name: name, Email: name + "@example.com",
 			Timezone: "UTC", Preferences: registry.DefaultMemberPreferences()}, hash[:], registry.Backfill{})
 		if err != nil {
 			t.Fatal(err)

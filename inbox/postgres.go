@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockstream/lockstream/domain"
-	"github.com/lockstream/lockstream/storage/pgutil"
+	"github.com/lockstream/lockstream/internal/pgutil"
 )
 
 // PostgresStore holds the members' inboxes: their messages, reads, marks and

@@ -24,7 +24,7 @@ func TestIncidentEventsPublishedOnce(t *testing.T) {
 	c := f.client(t, "door1")
 	subscribed := []string{"connection_lost", "connection_restored", "incident_opened", "incident_acknowledged",
 		"incident_resolved"}
-	if _, err := registry.New(f.pg).UpdateClient(f.ctx, c.ID, registry.ClientUpdate{EventTypes: &subscribed}); err != nil {
+	if _, err := f.reg.UpdateClient(f.ctx, c.ID, registry.ClientUpdate{EventTypes: &subscribed}); err != nil {
 		t.Fatal(err)
 	}
 	f.client(t, "door1") // of every type (NULL): every sensor event, no incident event

@@ -26,6 +26,7 @@ var t0 = time.Date(2026, 1, 5, 10, 0, 0, 0, time.UTC)
 type fixture struct {
 	ctx   context.Context
 	pg    *storage.Postgres
+	reg   *registry.Store
 	store *incident.PostgresStore
 	count *storage.StatementCounter
 	seq   int
@@ -41,9 +42,9 @@ func newFixture(t testing.TB, sensors ...string) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(pg.Close)
-	f.pg, f.store = pg, incident.NewPostgresStore(pg)
+	f.pg, f.reg, f.store = pg, registry.New(pg), incident.NewPostgresStore(pg)
 	for _, id := range sensors {
-		if _, err := registry.New(f.pg).CreateSensor(f.ctx, registry.Sensor{ID: id, Address: "addr of " + id}); err != nil {
+		if _, err := f.reg.CreateSensor(f.ctx, registry.Sensor{ID: id, Address: "addr of " + id}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -52,13 +53,13 @@ func newFixture(t testing.TB, sensors ...string) *fixture {
 
 func (f *fixture) client(t testing.TB, sensors ...string) registry.Client {
 	t.Helper()
-	c, err := registry.New(f.pg).CreateClient(f.ctx, registry.Client{Name: "acme", WebhookURL: "https://example.com/hook",
+	c, err := f.reg.CreateClient(f.ctx, registry.Client{Name: "acme", WebhookURL: "https://example.com/hook",
 		Secret: "whsec_c2VjcmV0"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range sensors {
-		if err := registry.New(f.pg).LinkSensor(f.ctx, c.ID, s); err != nil {
+		if err := f.reg.LinkSensor(f.ctx, c.ID, s); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -70,7 +71,7 @@ func (f *fixture) member(t testing.TB, clientID, name string) registry.Member {
 	m := registry.Member{ClientID: clientID, Name: name, Email: name + "@example.com", Timezone: "UTC",
 		Preferences: registry.DefaultMemberPreferences()}
 	hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
-	created, _, err := registry.New(f.pg).CreateMember(f.ctx, m, hash[:], registry.Backfill{})
+	created, _, err := f.reg.CreateMember(f.ctx, m, hash[:], registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/lockstream/lockstream/domain"
+	"github.com/lockstream/lockstream/internal/pgutil"
 	"github.com/lockstream/lockstream/registry/secretbox"
 	"github.com/lockstream/lockstream/storage"
-	"github.com/lockstream/lockstream/storage/pgutil"
 )
 
 // clientColumns are selected by every client query, in scanClient's order; the secret

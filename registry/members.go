@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/inbox"
+	"github.com/lockstream/lockstream/internal/pgutil"
 	"github.com/lockstream/lockstream/storage"
-	"github.com/lockstream/lockstream/storage/pgutil"
 )
 
 // EmailPreference is how a member wants to hear by email of messages it has not

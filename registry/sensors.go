@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/lockstream/lockstream/internal/pgutil"
 	"github.com/lockstream/lockstream/storage"
-	"github.com/lockstream/lockstream/storage/pgutil"
 )
 
 // sensorColumns are selected by every sensor query, in scanSensor's order.

@@ -62,10 +62,10 @@ func TestRetrierHoldsBackAnEndpointThatAnswered429(t *testing.T) {
 	s.header = http.Header{"Retry-After": []string{"30"}}
 	b := setup(t, setupOpts{sinkURL: s.srv.URL, noRetrier: true})
 	const other = "OtherSensor"
-	if _, err := registry.New(b.pg).CreateSensor(b.ctx, registry.Sensor{ID: other, Address: "2 Main St"}); err != nil {
+	if _, err := b.registry.CreateSensor(b.ctx, registry.Sensor{ID: other, Address: "2 Main St"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := registry.New(b.pg).LinkSensor(b.ctx, b.client.ID, other); err != nil {
+	if err := b.registry.LinkSensor(b.ctx, b.client.ID, other); err != nil {
 		t.Fatal(err)
 	}
 	b.startControlled(retrier.Config{})
@@ -107,7 +107,7 @@ func TestRetrierHoldsBackAnEndpointThatAnswered429(t *testing.T) {
 	if n := s.count(); n != 1 {
 		t.Errorf("the endpoint got %d requests, want the one that answered 429", n)
 	}
-	c, err := registry.New(b.pg).GetClient(b.ctx, b.client.ID)
+	c, err := b.registry.GetClient(b.ctx, b.client.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,16 +50,16 @@ func TestEscalationsCheckedWhenSent(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{noRetrier: true})
 	const other = "OtherSensor"
-	if _, err := registry.New(b.pg).CreateSensor(b.ctx, registry.Sensor{ID: other, Address: "2 Side St"}); err != nil {
+	if _, err := b.registry.CreateSensor(b.ctx, registry.Sensor{ID: other, Address: "2 Side St"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := registry.New(b.pg).LinkSensor(b.ctx, b.client.ID, other); err != nil {
+	if err := b.registry.LinkSensor(b.ctx, b.client.ID, other); err != nil {
 		t.Fatal(err)
 	}
 	members := map[string]string{}
 	for _, name := range []string{"Ann", "Bo"} {
 		hash := sha256.Sum256([]byte("lsm_escalation" + name))
-		m, _, err := registry.New(b.pg).CreateMember(b.ctx, registry.Member{ClientID: b.client.ID, Name: name,
+		m, _, err := b.registry.CreateMember(b.ctx, registry.Member{ClientID: b.client.ID, Name: name,
 			Email: strings.ToLower(name) + "@example.com", Timezone: "UTC", Preferences: registry.DefaultMemberPreferences(),
 			PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: strings.ToLower(name) + "-phone"}}},
 			hash[:], registry.Backfill{})
@@ -81,10 +81,10 @@ func TestEscalationsCheckedWhenSent(t *testing.T) {
 	if err != nil || res.Episodes != 4 || res.Emails != 2 || res.Pushes != 2 {
 		t.Fatalf("round: %+v, %v; want 4 episodes, one email and one push per member", res, err)
 	}
-	if err := registry.New(b.pg).UnlinkSensor(b.ctx, b.client.ID, other); err != nil {
+	if err := b.registry.UnlinkSensor(b.ctx, b.client.ID, other); err != nil {
 		t.Fatal(err)
 	}
-	if err := registry.New(b.pg).DeleteMember(b.ctx, members["Bo"]); err != nil {
+	if err := b.registry.DeleteMember(b.ctx, members["Bo"]); err != nil {
 		t.Fatal(err)
 	}
 	b.clock.Set(now)
@@ -135,13 +135,13 @@ func TestNotificationEmailsGoOutThroughTheOutbox(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{noRetrier: true})
 	withMail := sha256.Sum256([]byte("lsm_with_mail"))
-	ann, _, err := registry.New(b.pg).CreateMember(b.ctx, registry.Member{ClientID: b.client.ID, Name: "Ann", Email: "ann@example.com",
+	ann, _, err := b.registry.CreateMember(b.ctx, registry.Member{ClientID: b.client.ID, Name: "Ann", Email: "ann@example.com",
 		Timezone: "UTC", Preferences: registry.DefaultMemberPreferences()}, withMail[:], registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	noMail := sha256.Sum256([]byte("lsm_no_mail"))
-	if _, _, err := registry.New(b.pg).CreateMember(b.ctx, registry.Member{ClientID: b.client.ID, Name: "Bo",
+	if _, _, err := b.registry.CreateMember(b.ctx, registry.Member{ClientID: b.client.ID, Name: "Bo",
 		Timezone: "UTC", Preferences: registry.DefaultMemberPreferences()}, noMail[:], registry.Backfill{}); err != nil {
 		t.Fatal(err)
 	}
@@ -201,13 +201,13 @@ func TestQuietHoursHoldNonCriticalMemberEmails(t *testing.T) {
 	now := time.Now().Add(time.Minute).UTC() // the deliveries are due
 	b.clock.Set(now)
 	hash := sha256.Sum256([]byte("lsm_quiet"))
-	ann, _, err := registry.New(b.pg).CreateMember(b.ctx, registry.Member{ClientID: b.client.ID, Name: "Ann", Email: "ann@example.com",
+	ann, _, err := b.registry.CreateMember(b.ctx, registry.Member{ClientID: b.client.ID, Name: "Ann", Email: "ann@example.com",
 		Timezone: "UTC", Preferences: registry.DefaultMemberPreferences()}, hash[:], registry.Backfill{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	quiet := domain.QuietHours{From: now.Add(-time.Hour).Format("15:04"), To: now.Add(time.Hour).Format("15:04")}
-	if _, err := registry.New(b.pg).UpdateMember(b.ctx, ann.ID, registry.MemberUpdate{QuietHours: &quiet}); err != nil {
+	if _, err := b.registry.UpdateMember(b.ctx, ann.ID, registry.MemberUpdate{QuietHours: &quiet}); err != nil {
 		t.Fatal(err)
 	}
 	// A critical message about the sensor (lost while unlocked), and an

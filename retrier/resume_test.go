@@ -40,10 +40,10 @@ func (b *bundle) linkSensors(prefix string, count int) []string {
 	ids := make([]string, count)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s%02d", prefix, i)
-		if _, err := registry.New(b.pg).CreateSensor(b.ctx, registry.Sensor{ID: ids[i], Address: ids[i] + " St"}); err != nil {
+		if _, err := b.registry.CreateSensor(b.ctx, registry.Sensor{ID: ids[i], Address: ids[i] + " St"}); err != nil {
 			b.t.Fatal(err)
 		}
-		if err := registry.New(b.pg).LinkSensor(b.ctx, b.client.ID, ids[i]); err != nil {
+		if err := b.registry.LinkSensor(b.ctx, b.client.ID, ids[i]); err != nil {
 			b.t.Fatal(err)
 		}
 	}
@@ -114,7 +114,7 @@ func TestRateLimitedEndpointIsNotHeldLongerThanTheLimiterSays(t *testing.T) {
 	s := newSink(t, http.StatusOK)
 	b := setup(t, setupOpts{sinkURL: s.srv.URL, noRetrier: true})
 	five := 5
-	if _, err := registry.New(b.pg).UpdateClient(b.ctx, b.client.ID, registry.ClientUpdate{RateLimit: &five}); err != nil {
+	if _, err := b.registry.UpdateClient(b.ctx, b.client.ID, registry.ClientUpdate{RateLimit: &five}); err != nil {
 		t.Fatal(err)
 	}
 	doors := b.linkSensors("PacedDoor", 15)

@@ -149,16 +149,18 @@ func (l *logBuffer) contains(s string) bool {
 
 // bundle is one test's outbox, client, sink and running retrier.
 type bundle struct {
-	t       *testing.T
-	ctx     context.Context
-	stores  *storagetest.Stores
-	pg      *storage.Postgres
-	clock   *clock
-	reg     *prometheus.Registry
-	client  registry.Client
-	logs    *logBuffer
-	cancel  func()        // stops the retrier started by setup
-	stopped chan struct{} // closed when its Run returned
+	t      *testing.T
+	ctx    context.Context
+	stores *storagetest.Stores
+	pg     *storage.Postgres
+	// registry is the registry on pg.
+	registry *registry.Store
+	clock    *clock
+	reg      *prometheus.Registry
+	client   registry.Client
+	logs     *logBuffer
+	cancel   func()        // stops the retrier started by setup
+	stopped  chan struct{} // closed when its Run returned
 }
 
 type setupOpts struct {
@@ -172,17 +174,17 @@ const sensorID = "TestSensor"
 func setup(t *testing.T, opts setupOpts) *bundle {
 	t.Helper()
 	stores := storagetest.New(t)
-	b := &bundle{t: t, ctx: context.Background(), stores: stores, pg: stores.Postgres, clock: newClock(),
+	b := &bundle{t: t, ctx: context.Background(), stores: stores, pg: stores.Postgres, registry: stores.Registry, clock: newClock(),
 		reg: prometheus.NewRegistry(), logs: &logBuffer{}}
-	if _, err := registry.New(b.pg).CreateSensor(b.ctx, registry.Sensor{ID: sensorID, Address: "1 Main St"}); err != nil {
+	if _, err := b.registry.CreateSensor(b.ctx, registry.Sensor{ID: sensorID, Address: "1 Main St"}); err != nil {
 		t.Fatal(err)
 	}
-	client, err := registry.New(b.pg).CreateClient(b.ctx, registry.Client{Name: "c", WebhookURL: opts.sinkURL, Secret: webhook.NewSecret()})
+	client, err := b.registry.CreateClient(b.ctx, registry.Client{Name: "c", WebhookURL: opts.sinkURL, Secret: webhook.NewSecret()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.client = client
-	if err := registry.New(b.pg).LinkSensor(b.ctx, client.ID, sensorID); err != nil {
+	if err := b.registry.LinkSensor(b.ctx, client.ID, sensorID); err != nil {
 		t.Fatal(err)
 	}
 	if !opts.noRetrier {
@@ -495,7 +497,7 @@ func TestRetrierRereadsTheURL(t *testing.T) {
 	b := setup(t, setupOpts{sinkURL: old.srv.URL})
 	d := b.flip("e1", 1, time.Now())
 	retry := b.waitState(d.ID, storage.DeliveryRetry, 1)
-	if _, err := registry.New(b.pg).UpdateClient(b.ctx, b.client.ID, registry.ClientUpdate{WebhookURL: &next.srv.URL}); err != nil {
+	if _, err := b.registry.UpdateClient(b.ctx, b.client.ID, registry.ClientUpdate{WebhookURL: &next.srv.URL}); err != nil {
 		t.Fatal(err)
 	}
 	b.clock.Set(retry.NextAttemptAt)
@@ -514,7 +516,7 @@ func TestRetrierStopsWhenClientUnlinked(t *testing.T) {
 	b := setup(t, setupOpts{sinkURL: s.srv.URL})
 	d := b.flip("e1", 1, time.Now())
 	retry := b.waitState(d.ID, storage.DeliveryRetry, 1)
-	if err := registry.New(b.pg).UnlinkSensor(b.ctx, b.client.ID, sensorID); err != nil {
+	if err := b.registry.UnlinkSensor(b.ctx, b.client.ID, sensorID); err != nil {
 		t.Fatal(err)
 	}
 	b.clock.Set(retry.NextAttemptAt)
@@ -671,7 +673,7 @@ func TestRetrierRoutesByChannel(t *testing.T) {
 	s := newSink(t, 200)
 	b := setup(t, setupOpts{sinkURL: s.srv.URL, noRetrier: true})
 	email, push := "c@example.com", []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "k1"}}
-	if _, err := registry.New(b.pg).UpdateClient(b.ctx, b.client.ID, registry.ClientUpdate{Email: &email, PushTargets: &push}); err != nil {
+	if _, err := b.registry.UpdateClient(b.ctx, b.client.ID, registry.ClientUpdate{Email: &email, PushTargets: &push}); err != nil {
 		t.Fatal(err)
 	}
 	newRetrier := func(emails *emailSender, pushes *pushSender) *retrier.Retrier {
@@ -734,7 +736,7 @@ func TestRetrierRoutesByChannel(t *testing.T) {
 		t.Fatal(err)
 	}
 	noEmail, noPush := "", []storage.PushTarget{}
-	if _, err := registry.New(b.pg).UpdateClient(b.ctx, b.client.ID, registry.ClientUpdate{Email: &noEmail, PushTargets: &noPush}); err != nil {
+	if _, err := b.registry.UpdateClient(b.ctx, b.client.ID, registry.ClientUpdate{Email: &noEmail, PushTargets: &noPush}); err != nil {
 		t.Fatal(err)
 	}
 	if now := time.Now(); now.After(b.clock.Now()) {

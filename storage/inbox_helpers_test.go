@@ -15,7 +15,7 @@ import (
 func (f *outboxFixture) member(t *testing.T, clientID, name string, backfill registry.Backfill) registry.Member {
 	t.Helper()
 	hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
-	m, _, err := registry.New(f.pg).CreateMember(f.ctx, registry.Member{ClientID: clientID, Name: name, Timezone: "UTC",
+	m, _, err := f.reg.CreateMember(f.ctx, registry.Member{ClientID: clientID, Name: name, Timezone: "UTC",
 		Preferences: registry.DefaultMemberPreferences()}, hash[:], backfill)
 	if err != nil {
 		t.Fatal(err)

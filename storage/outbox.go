@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/escalation"
+	"github.com/lockstream/lockstream/internal/pgutil"
 	"github.com/lockstream/lockstream/registry/secretbox"
-	"github.com/lockstream/lockstream/storage/pgutil"
 )
 
 // Channel is the way a delivery reaches its client.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"strings"
 
-	"github.com/lockstream/lockstream/storage/pgutil"
+	"github.com/lockstream/lockstream/internal/pgutil"
 )
 
 // OutboxChannel is the Postgres notification channel on which a transaction

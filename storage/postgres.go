@@ -9,12 +9,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockstream/lockstream/internal/pgutil"
 	"github.com/lockstream/lockstream/registry/secretbox"
-	"github.com/lockstream/lockstream/storage/pgutil"
 )
 
-// Postgres is the registry, sensor state and outbox store. It is safe for concurrent
-// use.
+// Postgres is the shared Postgres handle: the pool and the key of client
+// secrets that the boxes' stores are built on (registry.New, inbox, …), and
+// the outbox's statements not yet moved to their box. It is safe for
+// concurrent use.
 type Postgres struct {
 	pool *pgxpool.Pool
 	// secrets opens client signing secrets for delivery targets and is the

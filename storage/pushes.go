@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/lockstream/lockstream/escalation"
-	"github.com/lockstream/lockstream/storage/pgutil"
+	"github.com/lockstream/lockstream/internal/pgutil"
 )
 
 // PushRequest is what a standalone push (POST /push, POST /v1/pushes) asks for:

@@ -214,13 +214,14 @@ func (n *soakNode) slot(sub string, i int) *soakProc {
 	return sp
 }
 
-// soakPushKeys writes the push keys file: the standalone pushes' prototype and
-// the escalation's.
+// soakPushKeys writes the push keys file: the standalone pushes' prototype,
+// the escalation's and the incident reminders'.
 func soakPushKeys(t *testing.T) string {
 	t.Helper()
 	keys := filepath.Join(t.TempDir(), "pushkeys.yaml")
 	yaml := fmt.Sprintf("swrve:\n  messagePrototypePushKeys:\n    %q:\n      IOS: %s\n      ANDROID: %s\n"+
-		"    'sensor.unseen':\n      IOS: campaign-unseen-ios\n      ANDROID: campaign-unseen-android\n",
+		"    'sensor.unseen':\n      IOS: campaign-unseen-ios\n      ANDROID: campaign-unseen-android\n"+
+		"    'incident.reminder':\n      IOS: campaign-incident-ios\n      ANDROID: campaign-incident-android\n",
 		pushPrototype, iosCampaign, androidCampaign)
 	if err := os.WriteFile(keys, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,7 @@
 // Package pgutil is the Postgres plumbing that storage and the boxes holding
-// their own statements share without importing storage (which imports some of
-// them): errors mapped to the domain's sentinels, LISTEN on a connection of
-// its own, and the ids that can be UUIDs.
+// their own statements share (inbox and escalation cannot import storage,
+// which composes their statements): errors mapped to the domain's sentinels,
+// LISTEN on a connection of its own, and the ids that can be UUIDs.
 package pgutil
 
 import (
