@@ -13,10 +13,10 @@ import (
 const OutboxAnalyzeRows = 1_000
 
 // outboxAnalyzer counts the deliveries PostgresStore.CreateNotifications
-// created per month partition, and says when a partition has grown enough since its last ANALYZE
-// by this process that its statistics may be missing or stale. A burst into a
-// partition autovacuum has not analyzed yet (its first look can be a minute
-// away) leaves the planner thinking the partition nearly empty: the retrier's
+// created per month partition, and says when a partition has grown enough
+// since its last ANALYZE by this process that its statistics may be missing or
+// stale. A burst into a partition autovacuum has not analyzed yet (its first
+// look can be a minute away) leaves the planner thinking the partition nearly empty: the retrier's
 // finish and target statements then join deliveries by a sequential scan.
 type outboxAnalyzer struct {
 	mu     sync.Mutex

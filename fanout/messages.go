@@ -40,8 +40,7 @@ SELECT ` + inbox.RowColumns + `
 	FROM ins m LEFT JOIN sensors s ON s.id = m.sensor_id CROSS JOIN woke
 	ORDER BY m.notification_id, m.member_id`
 
-// newNotification is a notification a fan-out batch created, for the inbox write
-// of its members.
+// queueEventMessages queues the statement that puts one message per member of
 // each new notification's client whose routing lets it through
 // (lockstream_routes) into the members' inboxes, one statement whatever the
 // number of members, inside the fan-out's transaction; the

@@ -10,7 +10,8 @@ import (
 )
 
 // queueOutboxNotify queues, in a batch of the fan-out's transaction, the
-// notification on storage.OutboxChannel of new due deliveries on the given channels; nothing when there are none.
+// notification on storage.OutboxChannel of new due deliveries on the given
+// channels; nothing when there are none.
 func queueOutboxNotify(b *pgx.Batch, created map[storage.Channel]int) {
 	if payload := outboxPayload(created); payload != "" {
 		storage.QueueExec(b, "notifying the outbox", outboxNotifySQL, payload)
