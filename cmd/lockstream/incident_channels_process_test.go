@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -85,4 +86,51 @@ func TestIncidentReminderEmailAndPushThroughAll(t *testing.T) {
 		}
 		return false, fmt.Sprintf("%d pushes", len(pushes))
 	})
+
+	// The email's link as a mail scanner and then alice use it: a GET shows
+	// the button and acknowledges nothing; the POST acknowledges, once; a
+	// second use says the link was used.
+	ackURL := n.api + strings.TrimPrefix(link, public)
+	if status, page := fetchPage(t, "GET", ackURL); status != http.StatusOK || !strings.Contains(page, "<form") {
+		t.Fatalf("GET of the ack link = %d:\n%s", status, page)
+	}
+	if open := n.incidents(client, "open"); len(open) != 1 {
+		t.Fatalf("after a GET of the ack link: %d open incidents, want 1 (a GET acknowledges nothing)", len(open))
+	}
+	if status, page := fetchPage(t, "POST", ackURL); status != http.StatusOK || !strings.Contains(page, "Acknowledged") {
+		t.Fatalf("POST of the ack link = %d:\n%s", status, page)
+	}
+	acked := n.incidents(client, "acknowledged")
+	if len(acked) != 1 {
+		t.Fatalf("after the ack link's POST: %d acknowledged incidents, want 1", len(acked))
+	}
+	if status, page := fetchPage(t, "POST", ackURL); status != http.StatusGone || !strings.Contains(page, "used already") {
+		t.Fatalf("a second use of the ack link = %d:\n%s", status, page)
+	}
+	inc := n.call("GET", "/v1/incidents/"+acked[0]["id"].(string), aliceToken, nil, http.StatusOK)
+	var acks []string
+	for _, e := range inc["timeline"].([]any) {
+		if entry := e.(map[string]any); entry["kind"] == "ack" {
+			acks = append(acks, fmt.Sprint(entry["channel"]))
+		}
+	}
+	if len(acks) != 1 || acks[0] != "link" {
+		t.Errorf("the timeline's acks %v, want one on channel link", acks)
+	}
+}
+
+// fetchPage makes a request without a body and returns its status and body.
+func fetchPage(t *testing.T, method, u string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
