@@ -18,6 +18,7 @@ import (
 
 	"github.com/lockstream/lockstream/analytics"
 	"github.com/lockstream/lockstream/console"
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/inbox"
@@ -260,7 +261,7 @@ func seedConsoleOutbox(b *testing.B, pg *storage.Postgres, pgURL string, now tim
 				SensorID: sensorID(consoleLost + k%consoleClientSensors), Data: &data,
 				At: now.Add(-time.Hour).Add(time.Duration(k) * time.Millisecond)})
 		}
-		if _, err := pg.CreateNotifications(ctx, events); err != nil {
+		if _, err := fanout.NewPostgresStore(pg).CreateNotifications(ctx, events); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -315,7 +316,7 @@ func seedConsoleInbox(b *testing.B, pg *storage.Postgres, clientID string, now t
 			SensorID: sensorID(consoleLost + k%consoleClientSensors), Data: &data,
 			At: now.Add(-time.Duration(consoleInbox-k) * time.Minute)}
 	}
-	created, err := pg.CreateNotifications(ctx, events)
+	created, err := fanout.NewPostgresStore(pg).CreateNotifications(ctx, events)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -213,7 +213,7 @@ func BenchmarkDeliveryThroughput(b *testing.B) {
 			})
 		}
 		for chunk := range slices.Chunk(inputs, 1000) {
-			if _, err := stores.Postgres.CreateNotifications(ctx, chunk); err != nil {
+			if _, err := fanout.NewPostgresStore(stores.Postgres).CreateNotifications(ctx, chunk); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -276,7 +276,7 @@ func BenchmarkDeliveryLatency(b *testing.B) {
 	publisher := stream.NewEventPublisher(kafka, producer)
 
 	fanReg := prometheus.NewRegistry()
-	fan, err := fanout.New(fanout.Config{Stream: kafka}, stores.Postgres, fanReg,
+	fan, err := fanout.New(fanout.Config{Stream: kafka}, fanout.NewPostgresStore(stores.Postgres), fanReg,
 		slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lockstream/lockstream/escalation"
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
@@ -152,7 +153,7 @@ func seedEscalation(ctx context.Context, b *testing.B, pgURL string, pg *storage
 		events = append(events, storage.NotificationInput{EventID: fmt.Sprintf("esc-bench-%d", i), Type: "state_changed",
 			SensorID: s, Data: new(1), At: time.Now()})
 	}
-	if _, err := pg.CreateNotifications(ctx, events); err != nil {
+	if _, err := fanout.NewPostgresStore(pg).CreateNotifications(ctx, events); err != nil {
 		b.Fatal(err)
 	}
 	for _, table := range []string{"inbox_messages", "escalation_episodes", "members", "member_push_targets", "deliveries"} {

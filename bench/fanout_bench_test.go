@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/notifier/webhook"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
@@ -15,7 +16,7 @@ import (
 )
 
 // Fan-out throughput with and without subscriptions (issue 17): the fan-out's
-// statement (storage.Postgres.CreateNotifications) for batches of 1,000 events,
+// statement (fanout.PostgresStore.CreateNotifications) for batches of 1,000 events,
 // each event's sensor watched by fanoutClients clients.
 const (
 	fanoutSensors = 1000
@@ -66,7 +67,7 @@ func BenchmarkFanoutSubscriptions(b *testing.B) {
 			next++
 			b.StartTimer()
 			start := time.Now()
-			if _, err := pg.CreateNotifications(ctx, events); err != nil {
+			if _, err := fanout.NewPostgresStore(pg).CreateNotifications(ctx, events); err != nil {
 				b.Fatal(err)
 			}
 			elapsed[mode] += time.Since(start)
@@ -110,7 +111,7 @@ func seedFanout(b *testing.B) (*storage.Postgres, []string) {
 			b.Fatal(err)
 		}
 	}
-	if _, err := pg.CreateNotifications(ctx, fanoutEvents("warm", -1, -1)); err != nil {
+	if _, err := fanout.NewPostgresStore(pg).CreateNotifications(ctx, fanoutEvents("warm", -1, -1)); err != nil {
 		b.Fatal(err)
 	}
 	return pg, clients

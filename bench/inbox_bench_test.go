@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/migrations"
 	"github.com/lockstream/lockstream/registry"
@@ -297,7 +298,7 @@ func BenchmarkStreamFanout(b *testing.B) {
 	readsBefore := scrape(b, api)["lockstream_stream_fetch_duration_seconds_count"]
 	start := time.Now()
 	data := 1
-	created, err := pg.CreateNotifications(ctx, []storage.NotificationInput{{EventID: "bench-event", Type: "state_changed",
+	created, err := fanout.NewPostgresStore(pg).CreateNotifications(ctx, []storage.NotificationInput{{EventID: "bench-event", Type: "state_changed",
 		SensorID: "benchdoor", Data: &data, At: start}})
 	if err != nil {
 		b.Fatal(err)
@@ -496,7 +497,7 @@ func waitMetric(b *testing.B, api, name string, want float64) {
 
 // BenchmarkStreamLatency times one member's live stream, event by event: each
 // iteration is one sensor event written as the fan-out writes it
-// (storage.CreateNotifications: the notification, its delivery and the
+// (fanout.PostgresStore.CreateNotifications: the notification, its delivery and the
 // member's inbox message in one transaction, whose NOTIFY reaches the hub),
 // and the time from the start of that write until the message arrives on the
 // member's stream, served by the real webapi handler and hub over HTTP. It
@@ -535,7 +536,7 @@ func BenchmarkStreamLatency(b *testing.B) {
 		event++
 		data := event % 2
 		start = time.Now()
-		created, err := pg.CreateNotifications(ctx, []storage.NotificationInput{{EventID: fmt.Sprint("latency-", event),
+		created, err := fanout.NewPostgresStore(pg).CreateNotifications(ctx, []storage.NotificationInput{{EventID: fmt.Sprint("latency-", event),
 			Type: "state_changed", SensorID: "latencydoor", Data: &data, At: start}})
 		if err != nil || created.InboxMessages != 1 {
 			b.Fatalf("event %d: %d inbox messages, %v", event, created.InboxMessages, err)

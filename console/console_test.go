@@ -22,6 +22,7 @@ import (
 	"github.com/lockstream/lockstream/analytics"
 	"github.com/lockstream/lockstream/console"
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/incident"
@@ -365,7 +366,7 @@ func TestRedeliverAFailedDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	one := 1
-	if _, err := pg.CreateNotifications(ctx, []storage.NotificationInput{{EventID: "e1", Type: "state_changed", SensorID: "door1", Data: &one, At: time.Now()}}); err != nil {
+	if _, err := fanout.NewPostgresStore(pg).CreateNotifications(ctx, []storage.NotificationInput{{EventID: "e1", Type: "state_changed", SensorID: "door1", Data: &one, At: time.Now()}}); err != nil {
 		t.Fatal(err)
 	}
 	claimed, err := pg.ClaimDeliveries(ctx, time.Now().Add(time.Minute), 10, time.Minute)

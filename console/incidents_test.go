@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/domain"
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/incident"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
@@ -28,7 +29,7 @@ func openIncidents(t *testing.T, f *fixture, open, resolved string) {
 		{EventID: "lost-" + resolved, Type: "connection_lost", SensorID: resolved, Data: &unlocked, At: at},
 		{EventID: "back-" + resolved, Type: "connection_restored", SensorID: resolved, Data: &unlocked, At: at.Add(time.Hour)},
 	}
-	if _, err := f.stores.Postgres.CreateNotifications(ctx, events); err != nil {
+	if _, err := fanout.NewPostgresStore(f.stores.Postgres).CreateNotifications(ctx, events); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := incident.NewPostgresStore(f.stores.Postgres).Intake(ctx, 100); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockstream/lockstream/escalation"
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
@@ -90,7 +91,7 @@ func (f *fixture) flip(t *testing.T, typ string, data int, sensors ...string) {
 		events = append(events, storage.NotificationInput{EventID: fmt.Sprintf("ev-%d", f.seq), Type: typ,
 			SensorID: s, Data: &d, At: time.Now()})
 	}
-	if _, err := f.pg.CreateNotifications(f.ctx, events); err != nil {
+	if _, err := fanout.NewPostgresStore(f.pg).CreateNotifications(f.ctx, events); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -117,9 +117,9 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// NotificationStore creates the outbox rows for events (storage.Postgres).
+// NotificationStore creates the outbox rows for events (PostgresStore).
 type NotificationStore interface {
-	CreateNotifications(ctx context.Context, events []storage.NotificationInput) (storage.NotificationsCreated, error)
+	CreateNotifications(ctx context.Context, events []storage.NotificationInput) (NotificationsCreated, error)
 	// AnalyzeOutboxMonth refreshes the planner statistics of a month's outbox
 	// partitions, which CreateNotifications says are due after a burst.
 	AnalyzeOutboxMonth(ctx context.Context, month string) error
@@ -420,7 +420,7 @@ func (f *Fanout) write(ctx context.Context, inputs []storage.NotificationInput) 
 }
 
 // count adds a written transaction's rows to the metrics.
-func (f *Fanout) count(ctx context.Context, created storage.NotificationsCreated, events int) {
+func (f *Fanout) count(ctx context.Context, created NotificationsCreated, events int) {
 	f.notifications.Add(float64(created.Notifications))
 	f.inbox.Add(float64(created.InboxMessages))
 	f.filtered.Add(float64(created.Filtered))

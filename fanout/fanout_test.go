@@ -152,7 +152,7 @@ func TestFanoutCreatesDeliveriesOncePerEvent(t *testing.T) {
 		eventRecord(t, lost), eventRecord(t, unwatched))
 
 	cfg := fanout.Config{Stream: scfg, RetryBackoff: 10 * time.Millisecond}
-	reg, stop := runFanout(t, cfg, pg)
+	reg, stop := runFanout(t, cfg, fanout.NewPostgresStore(pg))
 	waitFor(t, "the first events' deliveries", func() bool { return len(deliveries()) == 4 })
 	rejected := func() float64 {
 		return counterValue(t, reg, "lockstream_fanout_rejected_total", map[string]string{"reason": "decode"})
@@ -195,7 +195,7 @@ func TestFanoutCreatesDeliveriesOncePerEvent(t *testing.T) {
 	// Offsets were committed: a new fan-out process reads only what comes after,
 	// and a replay of old events creates nothing.
 	produce(t, producer, topic, eventRecord(t, flip1), eventRecord(t, lost))
-	reg2, _ := runFanout(t, cfg, pg)
+	reg2, _ := runFanout(t, cfg, fanout.NewPostgresStore(pg))
 	waitFor(t, "the replayed events to be consumed", func() bool {
 		return counterValue(t, reg2, "lockstream_fanout_events_total", nil) >= 2
 	})

@@ -61,7 +61,7 @@ func TestFanoutFillsMembersInboxesOncePerEvent(t *testing.T) {
 	for _, e := range events {
 		produce(t, producer, scfg.EventsTopic(), eventRecord(t, e))
 	}
-	reg, stop := runFanout(t, fanout.Config{Stream: scfg, RetryBackoff: 10 * time.Millisecond}, pg)
+	reg, stop := runFanout(t, fanout.Config{Stream: scfg, RetryBackoff: 10 * time.Millisecond}, fanout.NewPostgresStore(pg))
 	waitFor(t, "the inbox messages counted", func() bool {
 		return counterValue(t, reg, "lockstream_inbox_messages_created_total", nil) >= 8
 	})
@@ -81,7 +81,7 @@ func TestFanoutFillsMembersInboxesOncePerEvent(t *testing.T) {
 
 	// A replay through a new fan-out process adds nothing.
 	produce(t, producer, scfg.EventsTopic(), eventRecord(t, events[1]), eventRecord(t, events[3]))
-	reg2, _ := runFanout(t, fanout.Config{Stream: scfg, RetryBackoff: 10 * time.Millisecond, Group: "replay"}, pg)
+	reg2, _ := runFanout(t, fanout.Config{Stream: scfg, RetryBackoff: 10 * time.Millisecond, Group: "replay"}, fanout.NewPostgresStore(pg))
 	waitFor(t, "the replay consumed", func() bool {
 		return counterValue(t, reg2, "lockstream_fanout_events_total", nil) >= 6
 	})

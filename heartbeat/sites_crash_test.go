@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
@@ -194,7 +195,7 @@ func siteOutageDecidedByADyingDaemon(t *testing.T, reached bool) {
 			Data: e.Data, Previous: e.Previous, At: e.At, Site: e.Site, Sensors: e.Sensors})
 	}
 	for _, in := range inputs { // one batch per event: a repeat comes later, as on the topic
-		if _, err := b.stores.Postgres.CreateNotifications(ctx, []storage.NotificationInput{in}); err != nil {
+		if _, err := fanout.NewPostgresStore(b.stores.Postgres).CreateNotifications(ctx, []storage.NotificationInput{in}); err != nil {
 			t.Fatal(err)
 		}
 	}

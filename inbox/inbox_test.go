@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
@@ -63,9 +64,9 @@ func (f *fixture) client(t *testing.T, c registry.Client, sensors ...string) reg
 }
 
 // create runs the fan-out's write of events.
-func (f *fixture) create(t *testing.T, events ...storage.NotificationInput) storage.NotificationsCreated {
+func (f *fixture) create(t *testing.T, events ...storage.NotificationInput) fanout.NotificationsCreated {
 	t.Helper()
-	created, err := f.pg.CreateNotifications(f.ctx, events)
+	created, err := fanout.NewPostgresStore(f.pg).CreateNotifications(f.ctx, events)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +195,7 @@ func TestInboxConcurrentWritersNoGapNoDuplicate(t *testing.T) {
 					events = append(events, stateChanged(fmt.Sprintf("w%d-b%d-e%d", w, b, e), sensor, e%2,
 						at.Add(time.Duration(b*perBatch+e)*time.Millisecond)))
 				}
-				if _, err := f.pg.CreateNotifications(f.ctx, events); err != nil {
+				if _, err := fanout.NewPostgresStore(f.pg).CreateNotifications(f.ctx, events); err != nil {
 					errs <- err
 					return
 				}

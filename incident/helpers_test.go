@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lockstream/lockstream/domain"
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/incident"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
@@ -87,7 +88,7 @@ func (f *fixture) event(t testing.TB, typ string, data int, after time.Duration,
 		events = append(events, storage.NotificationInput{EventID: fmt.Sprintf("ev-%d-%s", f.seq, uuid.NewString()),
 			Type: typ, SensorID: s, Data: &d, At: t0.Add(after)})
 	}
-	if _, err := f.pg.CreateNotifications(f.ctx, events); err != nil {
+	if _, err := fanout.NewPostgresStore(f.pg).CreateNotifications(f.ctx, events); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/maintain"
 	"github.com/lockstream/lockstream/registry"
@@ -71,7 +72,7 @@ func TestMaintainWalksThroughMonths(t *testing.T) {
 	event := func(id string, at time.Time) {
 		t.Helper()
 		one := 1
-		if _, err := pg.CreateNotifications(ctx, []storage.NotificationInput{{EventID: id, Type: "connection_lost",
+		if _, err := fanout.NewPostgresStore(pg).CreateNotifications(ctx, []storage.NotificationInput{{EventID: id, Type: "connection_lost",
 			SensorID: "s1", Data: &one, At: at}}); err != nil {
 			t.Fatal(err)
 		}

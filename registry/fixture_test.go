@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
@@ -68,9 +69,9 @@ func (f *fixture) member(t *testing.T, clientID, name string, backfill registry.
 }
 
 // create writes the events' notifications and deliveries.
-func (f *fixture) create(t *testing.T, events ...storage.NotificationInput) storage.NotificationsCreated {
+func (f *fixture) create(t *testing.T, events ...storage.NotificationInput) fanout.NotificationsCreated {
 	t.Helper()
-	created, err := f.pg.CreateNotifications(f.ctx, events)
+	created, err := fanout.NewPostgresStore(f.pg).CreateNotifications(f.ctx, events)
 	if err != nil {
 		t.Fatal(err)
 	}

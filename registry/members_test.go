@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
@@ -132,7 +133,7 @@ func TestDeleteClientWhileWritingLeavesNoOrphan(t *testing.T) {
 		at := time.Now().Add(-time.Minute)
 		for i := range 40 {
 			data := i % 2
-			if _, err := f.pg.CreateNotifications(ctx, []storage.NotificationInput{{EventID: fmt.Sprint("e", i),
+			if _, err := fanout.NewPostgresStore(f.pg).CreateNotifications(ctx, []storage.NotificationInput{{EventID: fmt.Sprint("e", i),
 				Type: "state_changed", SensorID: "door1", Data: &data, At: at.Add(time.Duration(i) * time.Millisecond)}}); err != nil {
 				errs <- err
 			}

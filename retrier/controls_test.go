@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/notifier/webhook"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/retrier"
@@ -75,7 +76,7 @@ func TestRetrierHoldsBackAnEndpointThatAnswered429(t *testing.T) {
 		return counterValue(t, b.reg, "lockstream_endpoint_429_holds_total") == 1
 	})
 	data, prev := 1, 0
-	if _, err := b.pg.CreateNotifications(b.ctx, []storage.NotificationInput{{EventID: "o1", Type: "state_changed",
+	if _, err := fanout.NewPostgresStore(b.pg).CreateNotifications(b.ctx, []storage.NotificationInput{{EventID: "o1", Type: "state_changed",
 		SensorID: other, Data: &data, Previous: &prev, At: time.Now()}}); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/escalation"
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/notifier"
 	"github.com/lockstream/lockstream/registry"
@@ -68,7 +69,7 @@ func TestEscalationsCheckedWhenSent(t *testing.T) {
 		members[name] = m.ID
 	}
 	one := 1
-	if _, err := b.pg.CreateNotifications(b.ctx, []storage.NotificationInput{
+	if _, err := fanout.NewPostgresStore(b.pg).CreateNotifications(b.ctx, []storage.NotificationInput{
 		{EventID: "esc1", Type: "state_changed", SensorID: sensorID, Data: &one, At: time.Now()},
 		{EventID: "esc2", Type: "state_changed", SensorID: other, Data: &one, At: time.Now()},
 	}); err != nil {
@@ -212,7 +213,7 @@ func TestQuietHoursHoldNonCriticalMemberEmails(t *testing.T) {
 	// A critical message about the sensor (lost while unlocked), and an
 	// escalation email about it as the escalation round queues one.
 	unlocked := 0
-	if _, err := b.pg.CreateNotifications(b.ctx, []storage.NotificationInput{{EventID: "lost", Type: "connection_lost",
+	if _, err := fanout.NewPostgresStore(b.pg).CreateNotifications(b.ctx, []storage.NotificationInput{{EventID: "lost", Type: "connection_lost",
 		SensorID: sensorID, Data: &unlocked, At: time.Now()}}); err != nil {
 		t.Fatal(err)
 	}

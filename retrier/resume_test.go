@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/notifier/webhook"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/retrier"
@@ -76,7 +77,7 @@ func TestResumedEndpointReceivesKeptDeliveriesInEventOrder(t *testing.T) {
 	}
 	// Created in shuffled batches: the order is the events', not the inserts'.
 	for _, batch := range [][]storage.NotificationInput{events[20:], events[:20]} {
-		if _, err := b.pg.CreateNotifications(b.ctx, batch); err != nil {
+		if _, err := fanout.NewPostgresStore(b.pg).CreateNotifications(b.ctx, batch); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -129,7 +130,7 @@ func TestRateLimitedEndpointIsNotHeldLongerThanTheLimiterSays(t *testing.T) {
 		events = append(events, storage.NotificationInput{EventID: "paced-" + door, Type: "state_changed", SensorID: door,
 			Data: &data, Previous: &prev, At: t0.Add(time.Duration(i) * time.Millisecond)})
 	}
-	if _, err := b.pg.CreateNotifications(b.ctx, events); err != nil {
+	if _, err := fanout.NewPostgresStore(b.pg).CreateNotifications(b.ctx, events); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, fmt.Sprintf("%d webhooks", len(events)), func() bool { return s.count() >= len(events) })

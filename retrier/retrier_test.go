@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/notifier"
 	"github.com/lockstream/lockstream/notifier/webhook"
 	"github.com/lockstream/lockstream/registry"
@@ -257,7 +258,7 @@ func (b *bundle) start(cfg retrier.Config) {
 func (b *bundle) flip(eventID string, data int, at time.Time) storage.Delivery {
 	b.t.Helper()
 	prev := 1 - data
-	if _, err := b.pg.CreateNotifications(b.ctx, []storage.NotificationInput{{
+	if _, err := fanout.NewPostgresStore(b.pg).CreateNotifications(b.ctx, []storage.NotificationInput{{
 		EventID: eventID, Type: "state_changed", SensorID: sensorID, Data: &data, Previous: &prev, At: at,
 	}}); err != nil {
 		b.t.Fatal(err)
@@ -614,7 +615,7 @@ func TestTwoRetriersDeliverEachOnce(t *testing.T) {
 		events = append(events, storage.NotificationInput{EventID: fmt.Sprintf("e%02d", i), Type: "connection_lost",
 			SensorID: sensorID, At: t0.Add(time.Duration(i) * time.Second)})
 	}
-	if _, err := b.pg.CreateNotifications(b.ctx, events); err != nil {
+	if _, err := fanout.NewPostgresStore(b.pg).CreateNotifications(b.ctx, events); err != nil {
 		t.Fatal(err)
 	}
 	cfg := retrier.Config{Now: time.Now, Workers: 4, BatchSize: 3}
@@ -730,7 +731,7 @@ func TestRetrierRoutesByChannel(t *testing.T) {
 
 	// The client drops its address and device before the next event's attempts:
 	// those deliveries fail, the webhook goes.
-	if _, err := b.pg.CreateNotifications(b.ctx, []storage.NotificationInput{{EventID: "e2", Type: "connection_lost",
+	if _, err := fanout.NewPostgresStore(b.pg).CreateNotifications(b.ctx, []storage.NotificationInput{{EventID: "e2", Type: "connection_lost",
 		SensorID: sensorID, At: time.Now()}}); err != nil {
 		t.Fatal(err)
 	}

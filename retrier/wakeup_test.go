@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/notifier/webhook"
 	"github.com/lockstream/lockstream/retrier"
 	"github.com/lockstream/lockstream/storage"
@@ -42,7 +43,7 @@ func TestWakeupsDeliverWithoutPolling(t *testing.T) {
 	for i, id := range []string{"wake-1", "wake-2"} {
 		data := i % 2
 		prev := 1 - data
-		if _, err := b.pg.CreateNotifications(b.ctx, []storage.NotificationInput{{
+		if _, err := fanout.NewPostgresStore(b.pg).CreateNotifications(b.ctx, []storage.NotificationInput{{
 			EventID: id, Type: "state_changed", SensorID: sensorID, Data: &data, Previous: &prev, At: time.Now(),
 		}}); err != nil {
 			t.Fatal(err)

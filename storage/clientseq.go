@@ -11,7 +11,15 @@ import (
 	"github.com/lockstream/lockstream/event"
 )
 
-// queueClientSeqs queues the statement that gives each notification a
+// NewNotification is a notification a batch (the fan-out's, or the
+// endpoint notices') created, for the statements that follow it in the same
+// transaction: its members' inbox messages, its client's lock and seq.
+type NewNotification struct {
+	ID, ClientID string
+	Event        int // index in the batch's events, which orders the messages
+}
+
+// QueueClientSeqs queues the statement that gives each notification a
 // fan-out batch created its client's next seq, in the batch's event order,
 // inside the fan-out's transaction. The statement moves each client's counter
 // (client_event_seq) on by its count with an upsert, clients in id order so
@@ -21,7 +29,7 @@ import (
 // twice, whatever the number of fan-out processes. Only notifications the
 // batch created (its INSERT … ON CONFLICT DO NOTHING returned them) get one,
 // so a replayed event takes no seq.
-func queueClientSeqs(b *pgx.Batch, events []NotificationInput, created []newNotification) {
+func QueueClientSeqs(b *pgx.Batch, events []NotificationInput, created []NewNotification) {
 	if len(created) == 0 {
 		return
 	}
@@ -30,7 +38,7 @@ func queueClientSeqs(b *pgx.Batch, events []NotificationInput, created []newNoti
 	times := make([]time.Time, len(created))
 	ords := make([]int, len(created))
 	for i, n := range created {
-		ids[i], clients[i], ords[i], times[i] = n.id, n.clientID, n.event, events[n.event].At
+		ids[i], clients[i], ords[i], times[i] = n.ID, n.ClientID, n.Event, events[n.Event].At
 	}
 	queueExec(b, fmt.Sprintf("numbering %d notifications per client", len(created)), `
 		WITH nn AS (

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
@@ -95,7 +96,7 @@ func TestClientSeqsConcurrentWritersNoGap(t *testing.T) {
 					batch = append(batch, storage.NotificationInput{EventID: fmt.Sprintf("w%d-b%d-%d", w, b, i),
 						Type: "state_changed", SensorID: fmt.Sprintf("s%d", w+1), At: outboxT0.Add(time.Duration(b*perBatch+i) * time.Second)})
 				}
-				if _, err := f.pg.CreateNotifications(f.ctx, batch); err != nil {
+				if _, err := fanout.NewPostgresStore(f.pg).CreateNotifications(f.ctx, batch); err != nil {
 					errs <- err
 					return
 				}

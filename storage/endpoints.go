@@ -299,7 +299,7 @@ func (p *Postgres) RecoverDeliveries(ctx context.Context, clientID string, since
 			RETURNING d.state
 		)
 		SELECT count(*) FILTER (WHERE state = 'PENDING'), count(*) FILTER (WHERE state = 'SUPERSEDED') FROM u`,
-		clientID, since, names, supersededError).Scan(&res.Recovered, &res.Superseded)
+		clientID, since, names, SupersededError).Scan(&res.Recovered, &res.Superseded)
 	if err != nil {
 		return RecoverResult{}, fmt.Errorf("recovering deliveries of client %s: %w", clientID, err)
 	}

@@ -14,45 +14,6 @@ func connectionLost(id, sensor string, at time.Time) storage.NotificationInput {
 	return storage.NotificationInput{EventID: id, Type: "connection_lost", SensorID: sensor, At: at}
 }
 
-// A client subscribed to connection_lost only gets no notification (on any
-// channel, nor in its members' inboxes) of a state change, and the filtered
-// pair is counted; a client of every type gets both.
-func TestCreateNotificationsFiltersBySubscription(t *testing.T) {
-	t.Parallel()
-	f := newOutboxFixture(t, "subDoor")
-	lossOnly := f.client(t, registry.Client{Name: "loss only", Email: "ops@example.com",
-		EventTypes: []string{"connection_lost"}}, "subDoor")
-	all := f.client(t, registry.Client{Name: "all"}, "subDoor")
-
-	created := f.create(t, stateChanged("sc1", "subDoor", 1, outboxT0))
-	if created.Filtered != 1 || created.Notifications != 1 {
-		t.Fatalf("state change: %+v, want 1 notification and 1 filtered", created)
-	}
-	created = f.create(t, connectionLost("cl1", "subDoor", outboxT0.Add(time.Second)))
-	if created.Filtered != 0 || created.Notifications != 2 {
-		t.Fatalf("connection lost: %+v, want 2 notifications and none filtered", created)
-	}
-	types := map[string]bool{}
-	for _, d := range f.deliveries(t, lossOnly.ID) {
-		types[string(d.Channel)+":"+d.EventType] = true
-	}
-	if len(types) != 2 || !types["webhook:connection_lost"] || !types["email:connection_lost"] {
-		t.Errorf("loss-only client's deliveries: %v, want the loss on webhook and email only", types)
-	}
-	if n := len(f.deliveries(t, all.ID)); n != 2 {
-		t.Errorf("client of every type has %d deliveries, want 2", n)
-	}
-
-	// Subscribing to every type again (nil) lets state changes through.
-	everything := []string(nil)
-	if _, err := f.reg.UpdateClient(f.ctx, lossOnly.ID, registry.ClientUpdate{EventTypes: &everything}); err != nil {
-		t.Fatal(err)
-	}
-	if created = f.create(t, stateChanged("sc2", "subDoor", 0, outboxT0.Add(2*time.Second))); created.Filtered != 0 || created.Notifications != 2 {
-		t.Fatalf("after resubscribing: %+v, want 2 notifications", created)
-	}
-}
-
 // fail records n failed webhook attempts of the client, from at on, one second
 // apart.
 func fail(t *testing.T, f *outboxFixture, clientID string, n int, at time.Time) {

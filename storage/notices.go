@@ -145,15 +145,15 @@ func (p *Postgres) PublishEndpointNotices(ctx context.Context, limit int) (int, 
 		}
 		var (
 			inputs  []NotificationInput
-			created []newNotification
+			created []NewNotification
 			details []string
 		)
 		for rows.Next() {
 			var in NotificationInput
-			var n newNotification
+			var n NewNotification
 			var detail string
 			var notification *string
-			if err := rows.Scan(&in.EventID, &in.Type, &in.At, &n.clientID, &detail, &notification); err != nil {
+			if err := rows.Scan(&in.EventID, &in.Type, &in.At, &n.ClientID, &detail, &notification); err != nil {
 				rows.Close()
 				return err
 			}
@@ -161,7 +161,7 @@ func (p *Postgres) PublishEndpointNotices(ctx context.Context, limit int) (int, 
 			if notification == nil {
 				continue // its client is gone, or it was on the feed already
 			}
-			n.id, n.event = *notification, len(inputs)
+			n.ID, n.Event = *notification, len(inputs)
 			inputs, created, details = append(inputs, in), append(created, n), append(details, detail)
 		}
 		if err := rows.Err(); err != nil {
@@ -172,9 +172,9 @@ func (p *Postgres) PublishEndpointNotices(ctx context.Context, limit int) (int, 
 		}
 		var added []inbox.Added
 		b := &pgx.Batch{}
-		queueClientLocks(b, created)
+		QueueClientLocks(b, created)
 		queueNoticeMessages(b, inputs, created, details, &added)
-		queueClientSeqs(b, inputs, created)
+		QueueClientSeqs(b, inputs, created)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
@@ -213,14 +213,14 @@ const publishNoticesSQL = `
 // queueNoticeMessages queues the statement that puts each new notice in the
 // inbox of every member of its client whose routing lets its severity through: severity as event.SeverityOf grades the
 // notice, no sensor, the notice's detail as the subject.
-func queueNoticeMessages(b *pgx.Batch, events []NotificationInput, created []newNotification, details []string, added *[]inbox.Added) {
+func queueNoticeMessages(b *pgx.Batch, events []NotificationInput, created []NewNotification, details []string, added *[]inbox.Added) {
 	ids := make([]string, len(created))
 	clients := make([]string, len(created))
 	types := make([]string, len(created))
 	times := make([]time.Time, len(created))
 	ords := make([]int, len(created))
 	for i, n := range created {
-		ids[i], clients[i], ords[i], types[i], times[i] = n.id, n.clientID, n.event, events[n.event].Type, events[n.event].At
+		ids[i], clients[i], ords[i], types[i], times[i] = n.ID, n.ClientID, n.Event, events[n.Event].Type, events[n.Event].At
 	}
 	queueQuery(b, "inserting notice messages", `
 		WITH nn AS (

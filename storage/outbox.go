@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/escalation"
-	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/internal/pgutil"
 	"github.com/lockstream/lockstream/registry/secretbox"
 )
@@ -63,9 +62,6 @@ func (s DeliveryState) Valid() bool {
 	return false
 }
 
-// eventTypeStateChanged is the only event type that supersedes older notifications.
-const eventTypeStateChanged = "state_changed"
-
 // ErrorTypeLeaseExpired is the error type of the attempt a lease covered
 // when the lease ran out with no outcome recorded (the retrier stopped or
 // hung): the attempt may or may not have reached the receiver.
@@ -75,8 +71,8 @@ const ErrorTypeLeaseExpired = "LEASE_EXPIRED"
 // its expired attempt.
 const leaseExpiredError = "lease expired: the retrier holding it stopped or hung; whether the attempt reached the receiver is unknown"
 
-// supersededError is the last_error of a superseded delivery.
-const supersededError = "superseded by a newer state_changed of the same sensor"
+// SupersededError is the last_error of a superseded delivery.
+const SupersededError = "superseded by a newer state_changed of the same sensor"
 
 // NotificationInput is one event for the fan-out to notify its sensor's clients of.
 type NotificationInput struct {
@@ -98,29 +94,6 @@ type NotificationInput struct {
 	LostSince *time.Time
 }
 
-// NotificationsCreated counts what CreateNotifications did.
-type NotificationsCreated struct {
-	// Notifications is the number of new notification rows (replays add none).
-	Notifications int
-	// Deliveries counts new deliveries by channel.
-	Deliveries map[Channel]int
-	// Superseded counts older undelivered state_changed deliveries made moot, by
-	// channel.
-	Superseded map[Channel]int
-	// InboxMessages is the number of messages put in members' inboxes: one per
-	// new notification and member of its client.
-	InboxMessages int
-	// Filtered counts the (event, linked client) pairs left out because the
-	// client is not subscribed to the event's type (replays count again).
-	Filtered int
-	// AnalyzeDue lists the months ("200601") whose outbox partitions this
-	// process has filled enough to analyze now (AnalyzeOutboxMonth): at
-	// OutboxAnalyzeRows of its deliveries, then each time they doubled. The
-	// caller runs it, off the path of its next batch.
-	AnalyzeDue []string
-}
-
-// Delivery is one channel's job of delivering one notification, with the event it
 // is about.
 type Delivery struct {
 	ID string
@@ -208,77 +181,19 @@ func outboxInt16Ptr(v *int) *int16 {
 	return &i
 }
 
-// CreateNotifications fans a batch of events out in one transaction: for every
-// client linked to an event's sensor, one notification and one PENDING delivery
-// per channel the client has (webhook always, email when it has an address, swrve
-// per push target). It is idempotent: an (event, client) notified before creates
-// nothing. For every new state_changed delivery, the same (client, sensor,
-// channel, target)'s older state_changed deliveries that are not sent or being
-// sent (SCHEDULED, PENDING, RETRY) become SUPERSEDED; an IN_FLIGHT one is
-// superseded by FinishDeliveries if its attempt does not succeed. Events
-// repeated within the batch count once. Each new notification also puts one
-// message in the inbox of every member of its client, in the same transaction
-// and one more statement (insertEventMessages), so a replayed event adds no
-// message either. When it created deliveries, it notifies OutboxChannel in the
-// same transaction (one statement more), so listening retriers hear of them on
-// commit. It names the month partitions this process has put
-// OutboxAnalyzeRows deliveries into, and again each time they doubled
-// (NotificationsCreated.AnalyzeDue), for the caller to analyze, so the
-// statements that read a burst do not wait for autovacuum to learn of it.
-func (p *Postgres) CreateNotifications(ctx context.Context, events []NotificationInput) (NotificationsCreated, error) {
-	created := NotificationsCreated{Deliveries: map[Channel]int{}, Superseded: map[Channel]int{}}
-	if len(events) == 0 {
-		return created, nil
-	}
-	fb := newFanoutBatch(events)
-	months := map[string]int{} // new deliveries per month partition
-	if err := p.writeFanout(ctx, fb, &created, months); err != nil {
-		return NotificationsCreated{}, fmt.Errorf("creating notifications for %d events: %w", len(fb.unique), err)
-	}
-	created.AnalyzeDue = p.analyzer.note(months)
-	return created, nil
-}
-
-// fanoutBatch is a fan-out batch's events, each once, as the arrays of
-// createNotificationsSQL.
-type fanoutBatch struct {
-	unique                               []NotificationInput
-	eventIndex                           map[string]int // an event id's place in unique
-	ids, types, sensors, audience, sites []string
-	data, previous                       []*int16
-	times                                []time.Time
-	lostSince                            []*time.Time
-}
-
-func newFanoutBatch(events []NotificationInput) fanoutBatch {
-	fb := fanoutBatch{eventIndex: make(map[string]int, len(events))}
-	for _, e := range events {
-		if _, seen := fb.eventIndex[e.EventID]; seen {
-			continue
-		}
-		fb.eventIndex[e.EventID] = len(fb.unique)
-		fb.unique = append(fb.unique, e)
-		fb.ids, fb.types, fb.sensors = append(fb.ids, e.EventID), append(fb.types, e.Type), append(fb.sensors, e.SensorID)
-		fb.data, fb.previous = append(fb.data, outboxInt16Ptr(e.Data)), append(fb.previous, outboxInt16Ptr(e.Previous))
-		fb.times, fb.audience, fb.sites = append(fb.times, e.At), append(fb.audience, eventAudience(e)), append(fb.sites, e.Site)
-		fb.lostSince = append(fb.lostSince, e.LostSince)
-	}
-	return fb
-}
-
-// queueClientLocks queues the statement that takes a KEY SHARE lock on the
+// QueueClientLocks queues the statement that takes a KEY SHARE lock on the
 // clients of the batch's new notifications, in id order, before the inbox
 // write locks their members' counters and the seq statement their counters:
 // DeleteClient locks the client first and then deletes its members, so taking
 // the client last deadlocked the two. KEY SHARE locks do not conflict with
 // each other, so fan-out writers do not wait on one another here.
-func queueClientLocks(b *pgx.Batch, created []newNotification) {
+func QueueClientLocks(b *pgx.Batch, created []NewNotification) {
 	if len(created) == 0 {
 		return
 	}
 	clients := make([]string, len(created))
 	for i, n := range created {
-		clients[i] = n.clientID
+		clients[i] = n.ClientID
 	}
 	queueExec(b, "locking the batch's clients", `
 		SELECT count(*) FROM (
@@ -287,205 +202,6 @@ func queueClientLocks(b *pgx.Batch, created []newNotification) {
 }
 
 // supersedeKey is the (client, sensor, channel, target) of deliveries that go
-// out in event order.
-type supersedeKey struct{ client, sensor, channel, target string }
-
-// fanoutRows is what createNotificationsSQL created: for each key, its newest
-// state_changed (whose older undelivered ones it supersedes), and the new
-// notifications, for their inbox messages and client seqs.
-type fanoutRows struct {
-	newest    map[supersedeKey]time.Time
-	newNotifs []newNotification
-}
-
-// writeFanout writes the batch in one transaction of three round trips: BEGIN
-// with the outbox insert; then, pipelined, the clients' locks, the site annotations, the inbox
-// messages, the retriers' wake-up, the superseding and the client seqs (last:
-// its counter lock is held to commit); then COMMIT. When members got
-// messages, their NOTIFY (built from the inserted rows) takes one more round
-// trip before the COMMIT.
-func (p *Postgres) writeFanout(ctx context.Context, fb fanoutBatch, created *NotificationsCreated, months map[string]int) (err error) {
-	var r fanoutRows
-	first := &pgx.Batch{}
-	first.BeginTx(pgx.TxOptions{})
-	first.Queue(createNotificationsSQL, fb.ids, fb.types, fb.sensors, fb.data, fb.previous, fb.times,
-		fb.audience, fb.sites, fb.lostSince).Query(func(rows pgx.Rows) error {
-		var scanErr error
-		r, scanErr = fb.scanCreated(rows, created, months)
-		return scanErr
-	})
-	br := p.pool.SendBatch(ctx, first)
-	tx := br.Tx()
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx)) // closed already when BEGIN failed
-		}
-	}()
-	if err := br.Close(); err != nil {
-		return fmt.Errorf("inserting notifications: %w", err)
-	}
-	var added []inbox.Added
-	then := &pgx.Batch{}
-	queueClientLocks(then, r.newNotifs)
-	queueSiteAnnotations(then, fb.unique)
-	queueEventMessages(then, fb.unique, r.newNotifs, &added)
-	queueOutboxNotify(then, created.Deliveries)
-	queueSupersede(then, r.newest, created.Superseded)
-	queueClientSeqs(then, fb.unique, r.newNotifs)
-	if then.Len() > 0 {
-		if err := tx.SendBatch(ctx, then).Close(); err != nil {
-			return err
-		}
-	}
-	created.InboxMessages = len(added)
-	if err := inbox.Notify(ctx, tx, added); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
-}
-
-// scanCreated reads createNotificationsSQL's rows into created (counts) and
-// months (new deliveries per month partition), and returns what the rest of
-// the transaction needs of them.
-func (fb fanoutBatch) scanCreated(rows pgx.Rows, created *NotificationsCreated, months map[string]int) (fanoutRows, error) {
-	r := fanoutRows{newest: map[supersedeKey]time.Time{}}
-	for rows.Next() {
-		var (
-			k                       supersedeKey
-			eventType               string
-			at                      time.Time
-			count, filtered         int
-			notificationID, eventID string
-			client                  *string
-		)
-		if err := rows.Scan(&count, &filtered, &client, &k.sensor, &eventType, &k.channel, &k.target, &at,
-			&notificationID, &eventID); err != nil {
-			return fanoutRows{}, err
-		}
-		created.Notifications, created.Filtered = count, filtered
-		if client == nil {
-			continue // the row of counts alone: nothing was created
-		}
-		k.client = *client
-		created.Deliveries[Channel(k.channel)]++
-		months[at.UTC().Format("200601")]++
-		if eventType == eventTypeStateChanged && at.After(r.newest[k]) {
-			r.newest[k] = at
-		}
-		// Every notification has exactly one webhook delivery.
-		if Channel(k.channel) == ChannelWebhook {
-			r.newNotifs = append(r.newNotifs, newNotification{id: notificationID, clientID: k.client, event: fb.eventIndex[eventID]})
-		}
-	}
-	return r, rows.Err()
-}
-
-// queueSupersede queues, for each key's newest new state_changed, the
-// superseding of the key's older state_changed deliveries that are not sent or
-// being sent (SCHEDULED, PENDING, RETRY), counting them by channel in
-// superseded.
-func queueSupersede(b *pgx.Batch, newest map[supersedeKey]time.Time, superseded map[Channel]int) {
-	if len(newest) == 0 {
-		return
-	}
-	var clients, sensorIDs, channels, targets []string
-	var ats []time.Time
-	for k, at := range newest {
-		clients, sensorIDs = append(clients, k.client), append(sensorIDs, k.sensor)
-		channels, targets, ats = append(channels, k.channel), append(targets, k.target), append(ats, at)
-	}
-	queueQuery(b, "superseding older deliveries", supersedeSQL, func(rows pgx.Rows) error {
-		channels, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		for _, ch := range channels {
-			superseded[Channel(ch)]++
-		}
-		return err
-	}, clients, sensorIDs, channels, targets, ats, supersededError)
-}
-
-// supersedeSQL is queueSupersede's statement: $1-$5 the keys and their newest
-// time, $6 the superseded deliveries' last_error.
-const supersedeSQL = `
-	UPDATE deliveries d
-	SET state = 'SUPERSEDED', last_error = $6, updated_at = now()
-	FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::timestamptz[])
-		AS k (client_id, sensor_id, channel, target, newest)
-	WHERE d.client_id = k.client_id AND d.sensor_id = k.sensor_id
-	  AND d.channel = k.channel AND d.target = k.target
-	  AND d.state IN ('SCHEDULED', 'PENDING', 'RETRY')
-	  AND d.event_type = 'state_changed' AND d.event_at < k.newest
-	RETURNING d.channel`
-
-// createNotificationsSQL is the fan-out's outbox insert: $1-$9 the events
-// (id, type, sensor, data, previous, time, audience, site, lost_since). It returns a row
-// per new delivery, each with the counts of new notifications and of those
-// not made for want of a subscription, or one row of counts alone.
-const createNotificationsSQL = `
-			WITH ev AS (
-				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::int2[], $6::timestamptz[],
-				                     $7::text[], $8::text[], $9::timestamptz[])
-					WITH ORDINALITY AS e (event_id, type, sensor_id, data, previous, at, audience, site, lost_since, ord)
-			), linked AS (
-				-- Subscriptions: a client is told only of the types it chose (NULL: all).
-				-- The clients of the event's sensor; of a site event's sensors and of
-				-- every sensor of its site, once each.
-				SELECT ev.*, cs.client_id, c.event_types IS NULL OR ev.type = ANY (c.event_types) AS subscribed
-				FROM ev JOIN LATERAL (
-					SELECT l.client_id FROM client_sensors l
-					WHERE l.sensor_id = ANY (string_to_array(ev.audience, ','))
-					UNION
-					SELECT l.client_id FROM sensors s JOIN client_sensors l ON l.sensor_id = s.id
-					WHERE s.site = ev.site
-				) cs ON true
-				JOIN clients c ON c.id = cs.client_id
-			), n AS (
-				INSERT INTO notifications (id, event_id, client_id, sensor_id, type, data, previous, event_at, lost_since)
-				SELECT lockstream_uuid_v7(), l.event_id, l.client_id, l.sensor_id, l.type, l.data, l.previous, l.at,
-				       l.lost_since
-				FROM linked l WHERE l.subscribed
-				ON CONFLICT (event_id, client_id, event_at) DO NOTHING
-				RETURNING id, event_id, client_id, sensor_id, type, event_at
-			), d AS (
-				INSERT INTO deliveries (id, notification_id, client_id, sensor_id, event_type, channel, target,
-				                        state, next_attempt_at, event_at)
-				SELECT lockstream_uuid_v7(), n.id, n.client_id, n.sensor_id, n.type, ch.channel, ch.target,
-				       -- A disabled endpoint's deliveries are kept, not attempted.
-				       CASE WHEN ch.channel = 'webhook' AND c.endpoint_disabled_at IS NOT NULL
-				            THEN 'PAUSED' ELSE 'PENDING' END, now(), n.event_at
-				FROM n JOIN ev ON ev.event_id = n.event_id JOIN clients c ON c.id = n.client_id
-				CROSS JOIN LATERAL (
-					SELECT 'webhook'::text, ''::text
-					UNION ALL SELECT 'email', '' WHERE c.email IS NOT NULL
-					UNION ALL SELECT 'swrve', t.platform || ':' || t.push_key FROM push_targets t WHERE t.client_id = c.id
-				) AS ch (channel, target)
-				-- Inserted in the events' order, so seq (the column default) follows it.
-				-- No conflict is possible: n holds only the notifications just
-				-- inserted (migration 00141).
-				ORDER BY ev.ord
-				RETURNING notification_id, client_id, sensor_id, event_type, channel, target, event_at
-			)
-			SELECT (SELECT count(*) FROM n), (SELECT count(*) FROM linked WHERE NOT subscribed),
-			       r.client_id, coalesce(r.sensor_id, ''), coalesce(r.event_type, ''), coalesce(r.channel, ''),
-			       coalesce(r.target, ''), coalesce(r.event_at, 'epoch'), coalesce(r.notification_id, ''),
-			       coalesce(r.event_id, '')
-			-- One row at least, so the filtered count arrives when nothing was created.
-			FROM (SELECT 1) AS one LEFT JOIN (
-				SELECT d.client_id::text, d.sensor_id, d.event_type, d.channel, d.target,
-				       d.event_at, d.notification_id::text, n.event_id
-				FROM d JOIN n ON n.id = d.notification_id) AS r ON true`
-
-// ClaimDeliveries takes up to limit due deliveries (SCHEDULED, PENDING or RETRY
-// with NextAttemptAt at or before now), oldest due first, for this caller alone:
-// they become IN_FLIGHT until now+lease with Attempts one higher. Rows another
-// claimer holds are skipped, not waited for, so any number of retriers share the
-// outbox. With channels given, only deliveries on those channels are claimed.
-//
-// Deliveries of one (client, sensor, channel, target) go out in event order: a
-// delivery is not claimed while an older one of the same key is PENDING, RETRY or
-// IN_FLIGHT (even one not due yet), so a retrying delivery holds back the newer
-// ones behind it. The check reads the small index of open deliveries.
-// Deliveries resumed when their endpoint was enabled (see EnableEndpoint) keep
-// the order of their client and channel as a whole: one is not claimed while an
 // older resumed one of the same client and channel is open.
 func (p *Postgres) ClaimDeliveries(ctx context.Context, now time.Time, limit int, lease time.Duration, channels ...Channel) ([]Delivery, error) {
 	if limit <= 0 {

@@ -2,43 +2,18 @@ package storage
 
 import (
 	"context"
-	"slices"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/lockstream/lockstream/internal/pgutil"
 )
 
 // OutboxChannel is the Postgres notification channel on which a transaction
-// that creates due deliveries (the fan-out's CreateNotifications) tells the
+// that creates due deliveries (the fan-out's, fanout.PostgresStore) tells the
 // retriers, delivered only when it commits. The payload is the channels of the
 // new deliveries, comma-separated (`webhook,email`), so a retrier wakes only
 // the lanes that have work; Postgres folds identical notifications of one
 // transaction into one.
 const OutboxChannel = "lockstream_outbox"
-
-// queueOutboxNotify queues, in a batch of the transaction, the notification
-// of new due deliveries on the given channels; nothing when there are none.
-func queueOutboxNotify(b *pgx.Batch, created map[Channel]int) {
-	if payload := outboxPayload(created); payload != "" {
-		queueExec(b, "notifying the outbox", outboxNotifySQL, payload)
-	}
-}
-
-const outboxNotifySQL = `SELECT pg_notify('` + OutboxChannel + `', $1)`
-
-// outboxPayload is the notification's payload: the channels with new
-// deliveries, sorted and comma-separated; "" when there are none.
-func outboxPayload(created map[Channel]int) string {
-	var names []string
-	for ch, n := range created {
-		if n > 0 {
-			names = append(names, string(ch))
-		}
-	}
-	slices.Sort(names)
-	return strings.Join(names, ",")
-}
 
 // ListenOutbox listens on OutboxChannel on a connection of its own (taken out
 // of the pool) and calls notice with the channels of every notification's new

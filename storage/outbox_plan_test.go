@@ -2,14 +2,12 @@ package storage_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 )
@@ -137,62 +135,5 @@ func TestClaimPlanOnFreshOutbox(t *testing.T) {
 	t.Logf("the whole claim:\n%s", whole)
 	if strings.Contains(whole, "Seq Scan") || strings.Contains(whole, "Sort (actual") {
 		t.Errorf("the claim's update reads a partition or sorts instead of joining the claimed rows by key")
-	}
-}
-
-// TestLargeInsertAnalyzesTheOutboxMonth creates OutboxAnalyzeRows deliveries
-// through CreateNotifications, as the fan-out does in a burst, and checks that
-// it names their month as due, and that analyzing it (the fan-out does, off
-// its writer's path) gives the month partitions statistics (pg_class.reltuples
-// is -1 for a table never analyzed) without waiting for autovacuum.
-func TestLargeInsertAnalyzesTheOutboxMonth(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	stores := storagetest.New(t)
-	pg := stores.Postgres
-	n := storage.OutboxAnalyzeRows
-	ids := make([]string, n)
-	events := make([]storage.NotificationInput, n)
-	at := time.Now().UTC()
-	for i := range ids {
-		ids[i] = fmt.Sprintf("an%d", i)
-		data, prev := 1, 0
-		events[i] = storage.NotificationInput{EventID: fmt.Sprintf("ev-%d", i), Type: "state_changed", SensorID: ids[i],
-			Data: &data, Previous: &prev, At: at}
-	}
-	if err := registry.New(pg).CreateSensors(ctx, ids, "x"); err != nil {
-		t.Fatal(err)
-	}
-	c, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "c", WebhookURL: "http://127.0.0.1:1/", Secret: "whsec_x"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := registry.New(pg).LinkSensors(ctx, c.ID, ids); err != nil {
-		t.Fatal(err)
-	}
-	created, err := pg.CreateNotifications(ctx, events)
-	if err != nil {
-		t.Fatal(err)
-	}
-	month := at.Format("200601")
-	if len(created.AnalyzeDue) != 1 || created.AnalyzeDue[0] != month {
-		t.Fatalf("analyze due %v, want [%s]", created.AnalyzeDue, month)
-	}
-	if err := pg.AnalyzeOutboxMonth(ctx, month); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pgx.Connect(ctx, stores.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	for _, table := range []string{"deliveries_" + month, "notifications_" + month} {
-		var tuples float64
-		if err := conn.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = $1::regclass`, table).Scan(&tuples); err != nil {
-			t.Fatal(err)
-		}
-		if tuples < float64(n)/2 {
-			t.Errorf("%s: reltuples %v after %d deliveries, want statistics of them", table, tuples, n)
-		}
 	}
 }

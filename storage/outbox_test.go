@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
@@ -57,9 +58,9 @@ func (f *outboxFixture) client(t *testing.T, c registry.Client, sensors ...strin
 	return created
 }
 
-func (f *outboxFixture) create(t *testing.T, events ...storage.NotificationInput) storage.NotificationsCreated {
+func (f *outboxFixture) create(t *testing.T, events ...storage.NotificationInput) fanout.NotificationsCreated {
 	t.Helper()
-	created, err := f.pg.CreateNotifications(f.ctx, events)
+	created, err := fanout.NewPostgresStore(f.pg).CreateNotifications(f.ctx, events)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,122 +104,6 @@ func stateChanged(id, sensor string, data int, at time.Time) storage.Notificatio
 
 // later is a claim time after everything the tests create is due.
 func later() time.Time { return time.Now().Add(time.Minute) }
-
-func TestCreateNotificationsFansOutIdempotently(t *testing.T) {
-	t.Parallel()
-	f := newOutboxFixture(t, "s1", "s2")
-	full := f.client(t, registry.Client{Name: "full", Email: "a@example.com", PushTargets: []storage.PushTarget{
-		{Platform: storage.PlatformIOS, PushKey: "k1"}, {Platform: storage.PlatformAndroid, PushKey: "k2"},
-	}}, "s1")
-	plain := f.client(t, registry.Client{Name: "plain"}, "s1", "s2")
-	f.client(t, registry.Client{Name: "unlinked"})
-
-	events := []storage.NotificationInput{
-		stateChanged("e1", "s1", 1, outboxT0),
-		{EventID: "e2", Type: "connection_lost", SensorID: "s2", At: outboxT0.Add(time.Second)},
-		{EventID: "e3", Type: "connection_lost", SensorID: "unregistered", At: outboxT0},
-		stateChanged("e1", "s1", 1, outboxT0), // repeated within the batch
-	}
-	got := f.create(t, events...)
-	// e1 → full and plain, e2 → plain: 3 notifications; webhooks 3, email 1, swrve 2.
-	if got.Notifications != 3 || got.Deliveries[storage.ChannelWebhook] != 3 ||
-		got.Deliveries[storage.ChannelEmail] != 1 || got.Deliveries[storage.ChannelSwrve] != 2 {
-		t.Fatalf("first fan-out = %+v", got)
-	}
-	again := f.create(t, events...)
-	if again.Notifications != 0 || len(again.Deliveries) != 0 {
-		t.Fatalf("replayed fan-out created %+v, want nothing", again)
-	}
-
-	fullDs := f.deliveries(t, full.ID)
-	var targets []string
-	for _, d := range fullDs {
-		if d.State != storage.DeliveryPending || d.EventID != "e1" || d.SensorID != "s1" || d.EventType != "state_changed" ||
-			d.Data == nil || *d.Data != 1 || d.Previous == nil || *d.Previous != 0 || !d.EventAt.Equal(outboxT0) {
-			t.Errorf("delivery of full client = %+v", d)
-		}
-		targets = append(targets, string(d.Channel)+"/"+d.Target)
-	}
-	sort.Strings(targets)
-	want := []string{"email/", "swrve/ANDROID:k2", "swrve/IOS:k1", "webhook/"}
-	if fmt.Sprint(targets) != fmt.Sprint(want) {
-		t.Fatalf("channels of full client = %v, want %v", targets, want)
-	}
-	plainDs := f.deliveries(t, plain.ID)
-	if len(plainDs) != 2 {
-		t.Fatalf("plain client has %d deliveries, want 2 webhooks", len(plainDs))
-	}
-	for _, d := range plainDs {
-		if d.Channel != storage.ChannelWebhook || d.Target != "" {
-			t.Errorf("plain client delivery = %+v", d)
-		}
-	}
-}
-
-func TestCreateNotificationsSupersedesOlderStates(t *testing.T) {
-	t.Parallel()
-	f := newOutboxFixture(t, "s1")
-	c := f.client(t, registry.Client{Name: "c", Email: "c@example.com"}, "s1")
-
-	// Two flips in one batch: the older is superseded at once.
-	f.create(t, stateChanged("a1", "s1", 1, outboxT0), stateChanged("a2", "s1", 0, outboxT0.Add(time.Second)))
-	// A loss is never superseded.
-	f.create(t, storage.NotificationInput{EventID: "a3", Type: "connection_lost", SensorID: "s1", At: outboxT0.Add(2 * time.Second)})
-	states := func() map[string]storage.DeliveryState {
-		out := map[string]storage.DeliveryState{}
-		for _, d := range f.deliveries(t, c.ID) {
-			out[d.EventID+"/"+string(d.Channel)] = d.State
-		}
-		return out
-	}
-	want := map[string]storage.DeliveryState{
-		"a1/webhook": storage.DeliverySuperseded, "a1/email": storage.DeliverySuperseded,
-		"a2/webhook": storage.DeliveryPending, "a2/email": storage.DeliveryPending,
-		"a3/webhook": storage.DeliveryPending, "a3/email": storage.DeliveryPending,
-	}
-	if got := states(); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("after first batches: %v, want %v", got, want)
-	}
-
-	// a2's webhook is being sent: a newer flip leaves it alone, supersedes its email.
-	claimed := f.claim(t, later(), 10)
-	if len(claimed) != 2 {
-		t.Fatalf("claimed %d deliveries, want a2's two (a3 waits behind them)", len(claimed))
-	}
-	var inFlight storage.Delivery
-	for _, d := range claimed {
-		if d.EventID != "a2" {
-			t.Fatalf("claimed %s, want only a2", d.EventID)
-		}
-		if d.Channel == storage.ChannelEmail {
-			// Put the email back to RETRY so it is supersedable.
-			if _, err := storagetest.RescheduleDelivery(f.ctx, f.pg, d.ID, d.Attempts, later(), "try later", 503); err != nil {
-				t.Fatal(err)
-			}
-		} else {
-			inFlight = d
-		}
-	}
-	got := f.create(t, stateChanged("a4", "s1", 1, outboxT0.Add(3*time.Second)))
-	if got.Superseded[storage.ChannelEmail] != 1 || got.Superseded[storage.ChannelWebhook] != 0 {
-		t.Fatalf("superseded = %v, want a2's email only", got.Superseded)
-	}
-	want["a2/email"] = storage.DeliverySuperseded
-	want["a2/webhook"] = storage.DeliveryInFlight
-	want["a4/webhook"], want["a4/email"] = storage.DeliveryPending, storage.DeliveryPending
-	if got := states(); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("after a4: %v, want %v", got, want)
-	}
-
-	// The in-flight one fails retryably: with a4 waiting it is superseded, not retried.
-	state, err := storagetest.RescheduleDelivery(f.ctx, f.pg, inFlight.ID, inFlight.Attempts, later(), "503", 503)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if state != storage.DeliverySuperseded {
-		t.Fatalf("retry of an older in-flight state became %s, want SUPERSEDED", state)
-	}
-}
 
 func TestClaimKeepsEventOrderPerClientAndSensor(t *testing.T) {
 	t.Parallel()

@@ -22,9 +22,6 @@ type Postgres struct {
 	// secrets opens client signing secrets for delivery targets and is the
 	// registry's to seal them with; see WithSecretBox.
 	secrets *secretbox.Box
-	// analyzer says when the outbox month CreateNotifications fills needs
-	// fresh statistics.
-	analyzer outboxAnalyzer
 	// counter counts the statements sent; see WithStatementCounter.
 	counter *StatementCounter
 }

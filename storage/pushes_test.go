@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
@@ -98,7 +99,7 @@ func TestGetPushNotFound(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := 1
-	if _, err := pg.CreateNotifications(ctx, []storage.NotificationInput{{EventID: "e1", Type: "state_changed",
+	if _, err := fanout.NewPostgresStore(pg).CreateNotifications(ctx, []storage.NotificationInput{{EventID: "e1", Type: "state_changed",
 		SensorID: "s1", Data: &data, At: time.Now()}}); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/webapi"
@@ -33,7 +34,7 @@ func TestClientEventFeed(t *testing.T) {
 		batch = append(batch, storage.NotificationInput{EventID: fmt.Sprintf("e%d", i+1), Type: typ, SensorID: "s1",
 			Data: &zero, At: at.Add(time.Duration(i) * time.Second)})
 	}
-	if _, err := api.stores.Postgres.CreateNotifications(context.Background(), batch); err != nil {
+	if _, err := fanout.NewPostgresStore(api.stores.Postgres).CreateNotifications(context.Background(), batch); err != nil {
 		t.Fatal(err)
 	}
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/webapi"
 )
@@ -218,7 +219,7 @@ func TestSecretRotationKeepsThePreviousSecretForTheOverlap(t *testing.T) {
 		expect(http.StatusCreated).decode(&created)
 	api.request("PUT", "/v1/clients/"+created.ID+"/sensors/door1", nil).expect(http.StatusNoContent)
 	data := 1
-	if _, err := api.stores.Postgres.CreateNotifications(ctx, []storage.NotificationInput{{EventID: "e1",
+	if _, err := fanout.NewPostgresStore(api.stores.Postgres).CreateNotifications(ctx, []storage.NotificationInput{{EventID: "e1",
 		Type: "state_changed", SensorID: "door1", Data: &data, At: time.Now()}}); err != nil {
 		t.Fatal(err)
 	}

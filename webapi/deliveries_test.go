@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/webapi"
@@ -132,7 +133,7 @@ func newDeliveryFixture(t *testing.T) *deliveryFixture {
 
 	pg := api.stores.Postgres
 	one, zero := 1, 0
-	if _, err := pg.CreateNotifications(ctx, []storage.NotificationInput{
+	if _, err := fanout.NewPostgresStore(pg).CreateNotifications(ctx, []storage.NotificationInput{
 		{EventID: "e0", Type: "connection_lost", SensorID: "s4", At: f.base.Add(-24 * time.Hour)},
 		{EventID: "e1", Type: "state_changed", SensorID: "s1", Data: &one, Previous: &zero, At: f.base},
 		{EventID: "e2", Type: "connection_lost", SensorID: "s2", At: f.base.Add(time.Hour)},
@@ -187,7 +188,7 @@ func newDeliveryFixture(t *testing.T) *deliveryFixture {
 	}
 	must(storagetest.CompleteDelivery(ctx, pg, again[0].ID, 2, 200))
 
-	created, err := pg.CreateNotifications(ctx, []storage.NotificationInput{
+	created, err := fanout.NewPostgresStore(pg).CreateNotifications(ctx, []storage.NotificationInput{
 		{EventID: "e4", Type: "state_changed", SensorID: "s1", Data: &zero, Previous: &one, At: f.base.Add(3 * time.Hour)},
 	})
 	if err != nil {
@@ -579,7 +580,7 @@ func TestRetryDelivery(t *testing.T) {
 	}
 	// a/e4 are PENDING behind nothing, so the claim above took them: retry a
 	// PENDING one from a fresh outbox row instead.
-	if _, err := f.api.stores.Postgres.CreateNotifications(f.ctx, []storage.NotificationInput{
+	if _, err := fanout.NewPostgresStore(f.api.stores.Postgres).CreateNotifications(f.ctx, []storage.NotificationInput{
 		{EventID: "e5", Type: "connection_lost", SensorID: "s2", At: f.base.Add(4 * time.Hour)},
 	}); err != nil {
 		t.Fatal(err)

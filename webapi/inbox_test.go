@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
@@ -142,7 +143,7 @@ func msgSeqs(ms *[]messageJSON) []int64 {
 // fanout writes events as the fan-out does.
 func (a *testAPI) fanout(events ...storage.NotificationInput) {
 	a.t.Helper()
-	if _, err := a.stores.Postgres.CreateNotifications(context.Background(), events); err != nil {
+	if _, err := fanout.NewPostgresStore(a.stores.Postgres).CreateNotifications(context.Background(), events); err != nil {
 		a.t.Fatal(err)
 	}
 }

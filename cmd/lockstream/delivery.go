@@ -26,7 +26,7 @@ func (b *fanoutBox) daemon(_ context.Context, n *node) (daemon, error) {
 	}
 	cfg := b.Fanout
 	cfg.Stream = n.stream
-	f, err := fanout.New(cfg, n.pg, n.reg, n.logger.With("daemon", "fanout"))
+	f, err := fanout.New(cfg, fanout.NewPostgresStore(n.pg), n.reg, n.logger.With("daemon", "fanout"))
 	if err != nil {
 		return daemon{}, err
 	}

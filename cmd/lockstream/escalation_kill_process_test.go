@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
@@ -92,7 +93,7 @@ func TestEscalationSurvivesSIGKILL(t *testing.T) {
 		events = append(events, storage.NotificationInput{EventID: fmt.Sprintf("kill-%d", i), Type: "state_changed",
 			SensorID: s, Data: new(1), At: time.Now()})
 	}
-	if _, err := pg.CreateNotifications(ctx, events); err != nil {
+	if _, err := fanout.NewPostgresStore(pg).CreateNotifications(ctx, events); err != nil {
 		t.Fatal(err)
 	}
 

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lockstream/lockstream/domain"
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/incident"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
@@ -107,7 +108,7 @@ func TestIncidentRemindersSurviveSIGKILL(t *testing.T) {
 		events = append(events, storage.NotificationInput{EventID: fmt.Sprintf("killinc-%d", i), Type: "connection_lost",
 			SensorID: s, Data: new(0), At: time.Now()})
 	}
-	if _, err := pg.CreateNotifications(ctx, events); err != nil {
+	if _, err := fanout.NewPostgresStore(pg).CreateNotifications(ctx, events); err != nil {
 		t.Fatal(err)
 	}
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/notifier"
 	"github.com/lockstream/lockstream/notifier/webhook"
 	"github.com/lockstream/lockstream/registry"
@@ -34,7 +35,7 @@ func TestRotationSignsWithBothSecretsDuringOverlap(t *testing.T) {
 		t.Fatal(err)
 	}
 	data, previous := 1, 0
-	if _, err := pg.CreateNotifications(ctx, []storage.NotificationInput{{EventID: "e1", Type: "state_changed",
+	if _, err := fanout.NewPostgresStore(pg).CreateNotifications(ctx, []storage.NotificationInput{{EventID: "e1", Type: "state_changed",
 		SensorID: "door1", Data: &data, Previous: &previous, At: time.Now()}}); err != nil {
 		t.Fatal(err)
 	}

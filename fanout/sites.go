@@ -1,4 +1,4 @@
-package storage
+package fanout
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lockstream/lockstream/storage"
 )
 
 // The fan-out's part of site events: who a site event reaches and what its
@@ -19,7 +21,7 @@ func joinIDs(ids []string) string { return strings.Join(ids, ",") }
 // eventAudience is the comma-separated sensors whose clients an event
 // reaches: its own and the ones it lists (ids are letters and digits); a site
 // event also reaches the clients of every sensor of its site (in SQL).
-func eventAudience(e NotificationInput) string {
+func eventAudience(e storage.NotificationInput) string {
 	if len(e.Sensors) == 0 {
 		return e.SensorID
 	}
@@ -29,7 +31,7 @@ func eventAudience(e NotificationInput) string {
 // queueSiteAnnotations queues, in the fan-out's transaction, the storing of
 // the site and sensors of the batch's site events on their notifications;
 // nothing when the batch has none.
-func queueSiteAnnotations(b *pgx.Batch, events []NotificationInput) {
+func queueSiteAnnotations(b *pgx.Batch, events []storage.NotificationInput) {
 	var ids, sites, sensors []string
 	var times []time.Time
 	for _, e := range events {
@@ -41,7 +43,7 @@ func queueSiteAnnotations(b *pgx.Batch, events []NotificationInput) {
 	if len(ids) == 0 {
 		return
 	}
-	queueExec(b, fmt.Sprintf("recording the sites of %d site events", len(ids)), `
+	storage.QueueExec(b, fmt.Sprintf("recording the sites of %d site events", len(ids)), `
 		UPDATE notifications n SET site = nullif(x.site, ''), sensors = string_to_array(x.sensors, ',')
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) AS x (event_id, site, sensors, at)
 		WHERE n.event_id = x.event_id AND n.event_at = x.at AND n.sensors IS NULL`, ids, sites, sensors, times)

@@ -1,4 +1,4 @@
-package storage
+package fanout
 
 // The fan-out's event messages: who of a new notification's client gets a
 // message (routing), its severity and outage text, written through the inbox's
@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/inbox"
+	"github.com/lockstream/lockstream/storage"
 )
 
 // eventWriteRows is inbox.WriteRows for the fan-out's event messages: in the
@@ -33,18 +34,11 @@ const eventWriteRows = inbox.Write + `, crit AS MATERIALIZED (
 	INSERT INTO member_emails (delivery_id, event_at, member_id, kind, key, from_seq, to_seq)
 	SELECT id, now(), member_id, 'unseen', sensor_id, seq - 1, NULL FROM crit
 ), woke AS (
-	SELECT count(pg_notify('` + OutboxChannel + `', 'email')) AS n FROM (SELECT 1 FROM crit LIMIT 1) x
+	SELECT count(pg_notify('` + storage.OutboxChannel + `', 'email')) AS n FROM (SELECT 1 FROM crit LIMIT 1) x
 )
 SELECT ` + inbox.RowColumns + `
 	FROM ins m LEFT JOIN sensors s ON s.id = m.sensor_id CROSS JOIN woke
 	ORDER BY m.notification_id, m.member_id`
-
-// newNotification is a notification a fan-out batch created, for the inbox write
-// of its members.
-type newNotification struct {
-	id, clientID string
-	event        int // index in the batch's events, which orders the messages
-}
 
 // queueEventMessages queues the statement that puts one message per member of
 // each new notification's client whose routing lets it through
@@ -52,7 +46,7 @@ type newNotification struct {
 // number of members, inside the fan-out's transaction; the
 // messages it added are stored in added when the batch's results arrive (the
 // caller announces them: inbox.Notify).
-func queueEventMessages(b *pgx.Batch, events []NotificationInput, created []newNotification, added *[]inbox.Added) {
+func queueEventMessages(b *pgx.Batch, events []storage.NotificationInput, created []storage.NewNotification, added *[]inbox.Added) {
 	if len(created) == 0 {
 		return
 	}
@@ -70,14 +64,14 @@ func queueEventMessages(b *pgx.Batch, events []NotificationInput, created []newN
 		sites    = make([]string, len(created))
 	)
 	for i, n := range created {
-		e := events[n.event]
-		ids[i], clients[i], ords[i] = n.id, n.clientID, n.event
+		e := events[n.Event]
+		ids[i], clients[i], ords[i] = n.ID, n.ClientID, n.Event
 		types[i], sensors[i], times[i] = e.Type, e.SensorID, e.At
-		data[i], previous[i] = outboxInt16Ptr(e.Data), outboxInt16Ptr(e.Previous)
+		data[i], previous[i] = int16Ptr(e.Data), int16Ptr(e.Previous)
 		subjects[i], messages[i] = outageMessage(e)
 		sites[i] = e.Site
 	}
-	queueQuery(b, "inserting inbox messages", `
+	storage.QueueQuery(b, "inserting inbox messages", `
 		WITH nn AS (
 			SELECT x.*, `+fmt.Sprintf(inbox.EventSeverity, "x")+` AS severity,
 			       -- The message's site: a site event's, or its sensor's.
@@ -90,7 +84,7 @@ func queueEventMessages(b *pgx.Batch, events []NotificationInput, created []newN
 			       nn.event_at, nn.severity, 'event' AS cause, nn.subject, nn.message::jsonb AS message, nn.ord
 			FROM nn JOIN members m ON m.client_id = nn.client_id
 			-- Each member hears only what its routing lets through.
-			WHERE `+MemberRoutes("m", "nn.sensor_id", "nn.msg_site", "nn.severity")+`
+			WHERE `+storage.MemberRoutes("m", "nn.sensor_id", "nn.msg_site", "nn.severity")+`
 		`+eventWriteRows, func(rows pgx.Rows) error {
 		var err error
 		*added, err = inbox.CollectAdded(rows)
@@ -101,7 +95,7 @@ func queueEventMessages(b *pgx.Batch, events []NotificationInput, created []newN
 // outageMessage is the subject and message (JSON) of a connection_restored's
 // inbox message that knows how long its sensor was lost: "back after 2 h
 // 14 min" and {"lost_since":…,"silent_seconds":…}; nil for other events.
-func outageMessage(e NotificationInput) (subject, message *string) {
+func outageMessage(e storage.NotificationInput) (subject, message *string) {
 	if e.Type != string(event.ConnectionRestored) || e.LostSince == nil {
 		return nil, nil
 	}

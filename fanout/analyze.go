@@ -1,0 +1,57 @@
+package fanout
+
+import (
+	"sync"
+)
+
+// OutboxAnalyzeRows is how many deliveries one process creates in a month
+// partition before it first analyzes the partition; it analyzes it again each
+// time its deliveries there have doubled since (2,000, 4,000, 8,000, ...), so
+// the statistics keep up with a burst at a cost that grows with the log of the
+// month's size (an ANALYZE samples at most 30,000 rows a table), and
+// autovacuum does the rest.
+const OutboxAnalyzeRows = 1_000
+
+// outboxAnalyzer counts the deliveries PostgresStore.CreateNotifications
+// created per month partition, and says when a partition has grown enough
+// since its last ANALYZE by this process that its statistics may be missing or
+// stale. A burst into a partition autovacuum has not analyzed yet (its first
+// look can be a minute away) leaves the planner thinking the partition nearly empty: the retrier's
+// finish and target statements then join deliveries by a sequential scan.
+type outboxAnalyzer struct {
+	mu     sync.Mutex
+	months map[string]*monthStats
+}
+
+type monthStats struct {
+	created int // by this process, since it started
+	next    int // created at which the month is analyzed next
+}
+
+// note adds the deliveries created per month ("200601") and returns the
+// months to analyze now (storage.Postgres.AnalyzeOutboxMonth).
+func (a *outboxAnalyzer) note(created map[string]int) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.months == nil {
+		a.months = map[string]*monthStats{}
+	}
+	var due []string
+	for month, n := range created {
+		m := a.months[month]
+		if m == nil {
+			m = &monthStats{next: OutboxAnalyzeRows}
+			a.months[month] = m
+		}
+		m.created += n
+		if m.created >= m.next {
+			m.next = 2 * m.created
+			due = append(due, month)
+		}
+	}
+	return due
+}
+
+// AnalyzeOutboxMonth analyzes the deliveries and notifications partitions of
+// the month ("200601"), or the DEFAULT partitions where the month has none, and
+// the month's delivery_attempts partition.

@@ -1,0 +1,249 @@
+package fanout
+
+// The fan-out's statements: who gets what. For every client linked to an
+// event's sensor (or site), one notification and a delivery per channel it
+// has, the superseding of older undelivered states, and a message in the inbox
+// of every member its routing lets through, in one transaction.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/inbox"
+	"github.com/lockstream/lockstream/storage"
+)
+
+// PostgresStore is the fan-out's NotificationStore on Postgres: it owns the
+// fan-out's statements and counts, per process, the deliveries it put into
+// each month partition (see NotificationsCreated.AnalyzeDue). Make one per
+// process and share it.
+type PostgresStore struct {
+	pg       *storage.Postgres
+	pool     *pgxpool.Pool
+	analyzer outboxAnalyzer
+}
+
+// NewPostgresStore returns the fan-out's store over pg's pool.
+func NewPostgresStore(pg *storage.Postgres) *PostgresStore {
+	return &PostgresStore{pg: pg, pool: pg.Pool()}
+}
+
+// AnalyzeOutboxMonth refreshes the planner statistics of the month's outbox
+// partitions (storage.Postgres.AnalyzeOutboxMonth).
+func (s *PostgresStore) AnalyzeOutboxMonth(ctx context.Context, month string) error {
+	return s.pg.AnalyzeOutboxMonth(ctx, month)
+}
+
+// NotificationsCreated counts what PostgresStore.CreateNotifications did.
+type NotificationsCreated struct {
+	// Notifications is the number of new notification rows (replays add none).
+	Notifications int
+	// Deliveries counts new deliveries by channel.
+	Deliveries map[storage.Channel]int
+	// Superseded counts older undelivered state_changed deliveries made moot, by
+	// channel.
+	Superseded map[storage.Channel]int
+	// InboxMessages is the number of messages put in members' inboxes: one per
+	// new notification and member of its client.
+	InboxMessages int
+	// Filtered counts the (event, linked client) pairs left out because the
+	// client is not subscribed to the event's type (replays count again).
+	Filtered int
+	// AnalyzeDue lists the months ("200601") whose outbox partitions this
+	// process has filled enough to analyze now (AnalyzeOutboxMonth): at
+	// OutboxAnalyzeRows of its deliveries, then each time they doubled. The
+	// caller runs it, off the path of its next batch.
+	AnalyzeDue []string
+}
+
+// Delivery is one channel's job of delivering one notification, with the event it
+
+// CreateNotifications fans a batch of events out in one transaction: for every
+// client linked to an event's sensor, one notification and one PENDING delivery
+// per channel the client has (webhook always, email when it has an address, swrve
+// per push target). It is idempotent: an (event, client) notified before creates
+// nothing. For every new state_changed delivery, the same (client, sensor,
+// channel, target)'s older state_changed deliveries that are not sent or being
+// sent (SCHEDULED, PENDING, RETRY) become SUPERSEDED; an IN_FLIGHT one is
+// superseded by FinishDeliveries if its attempt does not succeed. Events
+// repeated within the batch count once. Each new notification also puts one
+// message in the inbox of every member of its client, in the same transaction
+// and one more statement (insertEventMessages), so a replayed event adds no
+// message either. When it created deliveries, it notifies OutboxChannel in the
+// same transaction (one statement more), so listening retriers hear of them on
+// commit. It names the month partitions this process has put
+// OutboxAnalyzeRows deliveries into, and again each time they doubled
+// (NotificationsCreated.AnalyzeDue), for the caller to analyze, so the
+// statements that read a burst do not wait for autovacuum to learn of it.
+func (s *PostgresStore) CreateNotifications(ctx context.Context, events []storage.NotificationInput) (NotificationsCreated, error) {
+	created := NotificationsCreated{Deliveries: map[storage.Channel]int{}, Superseded: map[storage.Channel]int{}}
+	if len(events) == 0 {
+		return created, nil
+	}
+	fb := newFanoutBatch(events)
+	months := map[string]int{} // new deliveries per month partition
+	if err := s.writeFanout(ctx, fb, &created, months); err != nil {
+		return NotificationsCreated{}, fmt.Errorf("creating notifications for %d events: %w", len(fb.unique), err)
+	}
+	created.AnalyzeDue = s.analyzer.note(months)
+	return created, nil
+}
+
+// fanoutBatch is a fan-out batch's events, each once, as the arrays of
+// createNotificationsSQL.
+type fanoutBatch struct {
+	unique                               []storage.NotificationInput
+	eventIndex                           map[string]int // an event id's place in unique
+	ids, types, sensors, audience, sites []string
+	data, previous                       []*int16
+	times                                []time.Time
+	lostSince                            []*time.Time
+}
+
+func newFanoutBatch(events []storage.NotificationInput) fanoutBatch {
+	fb := fanoutBatch{eventIndex: make(map[string]int, len(events))}
+	for _, e := range events {
+		if _, seen := fb.eventIndex[e.EventID]; seen {
+			continue
+		}
+		fb.eventIndex[e.EventID] = len(fb.unique)
+		fb.unique = append(fb.unique, e)
+		fb.ids, fb.types, fb.sensors = append(fb.ids, e.EventID), append(fb.types, e.Type), append(fb.sensors, e.SensorID)
+		fb.data, fb.previous = append(fb.data, int16Ptr(e.Data)), append(fb.previous, int16Ptr(e.Previous))
+		fb.times, fb.audience, fb.sites = append(fb.times, e.At), append(fb.audience, eventAudience(e)), append(fb.sites, e.Site)
+		fb.lostSince = append(fb.lostSince, e.LostSince)
+	}
+	return fb
+}
+
+// out in event order.
+type supersedeKey struct{ client, sensor, channel, target string }
+
+// fanoutRows is what createNotificationsSQL created: for each key, its newest
+// state_changed (whose older undelivered ones it supersedes), and the new
+// notifications, for their inbox messages and client seqs.
+type fanoutRows struct {
+	newest    map[supersedeKey]time.Time
+	newNotifs []storage.NewNotification
+}
+
+// writeFanout writes the batch in one transaction of three round trips: BEGIN
+// with the outbox insert; then, pipelined, the clients' locks, the site annotations, the inbox
+// messages, the retriers' wake-up, the superseding and the client seqs (last:
+// its counter lock is held to commit); then COMMIT. When members got
+// messages, their NOTIFY (built from the inserted rows) takes one more round
+// trip before the COMMIT.
+func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, created *NotificationsCreated, months map[string]int) (err error) {
+	var r fanoutRows
+	first := &pgx.Batch{}
+	first.BeginTx(pgx.TxOptions{})
+	first.Queue(createNotificationsSQL, fb.ids, fb.types, fb.sensors, fb.data, fb.previous, fb.times,
+		fb.audience, fb.sites, fb.lostSince).Query(func(rows pgx.Rows) error {
+		var scanErr error
+		r, scanErr = fb.scanCreated(rows, created, months)
+		return scanErr
+	})
+	br := s.pool.SendBatch(ctx, first)
+	tx := br.Tx()
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx)) // closed already when BEGIN failed
+		}
+	}()
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("inserting notifications: %w", err)
+	}
+	var added []inbox.Added
+	then := &pgx.Batch{}
+	storage.QueueClientLocks(then, r.newNotifs)
+	queueSiteAnnotations(then, fb.unique)
+	queueEventMessages(then, fb.unique, r.newNotifs, &added)
+	queueOutboxNotify(then, created.Deliveries)
+	queueSupersede(then, r.newest, created.Superseded)
+	storage.QueueClientSeqs(then, fb.unique, r.newNotifs)
+	if then.Len() > 0 {
+		if err := tx.SendBatch(ctx, then).Close(); err != nil {
+			return err
+		}
+	}
+	created.InboxMessages = len(added)
+	if err := inbox.Notify(ctx, tx, added); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// scanCreated reads createNotificationsSQL's rows into created (counts) and
+// months (new deliveries per month partition), and returns what the rest of
+// the transaction needs of them.
+func (fb fanoutBatch) scanCreated(rows pgx.Rows, created *NotificationsCreated, months map[string]int) (fanoutRows, error) {
+	r := fanoutRows{newest: map[supersedeKey]time.Time{}}
+	for rows.Next() {
+		var (
+			k                       supersedeKey
+			eventType               string
+			at                      time.Time
+			count, filtered         int
+			notificationID, eventID string
+			client                  *string
+		)
+		if err := rows.Scan(&count, &filtered, &client, &k.sensor, &eventType, &k.channel, &k.target, &at,
+			&notificationID, &eventID); err != nil {
+			return fanoutRows{}, err
+		}
+		created.Notifications, created.Filtered = count, filtered
+		if client == nil {
+			continue // the row of counts alone: nothing was created
+		}
+		k.client = *client
+		created.Deliveries[storage.Channel(k.channel)]++
+		months[at.UTC().Format("200601")]++
+		if eventType == string(event.StateChanged) && at.After(r.newest[k]) {
+			r.newest[k] = at
+		}
+		// Every notification has exactly one webhook delivery.
+		if storage.Channel(k.channel) == storage.ChannelWebhook {
+			r.newNotifs = append(r.newNotifs, storage.NewNotification{ID: notificationID, ClientID: k.client, Event: fb.eventIndex[eventID]})
+		}
+	}
+	return r, rows.Err()
+}
+
+// queueSupersede queues, for each key's newest new state_changed, the
+// superseding of the key's older state_changed deliveries that are not sent or
+// being sent (SCHEDULED, PENDING, RETRY), counting them by channel in
+// superseded.
+func queueSupersede(b *pgx.Batch, newest map[supersedeKey]time.Time, superseded map[storage.Channel]int) {
+	if len(newest) == 0 {
+		return
+	}
+	var clients, sensorIDs, channels, targets []string
+	var ats []time.Time
+	for k, at := range newest {
+		clients, sensorIDs = append(clients, k.client), append(sensorIDs, k.sensor)
+		channels, targets, ats = append(channels, k.channel), append(targets, k.target), append(ats, at)
+	}
+	storage.QueueQuery(b, "superseding older deliveries", supersedeSQL, func(rows pgx.Rows) error {
+		channels, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		for _, ch := range channels {
+			superseded[storage.Channel(ch)]++
+		}
+		return err
+	}, clients, sensorIDs, channels, targets, ats, storage.SupersededError)
+}
+
+// supersedeSQL is queueSupersede's statement: $1-$5 the keys and their newest
+
+// int16Ptr is v as the int2 of a statement's parameter; nil stays nil.
+func int16Ptr(v *int) *int16 {
+	if v == nil {
+		return nil
+	}
+	i := int16(*v)
+	return &i
+}

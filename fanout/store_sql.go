@@ -1,0 +1,84 @@
+package fanout
+
+// time, $6 the superseded deliveries' last_error.
+const supersedeSQL = `
+	UPDATE deliveries d
+	SET state = 'SUPERSEDED', last_error = $6, updated_at = now()
+	FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::timestamptz[])
+		AS k (client_id, sensor_id, channel, target, newest)
+	WHERE d.client_id = k.client_id AND d.sensor_id = k.sensor_id
+	  AND d.channel = k.channel AND d.target = k.target
+	  AND d.state IN ('SCHEDULED', 'PENDING', 'RETRY')
+	  AND d.event_type = 'state_changed' AND d.event_at < k.newest
+	RETURNING d.channel`
+
+// createNotificationsSQL is the fan-out's outbox insert: $1-$9 the events
+// (id, type, sensor, data, previous, time, audience, site, lost_since). It returns a row
+// per new delivery, each with the counts of new notifications and of those
+// not made for want of a subscription, or one row of counts alone.
+const createNotificationsSQL = `
+			WITH ev AS (
+				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::int2[], $6::timestamptz[],
+				                     $7::text[], $8::text[], $9::timestamptz[])
+					WITH ORDINALITY AS e (event_id, type, sensor_id, data, previous, at, audience, site, lost_since, ord)
+			), linked AS (
+				-- Subscriptions: a client is told only of the types it chose (NULL: all).
+				-- The clients of the event's sensor; of a site event's sensors and of
+				-- every sensor of its site, once each.
+				SELECT ev.*, cs.client_id, c.event_types IS NULL OR ev.type = ANY (c.event_types) AS subscribed
+				FROM ev JOIN LATERAL (
+					SELECT l.client_id FROM client_sensors l
+					WHERE l.sensor_id = ANY (string_to_array(ev.audience, ','))
+					UNION
+					SELECT l.client_id FROM sensors s JOIN client_sensors l ON l.sensor_id = s.id
+					WHERE s.site = ev.site
+				) cs ON true
+				JOIN clients c ON c.id = cs.client_id
+			), n AS (
+				INSERT INTO notifications (id, event_id, client_id, sensor_id, type, data, previous, event_at, lost_since)
+				SELECT lockstream_uuid_v7(), l.event_id, l.client_id, l.sensor_id, l.type, l.data, l.previous, l.at,
+				       l.lost_since
+				FROM linked l WHERE l.subscribed
+				ON CONFLICT (event_id, client_id, event_at) DO NOTHING
+				RETURNING id, event_id, client_id, sensor_id, type, event_at
+			), d AS (
+				INSERT INTO deliveries (id, notification_id, client_id, sensor_id, event_type, channel, target,
+				                        state, next_attempt_at, event_at)
+				SELECT lockstream_uuid_v7(), n.id, n.client_id, n.sensor_id, n.type, ch.channel, ch.target,
+				       -- A disabled endpoint's deliveries are kept, not attempted.
+				       CASE WHEN ch.channel = 'webhook' AND c.endpoint_disabled_at IS NOT NULL
+				            THEN 'PAUSED' ELSE 'PENDING' END, now(), n.event_at
+				FROM n JOIN ev ON ev.event_id = n.event_id JOIN clients c ON c.id = n.client_id
+				CROSS JOIN LATERAL (
+					SELECT 'webhook'::text, ''::text
+					UNION ALL SELECT 'email', '' WHERE c.email IS NOT NULL
+					UNION ALL SELECT 'swrve', t.platform || ':' || t.push_key FROM push_targets t WHERE t.client_id = c.id
+				) AS ch (channel, target)
+				-- Inserted in the events' order, so seq (the column default) follows it.
+				-- No conflict is possible: n holds only the notifications just
+				-- inserted (migration 00141).
+				ORDER BY ev.ord
+				RETURNING notification_id, client_id, sensor_id, event_type, channel, target, event_at
+			)
+			SELECT (SELECT count(*) FROM n), (SELECT count(*) FROM linked WHERE NOT subscribed),
+			       r.client_id, coalesce(r.sensor_id, ''), coalesce(r.event_type, ''), coalesce(r.channel, ''),
+			       coalesce(r.target, ''), coalesce(r.event_at, 'epoch'), coalesce(r.notification_id, ''),
+			       coalesce(r.event_id, '')
+			-- One row at least, so the filtered count arrives when nothing was created.
+			FROM (SELECT 1) AS one LEFT JOIN (
+				SELECT d.client_id::text, d.sensor_id, d.event_type, d.channel, d.target,
+				       d.event_at, d.notification_id::text, n.event_id
+				FROM d JOIN n ON n.id = d.notification_id) AS r ON true`
+
+// ClaimDeliveries takes up to limit due deliveries (SCHEDULED, PENDING or RETRY
+// with NextAttemptAt at or before now), oldest due first, for this caller alone:
+// they become IN_FLIGHT until now+lease with Attempts one higher. Rows another
+// claimer holds are skipped, not waited for, so any number of retriers share the
+// outbox. With channels given, only deliveries on those channels are claimed.
+//
+// Deliveries of one (client, sensor, channel, target) go out in event order: a
+// delivery is not claimed while an older one of the same key is PENDING, RETRY or
+// IN_FLIGHT (even one not due yet), so a retrying delivery holds back the newer
+// ones behind it. The check reads the small index of open deliveries.
+// Deliveries resumed when their endpoint was enabled (see EnableEndpoint) keep
+// the order of their client and channel as a whole: one is not claimed while an
