@@ -17,6 +17,12 @@ const (
 	IncidentResolved     = "resolved"
 )
 
+// IncidentReminder is the inbox message type of an incident reminder. A
+// reminder brings its own email and push (as the member's preferences say)
+// and repeats until the incident is acknowledged, so it opens no escalation
+// episode: escalating it too would notify twice.
+const IncidentReminder = "incident_reminder"
+
 // Incident is a problem of one client's subject (a sensor or a site) that its
 // members own until it is resolved (docs/DESIGN.md "Incidents"). The incident
 // box keeps them; the API shows them.

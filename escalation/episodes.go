@@ -1,5 +1,7 @@
 package escalation
 
+import "github.com/lockstream/lockstream/domain"
+
 // EpisodeKey is the escalation-episode key of a message, as SQL over
 // inbox_messages aliased x: its sensor, or '#' and its type for a free-form
 // notification ('#' is in no sensor id). It must read as in the index
@@ -26,12 +28,13 @@ const EpisodeUnseen = `x.seen_at IS NULL AND x.deleted_at IS NULL AND NOT x.self
 // free-form notifications of one type at once; one sensor's events are
 // written by one fan-out worker in order), the later one restarts the
 // episode at its own message. An escalation round marks an episode handled
-// only while its first_seq is the one it judged.
+// only while its first_seq is the one it judged. An incident reminder opens
+// no episode (domain.IncidentReminder: it brings its own email and push).
 const EpisodeWrite = `, g AS (
 	SELECT i.member_id, ` + episodeKeyI + ` AS key, (min(i.client_id::text))::uuid AS client_id,
 	       min(i.sensor_id) AS sensor_id, min(i.type) AS type, min(i.seq) AS first_seq,
 	       bool_or(i.severity = 'critical') AS critical
-	FROM ins i GROUP BY 1, 2
+	FROM ins i WHERE i.type <> '` + domain.IncidentReminder + `' GROUP BY 1, 2
 ), episodes AS (
 	INSERT INTO escalation_episodes AS e (member_id, key, client_id, sensor_id, type, first_seq, opened_at, critical_at)
 	SELECT g.member_id, g.key, g.client_id, g.sensor_id, g.type,

@@ -51,6 +51,16 @@ func TestRemindersByEmailAndPush(t *testing.T) {
 	if res := f.round(t, 0); res.Reminders != 3 {
 		t.Fatalf("round %+v, want 3 reminders", res)
 	}
+	// The reminders bring their own email and push: they open no escalation
+	// episode (the loss's message opened its sensor's, one per member).
+	var reminderEpisodes, sensorEpisodes int
+	if err := f.pg.Pool().QueryRow(f.ctx, `SELECT count(*) FILTER (WHERE key = '#' || $1), count(*) FILTER (WHERE key = 'door1')
+		FROM escalation_episodes`, incident.ReminderType).Scan(&reminderEpisodes, &sensorEpisodes); err != nil {
+		t.Fatal(err)
+	}
+	if reminderEpisodes != 0 || sensorEpisodes != 3 {
+		t.Errorf("escalation episodes: %d of reminders (want 0), %d of door1 (want 3)", reminderEpisodes, sensorEpisodes)
+	}
 
 	rows, err := f.pg.Pool().Query(f.ctx, `SELECT d.id::text, d.channel, d.target, me.member_id::text, me.kind
 		FROM deliveries d JOIN member_emails me ON me.delivery_id = d.id AND me.event_at = d.event_at

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/storage"
 )
@@ -67,7 +68,7 @@ type RoundResult struct {
 }
 
 // ReminderType is the inbox message type of a reminder.
-const ReminderType = "incident_reminder"
+const ReminderType = domain.IncidentReminder
 
 // RemindRound runs a round (MarkRound at r.Now) and then sends marks
 // (SendMarks) until none is left to this process. Another process may be

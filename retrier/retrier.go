@@ -27,6 +27,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/domain"
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/notifier"
@@ -914,6 +915,5 @@ func ackURL(m inbox.Message) string {
 	return body.AckURL
 }
 
-// incidentReminderType is incident.ReminderType (a daemon package the
-// retrier does not import).
-const incidentReminderType = "incident_reminder"
+// incidentReminderType is the inbox message type of an incident reminder.
+const incidentReminderType = domain.IncidentReminder
