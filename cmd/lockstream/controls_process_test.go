@@ -197,11 +197,14 @@ func TestSubscriptionFilterThroughAll(t *testing.T) {
 // deliveries from two retrier processes (all's and a second one) at most 5 in
 // any 1 s window of the sink's receive times, each once. The limiter spaces
 // starts 1.2 s / 5 apart on Redis' clock, so this holds while the time from a
-// start to the sink's handler varies by less than 200 ms.
+// start to the sink's handler varies by less than 200 ms. Each process has 4
+// workers, so it claims at most 4 at a time: with 256 the first to wake
+// could claim all 100, and since a retrier claims again when the limiter's
+// wait for what it held ends, the other might never deliver one.
 func TestRateLimitAcrossTwoRetriers(t *testing.T) {
 	t.Parallel()
 	n := startDeliveryNode(t, []string{"all"}, "LOCKSTREAM_WEBHOOK_ALLOW_PRIVATE=true",
-		"LOCKSTREAM_RETRY_BACKOFF_BASE=50ms")
+		"LOCKSTREAM_RETRY_BACKOFF_BASE=50ms", "LOCKSTREAM_RETRY_WORKERS=4")
 	// The second retrier logs each attempt (debug), to show both delivered.
 	second := n.h.start("retrier", "retrier", "--log-level", "debug")
 	sink := newRecordingSink(t, "")
