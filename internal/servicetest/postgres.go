@@ -2,6 +2,7 @@ package servicetest
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -36,7 +37,7 @@ func StartPostgres(t testing.TB) *Postgres {
 	port := freePort(t)
 	d.argv = []string{filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port), "-k", d.dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=400", "-c", "fsync=off"}
-	p := &Postgres{URL: url("postgres", port, "/postgres?sslmode=disable&user=lockstream"), d: d}
+	p := &Postgres{URL: fmt.Sprintf("postgres://lockstream@127.0.0.1:%d/postgres?sslmode=disable", port), d: d}
 	d.ready = func(ctx context.Context) error {
 		conn, err := pgx.Connect(ctx, p.URL)
 		if err != nil {
