@@ -27,6 +27,10 @@ func (p *pipelineRun) history(ctx context.Context) error {
 	start := time.Now()
 	healthy := p.cfg.healthyLinked()
 	errc := make(chan error, 1)
+	recorded0, err := p.counter("lockstream_deliveries_total")
+	if err != nil {
+		return err
+	}
 	for round := 0; p.res.HistoryWebhooks < p.cfg.History; round++ {
 		name := fmt.Sprintf("history-%d", round)
 		expect := p.sink.expect(name)
@@ -46,7 +50,9 @@ func (p *pipelineRun) history(ctx context.Context) error {
 		p.res.HistoryWebhooks += received
 	}
 	p.res.HistorySeconds = time.Since(start).Seconds()
-	return nil
+	// The posts start once the retrier has recorded every outcome, so that
+	// their stages count their own deliveries.
+	return p.waitCounter(ctx, "lockstream_deliveries_total", recorded0+float64(p.res.HistoryWebhooks))
 }
 
 // posts sends LatencyRate single-reading POST /v1/readings requests a second
