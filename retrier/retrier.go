@@ -163,6 +163,8 @@ type Retrier struct {
 	// listening says the outbox listener is up: the claim loops then poll only
 	// as a fallback.
 	listening atomic.Bool
+	// notices counts the listener's notices of new deliveries.
+	notices atomic.Uint64
 	// handoff takes the deliveries a fan-out in this process created claimed.
 	handoff handoff
 }
@@ -748,15 +750,23 @@ func (r *Retrier) finishLoop(ctx context.Context, outcomes <-chan outcome) {
 				break collect
 			}
 		}
-		r.record(ctx, batch)
-		// A finished delivery may free the next one of its (client, sensor).
-		r.signalWake()
+		notices := r.notices.Load()
+		frees := r.record(ctx, batch)
+		// A finished delivery may free the next one of its key: claim it now.
+		// Otherwise no claim is due, unless a notice of new deliveries came
+		// while the outcomes were written: its claim may have run before they
+		// committed, and found a new delivery still held back by one of them.
+		// Without a listener the claim loop polls; wake it as before.
+		if frees || r.notices.Load() != notices || !r.listening.Load() {
+			r.signalWake()
+		}
 	}
 }
 
 // record writes a batch of outcomes and their attempts to the outbox in one
-// statement, then to the metrics.
-func (r *Retrier) record(ctx context.Context, batch []outcome) {
+// statement, then to the metrics. It reports whether a recorded delivery held
+// back another that may be claimed now (storage.FinishedDelivery.Frees).
+func (r *Retrier) record(ctx context.Context, batch []outcome) (frees bool) {
 	finishes := make([]storage.DeliveryFinish, len(batch))
 	for i, o := range batch {
 		finishes[i] = storage.DeliveryFinish{
@@ -785,6 +795,7 @@ func (r *Retrier) record(ctx context.Context, batch []outcome) {
 	states := make(map[string]storage.DeliveryState, len(done))
 	for _, f := range done {
 		states[f.ID] = f.State
+		frees = frees || f.Frees
 	}
 	r.recordHealth(ctx, batch, states)
 	r.wakeWhenDue(batch, states)
@@ -814,6 +825,7 @@ func (r *Retrier) record(ctx context.Context, batch []outcome) {
 		r.logger.DebugContext(ctx, "delivery attempt", "delivery_id", o.d.ID, "channel", o.d.Channel,
 			"attempt", o.d.Attempts, "status", status, "http_status", o.res.HTTPStatus, "err", o.res.Err)
 	}
+	return frees
 }
 
 // wakeWhenDue sets the claim loop of their lane to look again when the
