@@ -37,8 +37,8 @@ func (f *outboxFixture) byEvent(t *testing.T, clientID string, channel storage.C
 func TestCreateNotificationsClaimsWhatAClaimWould(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "s1", "s2", "s3", "s4", "s5")
-	a := f.client(t, registry.Client{Name: "a", Email: "a@example.com"}, "s1", "s2", "s3", "s4", "s5")
-	b := f.client(t, registry.Client{Name: "disabled"}, "s1")
+	a := f.Client(t, registry.Client{Name: "a", Email: "a@example.com"}, "s1", "s2", "s3", "s4", "s5")
+	b := f.Client(t, registry.Client{Name: "disabled"}, "s1")
 	if _, err := f.pg.Pool().Exec(f.ctx, `UPDATE clients SET endpoint_disabled_at = now() WHERE id = $1`, b.ID); err != nil {
 		t.Fatal(err)
 	}

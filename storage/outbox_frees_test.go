@@ -13,7 +13,7 @@ import (
 func TestFinishDeliveriesSaysWhatItFrees(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "s1", "s2")
-	f.client(t, registry.Client{Name: "c"}, "s1", "s2")
+	f.Client(t, registry.Client{Name: "c"}, "s1", "s2")
 	f.create(t,
 		storage.NotificationInput{EventID: "lost", Type: "connection_lost", SensorID: "s1", At: outboxT0},
 		storage.NotificationInput{EventID: "restored", Type: "connection_restored", SensorID: "s1", At: outboxT0.Add(time.Second)},
