@@ -133,11 +133,13 @@ type fanoutRows struct {
 }
 
 // writeFanout writes the batch in one transaction of three round trips: BEGIN
-// with the outbox insert; then, pipelined, the clients' locks, the site annotations, the inbox
-// messages, the retriers' wake-up, the superseding and the client seqs (last:
-// its counter lock is held to commit); then COMMIT. When members got
-// messages, their NOTIFY (built from the inserted rows) takes one more round
-// trip before the COMMIT.
+// with the outbox insert; then, pipelined, the clients' locks, the site
+// annotations, the shared inbox messages and their members' seqs, the other
+// inbox messages, the retriers' wake-up, the superseding and the client seqs
+// (last: its counter lock is held to commit); then COMMIT. When members got
+// messages, their NOTIFY (built from the rows read) takes one more round trip
+// before the COMMIT. After it, the members' copies of the shared messages are
+// written in a transaction of their own (inbox.MaterializeShared).
 func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, created *NotificationsCreated, months map[string]int) (err error) {
 	var r fanoutRows
 	first := &pgx.Batch{}
@@ -158,11 +160,16 @@ func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, created
 	if err := br.Close(); err != nil {
 		return fmt.Errorf("inserting notifications: %w", err)
 	}
-	var added []inbox.Added
+	var (
+		shared, added []inbox.Added
+		pending       bool
+	)
 	then := &pgx.Batch{}
 	storage.QueueClientLocks(then, r.newNotifs)
 	queueSiteAnnotations(then, fb.unique)
+	queueSharedMessages(then, fb.unique, r.newNotifs, &shared)
 	queueEventMessages(then, fb.unique, r.newNotifs, &added)
+	inbox.QueueSharedPending(then, &pending)
 	queueOutboxNotify(then, created.Deliveries)
 	queueSupersede(then, r.newest, created.Superseded)
 	storage.QueueClientSeqs(then, fb.unique, r.newNotifs)
@@ -171,11 +178,24 @@ func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, created
 			return err
 		}
 	}
-	created.InboxMessages = len(added)
-	if err := inbox.Notify(ctx, tx, added); err != nil {
+	created.InboxMessages = len(shared) + len(added)
+	if err := inbox.Notify(ctx, tx, append(shared, added...)); err != nil {
 		return err
 	}
-	return tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	if !pending {
+		return nil
+	}
+	// The members' own copies of the shared messages, after the commit that
+	// announced them: off the streams' path. Should this fail (or the process
+	// die first), the next batch writes them, the replayed one included;
+	// readers of an inbox write a member's first (inbox.QueueMaterialize).
+	if _, err := inbox.MaterializeShared(ctx, s.pool); err != nil {
+		return err
+	}
+	return nil
 }
 
 // scanCreated reads createNotificationsSQL's rows into created (counts) and
