@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/lockstream/lockstream/domain"
-	"github.com/lockstream/lockstream/escalation"
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/internal/pgutil"
 	"github.com/lockstream/lockstream/registry/secretbox"
 )
@@ -614,19 +614,19 @@ func (p *Postgres) deliveryTargets(ctx context.Context, ids []string, ats []*tim
 		       q.id IS NOT NULL AND CASE
 		           WHEN d.sensor_id IS NOT NULL THEN EXISTS (
 		               SELECT 1 FROM inbox_messages x
-		               WHERE x.member_id = q.id AND `+escalation.EpisodeKey+` = d.sensor_id AND `+escalation.EpisodeUnseen+`
+		               WHERE x.member_id = q.id AND `+inbox.EpisodeKey+` = d.sensor_id AND `+inbox.EpisodeUnseen+`
 		                 AND x.severity = 'critical')
 		           WHEN d.event_type = 'digest' THEN EXISTS (
 		               SELECT 1 FROM inbox_messages x
-		               WHERE x.member_id = q.id AND `+escalation.EpisodeUnseen+` AND x.severity = 'critical')
+		               WHERE x.member_id = q.id AND `+inbox.EpisodeUnseen+` AND x.severity = 'critical')
 		           -- An escalation round's email or push (about no one sensor):
 		           -- the episodes it escalates, first_seq in (from_seq, to_seq].
 		           WHEN d.event_type = 'unseen' THEN EXISTS (
 		               SELECT 1 FROM member_emails me
 		               JOIN escalation_episodes e ON e.member_id = q.id AND e.first_seq > me.from_seq
 		                    AND e.first_seq <= me.to_seq AND e.critical_at IS NOT NULL
-		               JOIN inbox_messages x ON x.member_id = q.id AND `+escalation.EpisodeKey+` = e.key AND x.seq >= e.first_seq
-		               WHERE me.delivery_id = d.id AND me.event_at = d.event_at AND `+escalation.EpisodeUnseen+`
+		               JOIN inbox_messages x ON x.member_id = q.id AND `+inbox.EpisodeKey+` = e.key AND x.seq >= e.first_seq
+		               WHERE me.delivery_id = d.id AND me.event_at = d.event_at AND `+inbox.EpisodeUnseen+`
 		                 AND x.severity = 'critical')
 		           -- An incident reminder's email or push: the reminder it names.
 		           WHEN d.event_type = 'incident_reminder' THEN EXISTS (
