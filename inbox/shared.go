@@ -12,8 +12,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/lockstream/lockstream/escalation"
 )
 
 // WriteShared completes a shared write. It follows a CTE t (client_id,
@@ -111,7 +109,7 @@ const materialize = `
 	       gaps = ARRAY(SELECT g FROM unnest(mi.gaps) g WHERE g > x.cseq ORDER BY g),
 	       last_seq = greatest(mi.last_seq, x.seq)
 	FROM top x WHERE mi.member_id = x.member_id
-)` + escalation.EpisodeWrite + `
+)` + EpisodeWrite + `
 SELECT count(*) FROM ins`
 
 // materializeMembers is materialize for the members $1.
