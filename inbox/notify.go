@@ -196,6 +196,7 @@ func ParseNews(payload string) News {
 			return news
 		}
 		s := p.Shared
+		frame := &Frame{}
 		news.Messages = make([]Message, 0, len(p.Members))
 		for i, member := range p.Members {
 			id := s.ID
@@ -205,7 +206,7 @@ func ParseNews(payload string) News {
 			news.Messages = append(news.Messages, Message{ID: id, MemberID: member, Seq: p.Seqs[i],
 				ClientID: s.ClientID, Type: s.Type, SensorID: s.SensorID, SensorAddress: s.SensorAddress, SensorSite: s.SensorSite, Data: s.Data,
 				Previous: s.Previous, At: s.At, Severity: s.Severity, Cause: s.Cause, Subject: s.Subject,
-				Message: s.Message, CreatedAt: s.CreatedAt})
+				Message: s.Message, CreatedAt: s.CreatedAt, Frame: frame})
 		}
 		return news
 	}
