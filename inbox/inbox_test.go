@@ -538,3 +538,22 @@ func TestRestoredMessageSaysItsOutage(t *testing.T) {
 		}
 	}
 }
+
+// TestMemberMessageIDMatchesSQL: the live stream announces a shared message's
+// copy with the id derived in Go; materializing writes the one SQL derives.
+func TestMemberMessageIDMatchesSQL(t *testing.T) {
+	t.Parallel()
+	stores := storagetest.New(t)
+	ctx := context.Background()
+	for range 5 {
+		shared, member := uuid.Must(uuid.NewV7()).String(), uuid.NewString()
+		var want string
+		if err := stores.Postgres.Pool().QueryRow(ctx, `SELECT lockstream_member_message_id($1, $2)::text`, shared, member).
+			Scan(&want); err != nil {
+			t.Fatal(err)
+		}
+		if got := inbox.MemberMessageID(shared, member); got != want {
+			t.Fatalf("MemberMessageID(%s, %s) = %s, SQL says %s", shared, member, got, want)
+		}
+	}
+}

@@ -9,7 +9,11 @@ package inbox
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/json"
 	"fmt"
+
+	"github.com/google/uuid"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -48,30 +52,75 @@ RETURNING notification_id`
 // clients were locked, and none can commit since), the read of each member's
 // copy of the shared messages of the notifications, with the seq it has; the
 // copies are stored in added (for Notify, as WriteRows returns direct
-// messages).
+// messages). It reads per shared message one row, its members and their seqs
+// as arrays; the copies' ids are derived here (MemberMessageID), as
+// lockstream_member_message_id derives them in SQL.
 func QueueSharedAudience(b *pgx.Batch, notifications []string, added *[]Added) {
 	b.Queue(`
-		WITH m AS (
-			SELECT mi.member_id, e.cseq, e.notification_id, lockstream_member_message_id(e.id, mi.member_id) AS id, e.client_id, e.type, e.sensor_id, e.data, e.previous,
-			       e.event_at, e.severity, e.cause, e.subject, e.message, e.created_at,
-			       mi.mat_seq + (e.cseq - mi.mat_cseq) + (SELECT count(*) FROM unnest(mi.gaps) g WHERE g < e.cseq) AS seq
-			FROM inbox_shared e
-			JOIN members mb ON mb.client_id = e.client_id
-			JOIN member_inbox mi ON mi.member_id = mb.id AND mi.mat_cseq < e.cseq
-			WHERE e.notification_id = ANY ($1::uuid[])
-		)
-		SELECT coalesce(m.notification_id::text, ''), m.id::text, m.member_id::text, m.seq, m.client_id::text, m.type,
-		       coalesce(m.sensor_id, ''), coalesce(s.address, ''), m.data, m.previous, m.event_at, m.severity, m.cause,
-		       coalesce(m.subject, ''), m.message, NULL::timestamptz, m.created_at, coalesce(s.site, '')
-		FROM m LEFT JOIN sensors s ON s.id = m.sensor_id
-		ORDER BY m.client_id, m.cseq, m.member_id`, notifications).Query(func(rows pgx.Rows) error {
-		var err error
-		*added, err = CollectAdded(rows)
-		if err != nil {
+		SELECT coalesce(e.notification_id::text, ''), e.id::text, e.client_id::text, e.type, coalesce(e.sensor_id, ''),
+		       coalesce(s.address, ''), e.data, e.previous, e.event_at, e.severity, e.cause, coalesce(e.subject, ''),
+		       e.message, e.created_at, coalesce(s.site, ''), a.members, a.seqs
+		FROM inbox_shared e
+		LEFT JOIN sensors s ON s.id = e.sensor_id
+		CROSS JOIN LATERAL (
+			-- One sort for both arrays: aggregates over an ordered subquery keep
+			-- its order.
+			SELECT array_agg(x.member_id) AS members, array_agg(x.seq) AS seqs
+			FROM (
+				SELECT mi.member_id::text AS member_id,
+				       mi.mat_seq + (e.cseq - mi.mat_cseq) + CASE WHEN cardinality(mi.gaps) = 0 THEN 0
+				           ELSE (SELECT count(*) FROM unnest(mi.gaps) g WHERE g < e.cseq) END AS seq
+				FROM members mb JOIN member_inbox mi ON mi.member_id = mb.id AND mi.mat_cseq < e.cseq
+				WHERE mb.client_id = e.client_id
+				ORDER BY mi.member_id
+			) x
+		) a
+		WHERE e.notification_id = ANY ($1::uuid[]) AND a.members IS NOT NULL
+		ORDER BY e.client_id, e.cseq`, notifications).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var (
+				m              Message
+				notification   string
+				data, previous *int16
+				message        []byte
+				members        []string
+				seqs           []int64
+			)
+			if err := rows.Scan(&notification, &m.ID, &m.ClientID, &m.Type, &m.SensorID, &m.SensorAddress, &data,
+				&previous, &m.At, &m.Severity, &m.Cause, &m.Subject, &message, &m.CreatedAt, &m.SensorSite,
+				&members, &seqs); err != nil {
+				return fmt.Errorf("reading the audience of shared inbox messages: %w", err)
+			}
+			m.Data, m.Previous = intPtr(data), intPtr(previous)
+			if message != nil {
+				m.Message = json.RawMessage(message)
+			}
+			shared := m.ID
+			for i, member := range members {
+				m.MemberID, m.Seq, m.ID = member, seqs[i], MemberMessageID(shared, member)
+				*added = append(*added, Added{Message: m, notification: notification})
+			}
+		}
+		if err := rows.Err(); err != nil {
 			return fmt.Errorf("reading the audience of shared inbox messages: %w", err)
 		}
 		return nil
 	})
+}
+
+// MemberMessageID is the id of member's copy of the shared message shared (both
+// UUIDs in their canonical lower-case text), as lockstream_member_message_id
+// makes it: the shared id's first 8 bytes (its time: still a UUIDv7) and
+// bytes 8–15 of md5(shared || member) with the variant bits set.
+func MemberMessageID(shared, member string) string {
+	s, err := uuid.Parse(shared)
+	if err != nil {
+		return ""
+	}
+	sum := md5.Sum([]byte(shared + member))
+	copy(s[8:], sum[8:])
+	s[8] = s[8]&0x3f | 0x80
+	return s.String()
 }
 
 // materialize writes into the inboxes of the members of CTE mm (member_id)
