@@ -206,8 +206,9 @@ const defaultStreamCount = 10_000
 
 // BenchmarkStreamFanout connects 10,000 members' live streams to one `lockstream
 // api` process, fans one sensor event out to all of them (one fan-out write:
-// 10,000 inbox messages and their NOTIFYs), and reports the time from the start
-// of that write until the last stream received its message, and the api
+// one shared inbox message announced with each member's seq, then the
+// members' 10,000 copies), and reports the time from the start of that write
+// until the first and the last stream received its message, and the api
 // process's memory per connected stream (resident set and Go heap+stacks, read
 // from its /metrics, before and after connecting).
 //

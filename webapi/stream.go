@@ -365,11 +365,11 @@ func (s *Server) pump(sub *live.Subscriber, sink streamSink, member string, done
 // notification is written from its payload's shared rendering (rendered once
 // for every stream it goes to) with its own id and seq put in front.
 func (s *Server) appendMessage(buf []byte, sub *live.Subscriber, m *inbox.Message) []byte {
-	mode := "direct"
 	if sub.Replayed(m) {
-		mode = "replayed"
+		s.streamMetrics.sentReplayed.Inc()
+	} else {
+		s.streamMetrics.sentDirect.Inc()
 	}
-	s.streamMetrics.sent.WithLabelValues(mode).Inc()
 	if m.Frame == nil {
 		return appendEvent(buf, strconv.FormatInt(m.Seq, 10), "message", renderMessage(*m))
 	}
