@@ -131,13 +131,22 @@ func MemberMessageID(shared, member string) string {
 // which writers and readers materialize: each works from the member's locked
 // row (the newest) and writes only what follows its mat_cseq.
 const materialize = `
+), cl AS MATERIALIZED (
+	-- The clients first, as every inbox writer and a client's deletion lock
+	-- them (so none waits for another in a cycle), and only those with shared
+	-- messages pending: a read of an inbox with nothing pending locks nothing.
+	SELECT c.id FROM clients c
+	WHERE c.id IN (SELECT mb.client_id FROM members mb WHERE mb.id IN (SELECT member_id FROM mm))
+	  AND EXISTS (SELECT 1 FROM inbox_shared e WHERE e.client_id = c.id)
+	ORDER BY c.id
+	FOR KEY SHARE
 ), locked AS MATERIALIZED (
 	SELECT mi.member_id, mb.client_id, mi.mat_cseq, mi.mat_seq, mi.gaps FROM member_inbox mi
-	JOIN members mb ON mb.id = mi.member_id
+	JOIN members mb ON mb.id = mi.member_id JOIN cl ON cl.id = mb.client_id
 	WHERE mi.member_id IN (SELECT member_id FROM mm)
 	  AND EXISTS (SELECT 1 FROM inbox_shared e WHERE e.client_id = mb.client_id AND e.cseq > mi.mat_cseq)
 	ORDER BY mi.member_id
-	FOR UPDATE OF mi
+	FOR UPDATE OF mi FOR KEY SHARE OF mb
 ), t AS (
 	SELECT l.member_id, e.*, l.mat_seq + (e.cseq - l.mat_cseq) + (SELECT count(*) FROM unnest(l.gaps) g WHERE g < e.cseq) AS seq
 	FROM locked l JOIN inbox_shared e ON e.client_id = l.client_id AND e.cseq > l.mat_cseq
