@@ -149,6 +149,9 @@ type NotificationStore interface {
 	// AnalyzeOutboxMonth refreshes the planner statistics of a month's outbox
 	// partitions, which CreateNotifications says are due after a burst.
 	AnalyzeOutboxMonth(ctx context.Context, month string) error
+	// MaterializeShared writes the members' copies of shared inbox messages,
+	// which CreateNotificationsClaiming says are pending.
+	MaterializeShared(ctx context.Context) (int, error)
 }
 
 // Fanout consumes lockstream.events in its own consumer group and creates, in
@@ -454,20 +457,27 @@ func (f *Fanout) createClaiming(ctx context.Context, inputs []storage.Notificati
 		claim.Max, claim.LeasedUntil = f.cfg.Handoff.Reserve(len(inputs))
 	}
 	created, err := f.store.CreateNotificationsClaiming(ctx, inputs, claim)
-	if claim.Max == 0 {
-		return created, err
+	if claim.Max > 0 {
+		if err != nil {
+			// Whether a failed commit left rows claimed is unknown: if it did,
+			// their leases run out and any retrier's sweep requeues them.
+			f.cfg.Handoff.Release(claim.Max)
+			return created, err
+		}
+		f.cfg.Handoff.Release(claim.Max - len(created.Claimed))
+		if len(created.Claimed) > 0 {
+			f.cfg.Handoff.Deliver(created.Claimed)
+		}
 	}
-	if err != nil {
-		// Whether a failed commit left rows claimed is unknown: if it did,
-		// their leases run out and any retrier's sweep requeues them.
-		f.cfg.Handoff.Release(claim.Max)
-		return created, err
+	if err == nil && created.SharedPending {
+		// The members' copies of shared inbox messages, once the streams heard
+		// of them (at the commit) and the webhooks are on their way; should
+		// this fail, the batch is written again, which adds nothing but this.
+		if _, err := f.store.MaterializeShared(ctx); err != nil {
+			return created, fmt.Errorf("writing members' copies of shared inbox messages: %w", err)
+		}
 	}
-	f.cfg.Handoff.Release(claim.Max - len(created.Claimed))
-	if len(created.Claimed) > 0 {
-		f.cfg.Handoff.Deliver(created.Claimed)
-	}
-	return created, nil
+	return created, err
 }
 
 // count adds a written transaction's rows to the metrics.

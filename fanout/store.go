@@ -54,6 +54,11 @@ type NotificationsCreated struct {
 	// Filtered counts the (event, linked client) pairs left out because the
 	// client is not subscribed to the event's type (replays count again).
 	Filtered int
+	// SharedPending says that shared inbox messages wait for their members'
+	// copies (this batch's, or left by a writer that died after its commit):
+	// the caller writes them next, off the streams' and the webhooks' path
+	// (MaterializeShared). Readers of an inbox write a member's first.
+	SharedPending bool
 	// AnalyzeDue lists the months ("200601") whose outbox partitions this
 	// process has filled enough to analyze now (AnalyzeOutboxMonth): at
 	// OutboxAnalyzeRows of its deliveries, then each time they doubled. The
@@ -98,8 +103,23 @@ type Claim struct {
 // OutboxAnalyzeRows deliveries into, and again each time they doubled
 // (NotificationsCreated.AnalyzeDue), for the caller to analyze, so the
 // statements that read a burst do not wait for autovacuum to learn of it.
+//
+// Shared inbox messages are announced at the commit; their members' copies are
+// written before it returns (MaterializeShared), as the fan-out's writer does
+// once it has handed the claimed deliveries over.
 func (s *PostgresStore) CreateNotifications(ctx context.Context, events []storage.NotificationInput) (NotificationsCreated, error) {
-	return s.CreateNotificationsClaiming(ctx, events, Claim{})
+	created, err := s.CreateNotificationsClaiming(ctx, events, Claim{})
+	if err == nil && created.SharedPending {
+		_, err = s.MaterializeShared(ctx)
+	}
+	return created, err
+}
+
+// MaterializeShared writes the members' copies of the shared inbox messages
+// not yet written (inbox.MaterializeShared): a writer calls it after a batch
+// whose NotificationsCreated.SharedPending is set.
+func (s *PostgresStore) MaterializeShared(ctx context.Context) (int, error) {
+	return inbox.MaterializeShared(ctx, s.pool)
 }
 
 // CreateNotificationsClaiming is CreateNotifications that also creates up to
@@ -170,8 +190,8 @@ type fanoutRows struct {
 // inbox messages, the retriers' wake-up, the superseding and the client seqs
 // (last: its counter lock is held to commit); then COMMIT. When members got
 // messages, their NOTIFY (built from the rows read) takes one more round trip
-// before the COMMIT. After it, the members' copies of the shared messages are
-// written in a transaction of their own (inbox.MaterializeShared).
+// before the COMMIT. The members' copies of the shared messages are the
+// caller's to write after it (NotificationsCreated.SharedPending).
 func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, claim Claim, created *NotificationsCreated, months map[string]int) (err error) {
 	var r fanoutRows
 	var leasedUntil *time.Time
@@ -229,17 +249,7 @@ func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, claim C
 		r.claimed[i].Seq = seqs[r.claimed[i].NotificationID]
 	}
 	created.Claimed = r.claimed
-	if !pending {
-		return nil
-	}
-	// The members' own copies of the shared messages, after the commit that
-	// announced them: off the streams' path. Should this fail (or the process
-	// die first), the next batch writes them, the replayed one included (its
-	// claimed deliveries then wait out their lease); readers of an inbox write
-	// a member's first (inbox.QueueMaterialize).
-	if _, err := inbox.MaterializeShared(ctx, s.pool); err != nil {
-		return err
-	}
+	created.SharedPending = pending
 	return nil
 }
 
