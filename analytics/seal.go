@@ -55,11 +55,11 @@ var eventColumns = []string{"changes", "unlocks", "unlocked_n", "unlocked_t", "l
 // SealReport says what SealRollups did.
 type SealReport struct {
 	// Hours is how many hours were sealed; Corrected how many correction rows
-	// (a rollup's sensor and hour, or a level's sensor and bucket, whose sums
-	// differed) were inserted.
+	// (a rollup's sensor and hour whose sums differed) were inserted.
 	Hours, Corrected int
-	// LevelBuckets is how many buckets of the time-first levels were sealed.
-	LevelBuckets int
+	// LevelBuckets is how many buckets of the time-first levels were sealed,
+	// LevelCorrected how many of their rows (a sensor and bucket) corrected.
+	LevelBuckets, LevelCorrected int
 }
 
 // SealRollups seals every unsealed hour (or hour touched since its seal) that
@@ -92,7 +92,7 @@ func (s *Store) SealRollups(ctx context.Context, before time.Time) (SealReport, 
 		rep.Corrected += n
 	}
 	buckets, n, err := s.sealLevels(ctx, before, sealedAt)
-	rep.LevelBuckets, rep.Corrected = buckets, rep.Corrected+n
+	rep.LevelBuckets, rep.LevelCorrected = buckets, n
 	return rep, err
 }
 

@@ -1,11 +1,11 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"slices"
 	"strconv"
@@ -15,14 +15,11 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/jackc/pgx/v5"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockstream/lockstream/analytics"
 	"github.com/lockstream/lockstream/migrations"
-	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
-	"github.com/lockstream/lockstream/webapi"
 )
 
 // The fleet of the analytics benchmark: fleetSensors sensors (s100000 …
@@ -63,12 +60,12 @@ func fleetSQL() []string {
 	}
 }
 
-// fleetStores returns a Postgres with the fleet's sensors registered and the
-// URL of a ClickHouse database holding its history: the database at
+// fleetStores returns a Postgres with the fleet's sensors registered, its URL,
+// and the URL of a ClickHouse database holding its history: the database at
 // LOCKSTREAM_BENCH_FLEET_CLICKHOUSE_URL when set (filled by an earlier run and
 // kept: filling takes half an hour on two busy cores), else a fresh one of the
 // benchmark's, filled now.
-func fleetStores(b *testing.B) (*storage.Postgres, string) {
+func fleetStores(b *testing.B) (*storage.Postgres, string, string) {
 	b.Helper()
 	ctx := context.Background()
 	pgURL := storagetest.NewPostgresDatabase(b)
@@ -114,7 +111,7 @@ func fleetStores(b *testing.B) (*storage.Postgres, string) {
 		b.Logf("fleet written in %s", time.Since(start).Round(time.Second))
 	}
 	sealFleet(b, chURL)
-	return pg, chURL
+	return pg, pgURL, chURL
 }
 
 // sealFleet seals the fleet's hours as the maintainer's passes do (the first
@@ -133,21 +130,21 @@ func sealFleet(b *testing.B, chURL string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("sealed %d hours and %d level buckets (%d rollup rows corrected) in %s", rep.Hours, rep.LevelBuckets, rep.Corrected,
-		time.Since(start).Round(time.Second))
+	b.Logf("sealed %d hours and %d level buckets (%d rollup and %d level rows corrected) in %s", rep.Hours, rep.LevelBuckets,
+		rep.Corrected, rep.LevelCorrected, time.Since(start).Round(time.Second))
 }
 
 // BenchmarkAnalyticsFleet times the analysts' questions over a fleet of
 // 100,000 sensors, 100,000,000 readings and 10,000,000 events in ClickHouse:
 // fleet-wide Paris days over 30 days, one sensor's hours over 90 days, the top
 // 20 by time lost over 30 days, each reporting p50, p99 and max in ms; and an
-// export of fleet readings through the API's handler (HTTP, loopback, body
-// discarded), reporting rows/s and the process's peak RSS.
+// export of fleet readings from a `lockstream api` process (HTTP, loopback,
+// lines counted), reporting rows/s and that process's peak RSS.
 //
 //	LOCKSTREAM_BENCH_FLEET_CLICKHOUSE_URL=clickhouse://127.0.0.1:9000/lst_anbench \
 //	  go test -run '^$' -bench AnalyticsFleet -benchtime 20x -timeout 90m ./bench/
 func BenchmarkAnalyticsFleet(b *testing.B) {
-	pg, chURL := fleetStores(b)
+	pg, pgURL, chURL := fleetStores(b)
 	ctx := context.Background()
 	ch, err := storage.OpenClickHouse(ctx, chURL)
 	if err != nil {
@@ -194,7 +191,7 @@ func BenchmarkAnalyticsFleet(b *testing.B) {
 			reportLatencies(b, took)
 		})
 	}
-	b.Run("export-readings", func(b *testing.B) { benchExport(b, st, pg, end) })
+	b.Run("export-readings", func(b *testing.B) { benchExport(b, pgURL, chURL, end) })
 }
 
 // checkTopAgainstRaw checks once, untimed, that the top list the benchmark
@@ -226,23 +223,22 @@ func reportLatencies(b *testing.B, took []time.Duration) {
 }
 
 // benchExport exports 3 days of fleet readings (about 3.3 million rows) as CSV
-// through the API's handler and reports rows/s and the process's peak RSS.
-func benchExport(b *testing.B, st *analytics.Store, pg *storage.Postgres, end time.Time) {
-	reg := prometheus.NewRegistry()
-	srv, err := webapi.New(webapi.Config{AdminToken: "bench-admin"}, registry.New(pg), nil, reg, reg, discardLogger(), webapi.WithAnalytics(st))
-	if err != nil {
-		b.Fatal(err)
-	}
-	ts := httptest.NewServer(srv.Handler())
-	defer ts.Close()
+// from a `lockstream api` process of its own, over HTTP on loopback, and
+// reports rows/s and that process's peak RSS: its VmHWM read from /proc
+// after each export (the kernel's high-water mark covers every moment of it),
+// with the VmHWM it had when ready beside it.
+func benchExport(b *testing.B, pgURL, chURL string, end time.Time) {
+	api, pid := startAPIProcess(b, &storagetest.Stores{PostgresURL: pgURL, ClickHouseURL: chURL,
+		RedisURL: storagetest.RedisURL(b), RedisPrefix: storagetest.NewRedisPrefix(b)})
+	ready := peakRSS(b, pid)
 	from := end.AddDate(0, 0, -3)
-	url := fmt.Sprintf("%s/v1/analytics/export?scope=fleet&kind=readings&from=%s&to=%s", ts.URL,
+	url := fmt.Sprintf("%s/v1/analytics/export?scope=fleet&kind=readings&from=%s&to=%s", api,
 		from.UTC().Format(time.RFC3339), end.UTC().Format(time.RFC3339))
 	var rows int64
 	start := time.Now()
 	for b.Loop() {
 		req, _ := http.NewRequest("GET", url, nil)
-		req.Header.Set("Authorization", "Bearer bench-admin")
+		req.Header.Set("Authorization", "Bearer bench-admin-token")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			b.Fatal(err)
@@ -256,7 +252,9 @@ func benchExport(b *testing.B, st *analytics.Store, pg *storage.Postgres, end ti
 	}
 	elapsed := time.Since(start)
 	b.ReportMetric(float64(rows)/elapsed.Seconds(), "rows/s")
-	b.ReportMetric(float64(peakRSS(b))/(1<<20), "peak-rss-MiB")
+	b.ReportMetric(float64(peakRSS(b, pid))/(1<<20), "api-peak-rss-MiB")
+	b.ReportMetric(float64(ready)/(1<<20), "api-ready-rss-MiB")
+	b.ReportMetric(float64(rows)/float64(b.N), "rows/export")
 }
 
 func countLines(r io.Reader) (int64, error) {
@@ -264,11 +262,7 @@ func countLines(r io.Reader) (int64, error) {
 	var n int64
 	for {
 		k, err := r.Read(buf)
-		for _, c := range buf[:k] {
-			if c == '\n' {
-				n++
-			}
-		}
+		n += int64(bytes.Count(buf[:k], []byte{'\n'}))
 		if err == io.EOF {
 			return n, nil
 		}
@@ -278,9 +272,9 @@ func countLines(r io.Reader) (int64, error) {
 	}
 }
 
-// peakRSS is the process's VmHWM in bytes (Linux).
-func peakRSS(b *testing.B) int64 {
-	status, err := os.ReadFile("/proc/self/status")
+// peakRSS is process pid's VmHWM in bytes (Linux).
+func peakRSS(b *testing.B, pid int) int64 {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -293,6 +287,6 @@ func peakRSS(b *testing.B) int64 {
 			return kb << 10
 		}
 	}
-	b.Fatal("no VmHWM in /proc/self/status")
+	b.Fatalf("no VmHWM in /proc/%d/status", pid)
 	return 0
 }
