@@ -68,7 +68,7 @@ func (s *Store) Top(ctx context.Context, q TopQuery) ([]TopItem, error) {
 		return nil, err
 	}
 	p := newPlan([]int64{from.Unix(), to.Unix()}, s.source, untrusted)
-	p.bySensor, p.only = true, q.By
+	p.bySensor = true
 	carried, err := s.carryIn(ctx, sc, p.from, s.source, untrusted, true, q.By)
 	if err != nil {
 		return nil, err
