@@ -230,7 +230,7 @@ func reportLatencies(b *testing.B, took []time.Duration) {
 func benchExport(b *testing.B, pgURL, chURL string, end time.Time) {
 	api, pid := startAPIProcess(b, &storagetest.Stores{PostgresURL: pgURL, ClickHouseURL: chURL,
 		RedisURL: storagetest.RedisURL(b), RedisPrefix: storagetest.NewRedisPrefix(b)})
-	ready := peakRSS(b, pid)
+	ready, cpu0 := peakRSS(b, pid), cpuSeconds(b, pid)
 	from := end.AddDate(0, 0, -3)
 	url := fmt.Sprintf("%s/v1/analytics/export?scope=fleet&kind=readings&from=%s&to=%s", api,
 		from.UTC().Format(time.RFC3339), end.UTC().Format(time.RFC3339))
@@ -252,6 +252,7 @@ func benchExport(b *testing.B, pgURL, chURL string, end time.Time) {
 	}
 	elapsed := time.Since(start)
 	b.ReportMetric(float64(rows)/elapsed.Seconds(), "rows/s")
+	b.ReportMetric((cpuSeconds(b, pid)-cpu0)/float64(b.N), "api-cpu-s/export")
 	b.ReportMetric(float64(peakRSS(b, pid))/(1<<20), "api-peak-rss-MiB")
 	b.ReportMetric(float64(ready)/(1<<20), "api-ready-rss-MiB")
 	b.ReportMetric(float64(rows)/float64(b.N), "rows/export")
@@ -270,6 +271,24 @@ func countLines(r io.Reader) (int64, error) {
 			return n, err
 		}
 	}
+}
+
+// cpuSeconds is the user and system CPU time process pid has used (Linux,
+// /proc/PID/stat, in clock ticks of 1/100 s).
+func cpuSeconds(b *testing.B, pid int) float64 {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command's closing parenthesis; utime and stime
+	// are the 14th and 15th of the line.
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		b.Fatalf("/proc/%d/stat: %v %v", pid, err1, err2)
+	}
+	return float64(utime+stime) / 100
 }
 
 // peakRSS is process pid's VmHWM in bytes (Linux).
