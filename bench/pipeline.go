@@ -82,6 +82,15 @@ type PipelineConfig struct {
 	// Workers is how many webhooks the bare phase keeps in flight: the
 	// retrier's. Defaults to retrier.DefaultWorkers.
 	Workers int `json:"-"`
+	// Posts measures latency as users produce it instead of the throughput,
+	// webhook, failing, latency and bare phases: History webhooks delivered
+	// first (whole-fleet flips, round after round), then LatencyRate single
+	// readings a second as POST /v1/readings requests to the pipeline's API
+	// for LatencyDuration.
+	Posts bool `json:"posts,omitempty"`
+	// History is how many webhooks the posts mode delivers before its posts.
+	// Defaults to DefaultPipelineHistory (150,000).
+	History int `json:"history,omitempty"`
 }
 
 // healthyLinked returns the linked sensors watched by the clients that
@@ -126,6 +135,7 @@ func (c PipelineConfig) WithDefaults() PipelineConfig {
 		c.Seed = 1
 	}
 	c.Clients = cmp.Or(c.Clients, DefaultPipelineClients)
+	c.History = cmp.Or(c.History, DefaultPipelineHistory)
 	c.Workers = cmp.Or(c.Workers, retrier.DefaultWorkers)
 	return c
 }
@@ -182,6 +192,10 @@ type PipelineNode struct {
 	// far (every statement of a pipelined batch and every COPY counted);
 	// nil: not counted.
 	Statements func() int64
+	// APIURL is where its API serves ("http://127.0.0.1:port"), and
+	// IngestToken the token POST /v1/readings takes there; the posts mode
+	// needs both.
+	APIURL, IngestToken string
 }
 
 // PipelineRunner runs every daemon of the pipeline (as `lockstream all` does)
@@ -313,6 +327,21 @@ type PipelineResult struct {
 	BarePerSec   float64 `json:"bare_consume_per_second"`
 	Ratio        float64 `json:"ratio"`
 
+	// Posts mode: HistoryWebhooks delivered first (in HistorySeconds), then
+	// PostChanges single-reading POST /v1/readings requests at LatencyRate:
+	// the time from just before a request to the sink's receipt of its
+	// webhook (PostP50Ms…), to the request's answer (PostAnswer…), and the
+	// stages as LatencyStages has them.
+	HistoryWebhooks int                   `json:"history_webhooks,omitempty"`
+	HistorySeconds  float64               `json:"history_seconds,omitempty"`
+	PostChanges     int                   `json:"post_changes,omitempty"`
+	PostP50Ms       float64               `json:"post_p50_ms,omitempty"`
+	PostP99Ms       float64               `json:"post_p99_ms,omitempty"`
+	PostMaxMs       float64               `json:"post_max_ms,omitempty"`
+	PostAnswerP50Ms float64               `json:"post_answer_p50_ms,omitempty"`
+	PostAnswerP99Ms float64               `json:"post_answer_p99_ms,omitempty"`
+	PostStages      map[string][2]float64 `json:"post_stages_ms,omitempty"`
+
 	// Correctness: webhooks the sink received twice (same webhook-id) and
 	// those whose signature did not verify; both must be 0.
 	Duplicates    int `json:"duplicate_webhooks"`
@@ -346,12 +375,16 @@ func (p *pipelineRun) phases(ctx context.Context, exited <-chan error) error {
 	}
 	defer sink.close()
 	p.sink = sink
-	steps := []struct {
+	type step struct {
 		name string
 		run  func(context.Context) error
-	}{
+	}
+	steps := []step{
 		{"seed", p.seed}, {"warm-up", p.warmUp}, {"throughput", p.throughput}, {"webhooks", p.webhooks},
 		{"failing", p.failingPhase}, {"latency", p.latency}, {"bare", p.bare}, {"bare-webhooks", p.bareWebhooks},
+	}
+	if p.cfg.Posts {
+		steps = []step{{"seed", p.seed}, {"warm-up", p.warmUp}, {"history", p.history}, {"posts", p.posts}}
 	}
 	for _, s := range steps {
 		select {
@@ -1188,11 +1221,18 @@ func (r PipelineResult) Check() error {
 	if r.BadSignatures > 0 {
 		problems = append(problems, fmt.Sprintf("%d webhooks failed signature verification", r.BadSignatures))
 	}
-	if r.Webhooks != r.Config.Linked {
-		problems = append(problems, fmt.Sprintf("webhook phase: %d of %d", r.Webhooks, r.Config.Linked))
-	}
-	if want := int(r.Config.LatencyRate * r.Config.LatencyDuration.Seconds()); r.LatencyChanges != want {
-		problems = append(problems, fmt.Sprintf("latency phase: %d of %d", r.LatencyChanges, want))
+	want := int(r.Config.LatencyRate * r.Config.LatencyDuration.Seconds())
+	if r.Config.Posts {
+		if r.PostChanges != want {
+			problems = append(problems, fmt.Sprintf("posts phase: %d of %d", r.PostChanges, want))
+		}
+	} else {
+		if r.Webhooks != r.Config.Linked {
+			problems = append(problems, fmt.Sprintf("webhook phase: %d of %d", r.Webhooks, r.Config.Linked))
+		}
+		if r.LatencyChanges != want {
+			problems = append(problems, fmt.Sprintf("latency phase: %d of %d", r.LatencyChanges, want))
+		}
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("%w: %s", errPipelineFaults, strings.Join(problems, "; "))

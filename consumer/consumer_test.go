@@ -14,6 +14,7 @@ import (
 	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/history"
+	"github.com/lockstream/lockstream/internal/runtest"
 	"github.com/lockstream/lockstream/reading"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage/storagetest"
@@ -96,17 +97,17 @@ func runKnownPattern(t *testing.T, p knownPattern) {
 	ccfg.Stream, hcfg.Stream = cfg, cfg
 	c, reg := startConsumer(t, ccfg, consumer.NewPostgresStore(stores.Postgres), sightings)
 	historyReg := prometheus.NewRegistry()
-	hw, err := history.New(hcfg, history.NewClickHouseStore(stores.ClickHouse), historyReg, testLogger())
+	hw, err := history.New(hcfg, history.NewClickHouseStore(stores.ClickHouse), historyReg, runtest.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := start(t, hw.Run)
+	h := runtest.Start(t, hw.Run)
 
-	waitFor(t, func() (bool, string) {
+	runtest.WaitFor(t, func() (bool, string) {
 		got := metric(t, reg, "lockstream_readings_consumed_total", nil)
 		return got >= float64(len(records)), fmt.Sprintf("consumed %v of %d records", got, len(records))
 	})
-	waitFor(t, func() (bool, string) { return stateMatches(ctx, consumer.NewPostgresStore(stores.Postgres), want) })
+	runtest.WaitFor(t, func() (bool, string) { return stateMatches(ctx, consumer.NewPostgresStore(stores.Postgres), want) })
 
 	// Events: exactly the expected changes, in order per sensor, plus the one
 	// connection_restored Sightings returned, ahead of s7's first change.
@@ -206,7 +207,7 @@ func runKnownPattern(t *testing.T, p knownPattern) {
 			wantUnreg[r.sensor]++
 		}
 	}
-	waitFor(t, func() (bool, string) {
+	runtest.WaitFor(t, func() (bool, string) {
 		const page = 1000
 		top, err := consumer.NewPostgresStore(stores.Postgres).TopUnregistered(ctx, time.Now().Add(-time.Hour), page)
 		if err != nil {
@@ -245,7 +246,7 @@ func runKnownPattern(t *testing.T, p knownPattern) {
 	sightings.mu.Unlock()
 
 	// ClickHouse: exactly the valid readings and every event.
-	waitFor(t, func() (bool, string) {
+	runtest.WaitFor(t, func() (bool, string) {
 		readings := storagetest.AllReadings(t, stores.ClickHouseURL)
 		events := withoutFlapping(storagetest.AllEvents(t, stores.ClickHouseURL))
 		return len(readings) == len(want.valid) && len(events) == wantTotal,
@@ -283,14 +284,14 @@ func runKnownPattern(t *testing.T, p knownPattern) {
 		t.Fatalf("%d events missing from ClickHouse", len(wantEvents))
 	}
 	// The writer counts rows just after ClickHouse took them.
-	waitFor(t, func() (bool, string) {
+	runtest.WaitFor(t, func() (bool, string) {
 		got := metric(t, historyReg, "lockstream_history_rows_written_total", nil)
 		return got >= float64(len(want.valid)+wantTotal),
 			fmt.Sprintf("history rows written = %v, want at least %d", got, len(want.valid)+wantTotal)
 	})
 
-	c.stop(t)
-	h.stop(t)
+	c.Stop(t)
+	h.Stop(t)
 }
 
 // TestRestartAndRebalance stops consumers mid-stream while others join and
@@ -312,7 +313,7 @@ func TestRestartAndRebalance(t *testing.T) {
 	var records []produced
 	records = append(records, produce(t, producer, cfg, inputs[:1200])...)
 	a, regA := startConsumer(t, ccfg, consumer.NewPostgresStore(stores.Postgres), nil)
-	waitFor(t, func() (bool, string) {
+	runtest.WaitFor(t, func() (bool, string) {
 		got := metric(t, regA, "lockstream_readings_consumed_total", nil)
 		return got >= 300, fmt.Sprintf("first consumer at %v records", got)
 	})
@@ -330,20 +331,20 @@ func TestRestartAndRebalance(t *testing.T) {
 		<-ticker.C
 	}
 	records = append(records, produce(t, producer, cfg, inputs[next:2400])...)
-	waitFor(t, func() (bool, string) {
+	runtest.WaitFor(t, func() (bool, string) {
 		got := metric(t, regB, "lockstream_readings_consumed_total", nil)
 		return got > 0, "the second consumer to process a batch"
 	})
 	// The first leaves mid-stream (a clean stop: in-flight batches finish, marks
 	// are committed), then the second is stopped and replaced by a third.
-	a.stop(t)
+	a.Stop(t)
 	records = append(records, produce(t, producer, cfg, inputs[2400:])...)
-	b.stop(t)
+	b.Stop(t)
 	startConsumer(t, ccfg, consumer.NewPostgresStore(stores.Postgres), nil)
 
 	want := expect(records, timestamps(t, cfg), streamtest.TopicID(t, cfg, cfg.ReadingsTopic()), nil)
-	waitFor(t, func() (bool, string) { return stateMatches(ctx, consumer.NewPostgresStore(stores.Postgres), want) })
-	waitFor(t, func() (bool, string) {
+	runtest.WaitFor(t, func() (bool, string) { return stateMatches(ctx, consumer.NewPostgresStore(stores.Postgres), want) })
+	runtest.WaitFor(t, func() (bool, string) {
 		got, _ := decodeEvents(t, cfg)
 		for id, changes := range want.changes {
 			if n := len(dedup(got[id])); n < len(changes) {
@@ -419,11 +420,11 @@ func TestReplayAfterStoredStateEmitsNothingTwice(t *testing.T) {
 	}
 
 	c, reg := startConsumer(t, consumer.Config{Stream: cfg}, consumer.NewPostgresStore(stores.Postgres), nil)
-	waitFor(t, func() (bool, string) {
+	runtest.WaitFor(t, func() (bool, string) {
 		got := metric(t, reg, "lockstream_readings_consumed_total", nil)
 		return got >= 5, fmt.Sprintf("consumed %v of 5", got)
 	})
-	c.stop(t)
+	c.Stop(t)
 
 	got, total := decodeEvents(t, cfg)
 	if total != 2 {

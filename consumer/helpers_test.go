@@ -3,10 +3,7 @@ package consumer_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -18,93 +15,25 @@ import (
 
 	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/internal/runtest"
 	"github.com/lockstream/lockstream/reading"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
 	"github.com/lockstream/lockstream/stream/streamtest"
 )
 
-// waitTimeout is generous: tests share two cores with everything else under -race.
-const waitTimeout = 90 * time.Second
-
-func testLogger() *slog.Logger {
-	if os.Getenv("LOCKSTREAM_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
-// waitFor polls cond until it holds or waitTimeout passes; cond returns a
-// description of what it is still waiting for.
-func waitFor(t *testing.T, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	ticker := time.NewTicker(50 * time.Millisecond)
-	defer ticker.Stop()
-	for {
-		ok, what := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after %v waiting for %s", waitTimeout, what)
-		}
-		<-ticker.C
-	}
-}
-
-// running is a daemon started by start.
-type running struct {
-	cancel context.CancelFunc
-	done   chan struct{} // closed when Run returned
-	err    error
-}
-
-// stop cancels the daemon and waits for Run to return nil.
-func (r *running) stop(t *testing.T) {
-	t.Helper()
-	r.cancel()
-	select {
-	case <-r.done:
-		if r.err != nil {
-			t.Fatalf("Run returned %v on a clean stop", r.err)
-		}
-	case <-time.After(waitTimeout):
-		t.Fatal("Run did not return after its context was cancelled")
-	}
-}
-
-func start(t *testing.T, run func(context.Context) error) *running {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		r.err = run(ctx)
-		close(r.done)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-r.done:
-		case <-time.After(waitTimeout):
-			t.Error("daemon did not stop at cleanup")
-		}
-	})
-	return r
-}
-
-func startConsumer(t *testing.T, cfg consumer.Config, states consumer.StateStore, sightings consumer.Sightings) (*running, *prometheus.Registry) {
+func startConsumer(t *testing.T, cfg consumer.Config, states consumer.StateStore, sightings consumer.Sightings) (*runtest.Running, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	deps := consumer.Deps{States: states, Sightings: sightings}
 	if pg, ok := states.(*consumer.PostgresStore); ok {
 		deps.Unregistered = pg
 	}
-	c, err := consumer.New(cfg, deps, reg, testLogger())
+	c, err := consumer.New(cfg, deps, reg, runtest.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return start(t, c.Run), reg
+	return runtest.Start(t, c.Run), reg
 }
 
 // metric returns the sum of the named metric's series whose labels include want.
@@ -226,7 +155,7 @@ type produced struct {
 // each landed.
 func produce(t *testing.T, client *kgo.Client, cfg stream.Config, inputs []input) []produced {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), runtest.WaitTimeout)
 	defer cancel()
 	out := make([]produced, 0, len(inputs))
 	for chunk := range slicesChunk(inputs, 2000) {

@@ -348,8 +348,8 @@ func TestRoundDeliveriesSayWhatToSend(t *testing.T) {
 	}
 	said := map[string]bool{}
 	for _, r := range reqs {
-		if r.Platform != storage.PlatformIOS || r.PushKey != "dev-hana" || r.MessagePrototypeKey != escalation.UnseenPushPrototype {
-			t.Fatalf("push request %+v, want hana's device and %s", r, escalation.UnseenPushPrototype)
+		if r.Platform != storage.PlatformIOS || r.PushKey != "dev-hana" || r.MessagePrototypeKey != inbox.UnseenPushPrototype {
+			t.Fatalf("push request %+v, want hana's device and %s", r, inbox.UnseenPushPrototype)
 		}
 		said[r.Message] = true
 	}

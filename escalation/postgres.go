@@ -8,15 +8,16 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/internal/pgutil"
 )
 
 // PostgresStore runs escalation rounds: the round's rules are its one
 // statement (escalationRoundSQL). The episodes it reads are kept by the inbox's
-// writes (storage), whose rules of an episode's key and of an unseen message it
-// shares (EpisodeKey, EpisodeUnseen); what a round's
+// writes (inbox.EpisodeWrite), whose rules of an episode's key and of an unseen message it
+// shares (inbox.EpisodeKey, inbox.EpisodeUnseen); what a round's
 // email lists and its push says is read when sent, access checked again then
-// (storage.MemberEmails, PushRequests).
+// (storage.MemberEmails, inbox.PushRequests).
 type PostgresStore struct {
 	pool *pgxpool.Pool
 }
@@ -208,7 +209,7 @@ WITH due AS MATERIALIZED (
 	SELECT (i.prefix || to_hex(i.base + $6::bigint + row_number() OVER ()))::uuid AS id, g.* FROM dg g, ids i
 	WHERE coalesce(g.email, '') <> '' AND EXISTS (
 		SELECT 1 FROM inbox_messages x
-		WHERE x.member_id = g.member_id AND x.seq > g.from_seq AND x.seq <= g.last_seq AND ` + EpisodeUnseen + `
+		WHERE x.member_id = g.member_id AND x.seq > g.from_seq AND x.seq <= g.last_seq AND ` + inbox.EpisodeUnseen + `
 		  AND (x.sensor_id IS NULL OR EXISTS (SELECT 1 FROM client_sensors l
 		                                      WHERE l.client_id = g.client_id AND l.sensor_id = x.sensor_id)))
 ), digested AS (
@@ -255,15 +256,15 @@ SELECT (SELECT count(*) FROM due),
 // an unseen message about a sensor its client watches, or a free-form one.
 const (
 	roundUnseenEmail = `SELECT 1 FROM inbox_messages x
-		JOIN escalation_episodes e ON e.member_id = x.member_id AND e.key = ` + EpisodeKey + `
+		JOIN escalation_episodes e ON e.member_id = x.member_id AND e.key = ` + inbox.EpisodeKey + `
 		LEFT JOIN client_sensors l ON l.client_id = p.client_id AND l.sensor_id = x.sensor_id
-		WHERE x.member_id = p.member_id AND ` + EpisodeUnseen + ` AND x.seq > p.old_email
+		WHERE x.member_id = p.member_id AND ` + inbox.EpisodeUnseen + ` AND x.seq > p.old_email
 		  AND e.first_seq > p.old_email AND e.first_seq <= p.email_seq AND x.seq >= e.first_seq AND e.email_at IS NULL
 		  AND (x.sensor_id IS NULL OR l.sensor_id IS NOT NULL)`
 	roundUnseenPush = `SELECT 1 FROM inbox_messages x
-		JOIN escalation_episodes e ON e.member_id = x.member_id AND e.key = ` + EpisodeKey + `
+		JOIN escalation_episodes e ON e.member_id = x.member_id AND e.key = ` + inbox.EpisodeKey + `
 		LEFT JOIN client_sensors l ON l.client_id = p.client_id AND l.sensor_id = x.sensor_id
-		WHERE x.member_id = p.member_id AND ` + EpisodeUnseen + ` AND x.seq > p.old_push
+		WHERE x.member_id = p.member_id AND ` + inbox.EpisodeUnseen + ` AND x.seq > p.old_push
 		  AND e.first_seq > p.old_push AND e.first_seq <= p.push_seq AND x.seq >= e.first_seq AND e.push_at IS NULL
 		  AND (x.sensor_id IS NULL OR l.sensor_id IS NOT NULL)`
 )

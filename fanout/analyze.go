@@ -6,11 +6,19 @@ import (
 
 // OutboxAnalyzeRows is how many deliveries one process creates in a month
 // partition before it first analyzes the partition; it analyzes it again each
-// time its deliveries there have doubled since (2,000, 4,000, 8,000, ...), so
-// the statistics keep up with a burst at a cost that grows with the log of the
-// month's size (an ANALYZE samples at most 30,000 rows a table), and
-// autovacuum does the rest.
+// time its deliveries there have doubled since (2,000, 4,000, 8,000, 16,000),
+// up to OutboxAnalyzeMaxRows, so the statistics keep up with a burst into a
+// new partition, and autovacuum does the rest.
 const OutboxAnalyzeRows = 1_000
+
+// OutboxAnalyzeMaxRows is the last doubling at which the fan-out analyzes a
+// month partition itself. By then the planner knows the partition holds
+// thousands of rows, which is all the plans need (index probes, not scans);
+// later growth is autovacuum's (its analyze follows every 10 % of the rows
+// changed). Past it, no ANALYZE of a large partition — an ANALYZE samples up to
+// 30,000 rows a table, a burst of a busy server's CPU — competes with the
+// deliveries (issue 21: no ANALYZE burst on the hot path).
+const OutboxAnalyzeMaxRows = 16_000
 
 // outboxAnalyzer counts the deliveries PostgresStore.CreateNotifications
 // created per month partition, and says when a partition has grown enough
@@ -44,7 +52,7 @@ func (a *outboxAnalyzer) note(created map[string]int) []string {
 			a.months[month] = m
 		}
 		m.created += n
-		if m.created >= m.next {
+		if m.created >= m.next && m.next <= OutboxAnalyzeMaxRows {
 			m.next = 2 * m.created
 			due = append(due, month)
 		}

@@ -72,6 +72,30 @@ type Config struct {
 	// second in the pipeline benchmark and raised the latency, as the writers
 	// queue on a client's seq lock; more cores may want more).
 	Writers int
+
+	// Handoff, when not nil, is the webhook sender running in this process
+	// (retrier.Retrier, in `lockstream all`): each transaction creates as many
+	// webhook deliveries claimed as it has free workers (see Claim), and
+	// hands them over once committed, so they are sent without a claim, a
+	// NOTIFY or a poll. Not a setting. Defaults to nil: every delivery is
+	// created PENDING for the retriers to claim.
+	Handoff Handoff
+}
+
+// Handoff is a sender in the fan-out's process that takes deliveries the
+// fan-out created claimed (retrier.Retrier).
+type Handoff interface {
+	// Reserve takes up to n of the sender's free workers for deliveries about
+	// to be created claimed, and says when their lease is to end; 0 when it
+	// has none free or is stopping. Every reserved worker is given back by
+	// Deliver or Release.
+	Reserve(n int) (int, time.Time)
+	// Release gives back n reserved workers the transaction did not use, or
+	// whose transaction failed.
+	Release(n int)
+	// Deliver starts the attempts of committed claimed deliveries, one
+	// reserved worker each. It does not block on the attempts.
+	Deliver(claimed []storage.Delivery)
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.
@@ -119,7 +143,9 @@ func (c Config) Validate() error {
 
 // NotificationStore creates the outbox rows for events (PostgresStore).
 type NotificationStore interface {
-	CreateNotifications(ctx context.Context, events []storage.NotificationInput) (NotificationsCreated, error)
+	// CreateNotificationsClaiming creates the rows of events, up to
+	// claim.Max webhook deliveries of them claimed (see Claim).
+	CreateNotificationsClaiming(ctx context.Context, events []storage.NotificationInput, claim Claim) (NotificationsCreated, error)
 	// AnalyzeOutboxMonth refreshes the planner statistics of a month's outbox
 	// partitions, which CreateNotifications says are due after a burst.
 	AnalyzeOutboxMonth(ctx context.Context, month string) error
@@ -401,7 +427,7 @@ func (f *Fanout) write(ctx context.Context, inputs []storage.NotificationInput) 
 	for {
 		// A write already started finishes even if shutdown begins.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.WriteTimeout)
-		created, err := f.store.CreateNotifications(wctx, inputs)
+		created, err := f.createClaiming(wctx, inputs)
 		cancel()
 		if err == nil {
 			f.count(ctx, created, len(inputs))
@@ -417,6 +443,31 @@ func (f *Fanout) write(ctx context.Context, inputs []storage.NotificationInput) 
 		case <-timer.C:
 		}
 	}
+}
+
+// createClaiming writes the rows of inputs, with as many webhook deliveries
+// claimed as the Handoff has workers free for (one per event at most: most
+// events reach one client), and hands those over once committed.
+func (f *Fanout) createClaiming(ctx context.Context, inputs []storage.NotificationInput) (NotificationsCreated, error) {
+	var claim Claim
+	if f.cfg.Handoff != nil {
+		claim.Max, claim.LeasedUntil = f.cfg.Handoff.Reserve(len(inputs))
+	}
+	created, err := f.store.CreateNotificationsClaiming(ctx, inputs, claim)
+	if claim.Max == 0 {
+		return created, err
+	}
+	if err != nil {
+		// Whether a failed commit left rows claimed is unknown: if it did,
+		// their leases run out and any retrier's sweep requeues them.
+		f.cfg.Handoff.Release(claim.Max)
+		return created, err
+	}
+	f.cfg.Handoff.Release(claim.Max - len(created.Claimed))
+	if len(created.Claimed) > 0 {
+		f.cfg.Handoff.Deliver(created.Claimed)
+	}
+	return created, nil
 }
 
 // count adds a written transaction's rows to the metrics.

@@ -59,6 +59,24 @@ type NotificationsCreated struct {
 	// OutboxAnalyzeRows of its deliveries, then each time they doubled. The
 	// caller runs it, off the path of its next batch.
 	AnalyzeDue []string
+	// Claimed are the webhook deliveries created claimed (see Claim), in event
+	// order: IN_FLIGHT on their first attempt, for the caller to send.
+	Claimed []storage.Delivery
+}
+
+// Claim asks CreateNotificationsClaiming to create up to Max of the batch's
+// webhook deliveries claimed already, as a retrier's claim would leave them
+// (IN_FLIGHT, Attempts 1, leased until LeasedUntil), for a sender in the same
+// process to start once the transaction commits: no claim statement, no
+// NOTIFY round trip, no poll. Only a delivery a claim could take at once
+// qualifies: a webhook to an endpoint not disabled, the only one of its
+// (client, sensor, channel, target) in the batch, with no open older one. If
+// the process dies before the attempts are recorded, the leases run out and
+// any retrier's sweep puts the deliveries back to PENDING, as for a claim.
+// The zero Claim claims nothing.
+type Claim struct {
+	Max         int
+	LeasedUntil time.Time
 }
 
 // Delivery is one channel's job of delivering one notification, with the event it
@@ -81,13 +99,21 @@ type NotificationsCreated struct {
 // (NotificationsCreated.AnalyzeDue), for the caller to analyze, so the
 // statements that read a burst do not wait for autovacuum to learn of it.
 func (s *PostgresStore) CreateNotifications(ctx context.Context, events []storage.NotificationInput) (NotificationsCreated, error) {
+	return s.CreateNotificationsClaiming(ctx, events, Claim{})
+}
+
+// CreateNotificationsClaiming is CreateNotifications that also creates up to
+// claim.Max webhook deliveries claimed (see Claim), returned in
+// NotificationsCreated.Claimed. Claimed deliveries are not counted in the
+// NOTIFY to the retriers: nobody else is to claim them.
+func (s *PostgresStore) CreateNotificationsClaiming(ctx context.Context, events []storage.NotificationInput, claim Claim) (NotificationsCreated, error) {
 	created := NotificationsCreated{Deliveries: map[storage.Channel]int{}, Superseded: map[storage.Channel]int{}}
 	if len(events) == 0 {
 		return created, nil
 	}
 	fb := newFanoutBatch(events)
 	months := map[string]int{} // new deliveries per month partition
-	if err := s.writeFanout(ctx, fb, &created, months); err != nil {
+	if err := s.writeFanout(ctx, fb, claim, &created, months); err != nil {
 		return NotificationsCreated{}, fmt.Errorf("creating notifications for %d events: %w", len(fb.unique), err)
 	}
 	created.AnalyzeDue = s.analyzer.note(months)
@@ -130,6 +156,12 @@ type supersedeKey struct{ client, sensor, channel, target string }
 type fanoutRows struct {
 	newest    map[supersedeKey]time.Time
 	newNotifs []storage.NewNotification
+	// claimed are the deliveries created claimed, but for their seq (read
+	// later in the transaction).
+	claimed []storage.Delivery
+	// pending counts the new deliveries others may claim, by channel: those
+	// the NOTIFY tells the retriers of.
+	pending map[storage.Channel]int
 }
 
 // writeFanout writes the batch in one transaction of three round trips: BEGIN
@@ -138,12 +170,16 @@ type fanoutRows struct {
 // its counter lock is held to commit); then COMMIT. When members got
 // messages, their NOTIFY (built from the inserted rows) takes one more round
 // trip before the COMMIT.
-func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, created *NotificationsCreated, months map[string]int) (err error) {
+func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, claim Claim, created *NotificationsCreated, months map[string]int) (err error) {
 	var r fanoutRows
+	var leasedUntil *time.Time
+	if claim.Max > 0 {
+		leasedUntil = &claim.LeasedUntil
+	}
 	first := &pgx.Batch{}
 	first.BeginTx(pgx.TxOptions{})
 	first.Queue(createNotificationsSQL, fb.ids, fb.types, fb.sensors, fb.data, fb.previous, fb.times,
-		fb.audience, fb.sites, fb.lostSince).Query(func(rows pgx.Rows) error {
+		fb.audience, fb.sites, fb.lostSince, max(claim.Max, 0), leasedUntil).Query(func(rows pgx.Rows) error {
 		var scanErr error
 		r, scanErr = fb.scanCreated(rows, created, months)
 		return scanErr
@@ -163,9 +199,13 @@ func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, created
 	storage.QueueClientLocks(then, r.newNotifs)
 	queueSiteAnnotations(then, fb.unique)
 	queueEventMessages(then, fb.unique, r.newNotifs, &added)
-	queueOutboxNotify(then, created.Deliveries)
+	queueOutboxNotify(then, r.pending)
 	queueSupersede(then, r.newest, created.Superseded)
-	storage.QueueClientSeqs(then, fb.unique, r.newNotifs)
+	var seqs map[string]int64
+	if len(r.claimed) > 0 {
+		seqs = make(map[string]int64, len(r.newNotifs))
+	}
+	storage.QueueClientSeqsInto(then, fb.unique, r.newNotifs, seqs)
 	if then.Len() > 0 {
 		if err := tx.SendBatch(ctx, then).Close(); err != nil {
 			return err
@@ -175,14 +215,21 @@ func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, created
 	if err := inbox.Notify(ctx, tx, added); err != nil {
 		return err
 	}
-	return tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	for i := range r.claimed {
+		r.claimed[i].Seq = seqs[r.claimed[i].NotificationID]
+	}
+	created.Claimed = r.claimed
+	return nil
 }
 
 // scanCreated reads createNotificationsSQL's rows into created (counts) and
 // months (new deliveries per month partition), and returns what the rest of
 // the transaction needs of them.
 func (fb fanoutBatch) scanCreated(rows pgx.Rows, created *NotificationsCreated, months map[string]int) (fanoutRows, error) {
-	r := fanoutRows{newest: map[supersedeKey]time.Time{}}
+	r := fanoutRows{newest: map[supersedeKey]time.Time{}, pending: map[storage.Channel]int{}}
 	for rows.Next() {
 		var (
 			k                       supersedeKey
@@ -190,10 +237,11 @@ func (fb fanoutBatch) scanCreated(rows pgx.Rows, created *NotificationsCreated, 
 			at                      time.Time
 			count, filtered         int
 			notificationID, eventID string
+			deliveryID, state       string
 			client                  *string
 		)
 		if err := rows.Scan(&count, &filtered, &client, &k.sensor, &eventType, &k.channel, &k.target, &at,
-			&notificationID, &eventID); err != nil {
+			&notificationID, &eventID, &deliveryID, &state); err != nil {
 			return fanoutRows{}, err
 		}
 		created.Notifications, created.Filtered = count, filtered
@@ -203,6 +251,12 @@ func (fb fanoutBatch) scanCreated(rows pgx.Rows, created *NotificationsCreated, 
 		k.client = *client
 		created.Deliveries[storage.Channel(k.channel)]++
 		months[at.UTC().Format("200601")]++
+		switch storage.DeliveryState(state) {
+		case storage.DeliveryInFlight:
+			r.claimed = append(r.claimed, fb.claimedDelivery(deliveryID, notificationID, eventID, k, at))
+		case storage.DeliveryPending:
+			r.pending[storage.Channel(k.channel)]++
+		}
 		if eventType == string(event.StateChanged) && at.After(r.newest[k]) {
 			r.newest[k] = at
 		}
@@ -212,6 +266,18 @@ func (fb fanoutBatch) scanCreated(rows pgx.Rows, created *NotificationsCreated, 
 		}
 	}
 	return r, rows.Err()
+}
+
+// claimedDelivery is a delivery createNotificationsSQL created claimed, as a
+// claim returns it, but for its Seq (read later in the transaction), its
+// NextAttemptAt (the event's time: due from then, it sorts as the claim
+// sorts) and its LeasedUntil (the sender does not read it).
+func (fb fanoutBatch) claimedDelivery(id, notificationID, eventID string, k supersedeKey, at time.Time) storage.Delivery {
+	e := fb.unique[fb.eventIndex[eventID]]
+	return storage.Delivery{ID: id, NotificationID: notificationID, ClientID: k.client, SensorID: k.sensor,
+		Channel: storage.Channel(k.channel), Target: k.target, State: storage.DeliveryInFlight, Attempts: 1,
+		NextAttemptAt: at, EventID: eventID, EventType: e.Type, Data: e.Data, Previous: e.Previous, EventAt: at,
+		Site: e.Site, Sensors: e.Sensors, LostSince: e.LostSince}
 }
 
 // queueSupersede queues, for each key's newest new state_changed, the

@@ -13,7 +13,9 @@ const supersedeSQL = `
 	RETURNING d.channel`
 
 // createNotificationsSQL is the fan-out's outbox insert: $1-$9 the events
-// (id, type, sensor, data, previous, time, audience, site, lost_since). It returns a row
+// (id, type, sensor, data, previous, time, audience, site, lost_since), $10
+// the most webhook deliveries to create claimed and $11 their lease's end
+// (see Claim). It returns a row
 // per new delivery, each with the counts of new notifications and of those
 // not made for want of a subscription, or one row of counts alone.
 const createNotificationsSQL = `
@@ -41,33 +43,56 @@ const createNotificationsSQL = `
 				FROM linked l WHERE l.subscribed
 				ON CONFLICT (event_id, client_id, event_at) DO NOTHING
 				RETURNING id, event_id, client_id, sensor_id, type, event_at
-			), d AS (
-				INSERT INTO deliveries (id, notification_id, client_id, sensor_id, event_type, channel, target,
-				                        state, next_attempt_at, event_at)
-				SELECT lockstream_uuid_v7(), n.id, n.client_id, n.sensor_id, n.type, ch.channel, ch.target,
+			), dd AS (
+				SELECT n.id AS notification_id, n.client_id, n.sensor_id, n.type, ch.channel, ch.target, n.event_at,
+				       ev.ord,
 				       -- A disabled endpoint's deliveries are kept, not attempted.
-				       CASE WHEN ch.channel = 'webhook' AND c.endpoint_disabled_at IS NOT NULL
-				            THEN 'PAUSED' ELSE 'PENDING' END, now(), n.event_at
+				       ch.channel = 'webhook' AND c.endpoint_disabled_at IS NOT NULL AS paused,
+				       -- A webhook the sender in this process may take at once (Claim):
+				       -- the only one of its key in the batch, with no open older one
+				       -- (the claim's order check, lockstream_due_deliveries).
+				       ch.channel = 'webhook' AND c.endpoint_disabled_at IS NULL AND $10::int > 0
+				       AND count(*) OVER (PARTITION BY n.client_id, n.sensor_id, ch.channel, ch.target) = 1
+				       AND NOT EXISTS (
+				           SELECT 1 FROM deliveries o
+				           WHERE o.client_id = n.client_id AND o.sensor_id = n.sensor_id
+				             AND o.channel = ch.channel AND o.target = ch.target
+				             AND o.state IN ('PENDING', 'RETRY', 'IN_FLIGHT') AND o.event_at <= n.event_at) AS claimable
 				FROM n JOIN ev ON ev.event_id = n.event_id JOIN clients c ON c.id = n.client_id
 				CROSS JOIN LATERAL (
 					SELECT 'webhook'::text, ''::text
 					UNION ALL SELECT 'email', '' WHERE c.email IS NOT NULL
 					UNION ALL SELECT 'swrve', t.platform || ':' || t.push_key FROM push_targets t WHERE t.client_id = c.id
 				) AS ch (channel, target)
+			), dc AS (
+				-- The first $10 claimable ones, in event order, are claimed.
+				SELECT dd.*, claimable AND count(*) FILTER (WHERE claimable)
+				           OVER (ORDER BY ord ROWS UNBOUNDED PRECEDING) <= $10 AS claimed
+				FROM dd
+			), d AS (
+				INSERT INTO deliveries (id, notification_id, client_id, sensor_id, event_type, channel, target,
+				                        state, attempts, leased_until, next_attempt_at, event_at)
+				SELECT lockstream_uuid_v7(), dc.notification_id, dc.client_id, dc.sensor_id, dc.type, dc.channel,
+				       dc.target,
+				       CASE WHEN dc.paused THEN 'PAUSED' WHEN dc.claimed THEN 'IN_FLIGHT' ELSE 'PENDING' END,
+				       -- A claimed delivery is on its first attempt, leased as a claim leases it.
+				       CASE WHEN dc.claimed THEN 1 ELSE 0 END, CASE WHEN dc.claimed THEN $11::timestamptz END,
+				       now(), dc.event_at
+				FROM dc
 				-- Inserted in the events' order, so seq (the column default) follows it.
 				-- No conflict is possible: n holds only the notifications just
 				-- inserted (migration 00141).
-				ORDER BY ev.ord
-				RETURNING notification_id, client_id, sensor_id, event_type, channel, target, event_at
+				ORDER BY dc.ord
+				RETURNING id, notification_id, client_id, sensor_id, event_type, channel, target, event_at, state
 			)
 			SELECT (SELECT count(*) FROM n), (SELECT count(*) FROM linked WHERE NOT subscribed),
 			       r.client_id, coalesce(r.sensor_id, ''), coalesce(r.event_type, ''), coalesce(r.channel, ''),
 			       coalesce(r.target, ''), coalesce(r.event_at, 'epoch'), coalesce(r.notification_id, ''),
-			       coalesce(r.event_id, '')
+			       coalesce(r.event_id, ''), coalesce(r.id, ''), coalesce(r.state, '')
 			-- One row at least, so the filtered count arrives when nothing was created.
 			FROM (SELECT 1) AS one LEFT JOIN (
 				SELECT d.client_id::text, d.sensor_id, d.event_type, d.channel, d.target,
-				       d.event_at, d.notification_id::text, n.event_id
+				       d.event_at, d.notification_id::text, n.event_id, d.id::text, d.state
 				FROM d JOIN n ON n.id = d.notification_id) AS r ON true`
 
 // ClaimDeliveries takes up to limit due deliveries (SCHEDULED, PENDING or RETRY

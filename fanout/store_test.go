@@ -21,6 +21,7 @@ import (
 // outboxFixture is a migrated store with one sensor per id and clients linked to
 // them, and the fan-out's store on it.
 type outboxFixture struct {
+	*storagetest.Fleet
 	pg    *storage.Postgres
 	store *fanout.PostgresStore
 	// reg is the registry on pg: the sensors, clients and members the
@@ -31,36 +32,9 @@ type outboxFixture struct {
 
 func newOutboxFixture(t *testing.T, sensors ...string) *outboxFixture {
 	t.Helper()
-	stores := storagetest.New(t)
-	f := &outboxFixture{pg: stores.Postgres, store: fanout.NewPostgresStore(stores.Postgres), reg: stores.Registry,
-		ctx: context.Background()}
-	for _, id := range sensors {
-		if _, err := f.reg.CreateSensor(f.ctx, registry.Sensor{ID: id, Address: "addr of " + id}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return f
-}
-
-// client creates a client linked to the sensors.
-func (f *outboxFixture) client(t *testing.T, c registry.Client, sensors ...string) registry.Client {
-	t.Helper()
-	if c.WebhookURL == "" {
-		c.WebhookURL = "https://example.com/hook"
-	}
-	if c.Secret == "" {
-		c.Secret = "whsec_c2VjcmV0"
-	}
-	created, err := f.reg.CreateClient(f.ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range sensors {
-		if err := f.reg.LinkSensor(f.ctx, created.ID, s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return created
+	fleet := storagetest.NewFleet(t, sensors...)
+	return &outboxFixture{Fleet: fleet, pg: fleet.Postgres, store: fanout.NewPostgresStore(fleet.Postgres),
+		reg: fleet.Registry, ctx: fleet.Ctx}
 }
 
 func (f *outboxFixture) create(t *testing.T, events ...storage.NotificationInput) fanout.NotificationsCreated {
@@ -108,11 +82,11 @@ func later() time.Time { return time.Now().Add(time.Minute) }
 func TestCreateNotificationsFansOutIdempotently(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "s1", "s2")
-	full := f.client(t, registry.Client{Name: "full", Email: "a@example.com", PushTargets: []storage.PushTarget{
+	full := f.Client(t, registry.Client{Name: "full", Email: "a@example.com", PushTargets: []storage.PushTarget{
 		{Platform: storage.PlatformIOS, PushKey: "k1"}, {Platform: storage.PlatformAndroid, PushKey: "k2"},
 	}}, "s1")
-	plain := f.client(t, registry.Client{Name: "plain"}, "s1", "s2")
-	f.client(t, registry.Client{Name: "unlinked"})
+	plain := f.Client(t, registry.Client{Name: "plain"}, "s1", "s2")
+	f.Client(t, registry.Client{Name: "unlinked"})
 
 	events := []storage.NotificationInput{
 		stateChanged("e1", "s1", 1, outboxT0),
@@ -159,7 +133,7 @@ func TestCreateNotificationsFansOutIdempotently(t *testing.T) {
 func TestCreateNotificationsSupersedesOlderStates(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "s1")
-	c := f.client(t, registry.Client{Name: "c", Email: "c@example.com"}, "s1")
+	c := f.Client(t, registry.Client{Name: "c", Email: "c@example.com"}, "s1")
 
 	// Two flips in one batch: the older is superseded at once.
 	f.create(t, stateChanged("a1", "s1", 1, outboxT0), stateChanged("a2", "s1", 0, outboxT0.Add(time.Second)))
@@ -227,9 +201,9 @@ func TestCreateNotificationsSupersedesOlderStates(t *testing.T) {
 func TestCreateNotificationsFiltersBySubscription(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "subDoor")
-	lossOnly := f.client(t, registry.Client{Name: "loss only", Email: "ops@example.com",
+	lossOnly := f.Client(t, registry.Client{Name: "loss only", Email: "ops@example.com",
 		EventTypes: []string{"connection_lost"}}, "subDoor")
-	all := f.client(t, registry.Client{Name: "all"}, "subDoor")
+	all := f.Client(t, registry.Client{Name: "all"}, "subDoor")
 
 	created := f.create(t, stateChanged("sc1", "subDoor", 1, outboxT0))
 	if created.Filtered != 1 || created.Notifications != 1 {

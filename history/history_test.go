@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/lockstream/lockstream/history"
+	"github.com/lockstream/lockstream/internal/runtest"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream/streamtest"
@@ -88,13 +89,13 @@ func TestHistoryRidesOutClickHouseOutage(t *testing.T) {
 	store.down.Store(true)
 	w, err := history.New(history.Config{Stream: cfg, FlushRows: 100,
 		FlushInterval: 50 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond},
-		store, prometheus.NewRegistry(), testLogger())
+		store, prometheus.NewRegistry(), runtest.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := start(t, w.Run)
+	h := runtest.Start(t, w.Run)
 
-	waitFor(t, func() (bool, string) {
+	runtest.WaitFor(t, func() (bool, string) {
 		n := store.failures.Load()
 		return n >= 5, fmt.Sprintf("5 failed inserts, have %d", n)
 	})
@@ -107,7 +108,7 @@ func TestHistoryRidesOutClickHouseOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() (bool, string) {
+	runtest.WaitFor(t, func() (bool, string) {
 		got := committed(t, client, history.DefaultGroup, cfg.ReadingsTopic())
 		for p, end := range ends {
 			if end > 0 && got[p] != end {
@@ -120,7 +121,7 @@ func TestHistoryRidesOutClickHouseOutage(t *testing.T) {
 	if len(readings) != valid {
 		t.Fatalf("ClickHouse holds %d readings, want %d", len(readings), valid)
 	}
-	h.stop(t)
+	h.Stop(t)
 }
 
 // TestHistoryFlushesOnShutdown checks that records buffered when Run is cancelled
@@ -137,16 +138,16 @@ func TestHistoryFlushesOnShutdown(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	// Neither size nor age triggers a flush during the test: only shutdown does.
 	w, err := history.New(history.Config{Stream: cfg, FlushRows: 1_000_000, FlushInterval: time.Hour},
-		history.NewClickHouseStore(stores.ClickHouse), reg, testLogger())
+		history.NewClickHouseStore(stores.ClickHouse), reg, runtest.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := start(t, w.Run)
-	waitFor(t, func() (bool, string) {
+	h := runtest.Start(t, w.Run)
+	runtest.WaitFor(t, func() (bool, string) {
 		got := metric(t, reg, "lockstream_history_buffered_records", nil)
 		return got == float64(records), fmt.Sprintf("history writer to buffer every record (%v of %d)", got, records)
 	})
-	h.stop(t)
+	h.Stop(t)
 
 	readings := storagetest.AllReadings(t, stores.ClickHouseURL)
 	if len(readings) != valid {

@@ -24,6 +24,7 @@ import (
 // fixture is a private database with the registry, the fan-out's writes
 // (storage) and the inbox's store over one pool.
 type fixture struct {
+	*storagetest.Fleet
 	pg  *storage.Postgres
 	reg *registry.Store
 	in  *inbox.PostgresStore
@@ -32,35 +33,9 @@ type fixture struct {
 
 func newFixture(t *testing.T, sensors ...string) *fixture {
 	t.Helper()
-	pg := storagetest.New(t).Postgres
-	f := &fixture{pg: pg, reg: registry.New(pg), in: inbox.NewPostgresStore(pg), ctx: context.Background()}
-	for _, id := range sensors {
-		if _, err := f.reg.CreateSensor(f.ctx, registry.Sensor{ID: id, Address: "addr of " + id}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return f
-}
-
-// client creates a client linked to the sensors.
-func (f *fixture) client(t *testing.T, c registry.Client, sensors ...string) registry.Client {
-	t.Helper()
-	if c.WebhookURL == "" {
-		c.WebhookURL = "https://example.com/hook"
-	}
-	if c.Secret == "" {
-		c.Secret = "whsec_c2VjcmV0"
-	}
-	created, err := f.reg.CreateClient(f.ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range sensors {
-		if err := f.reg.LinkSensor(f.ctx, created.ID, s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return created
+	fleet := storagetest.NewFleet(t, sensors...)
+	return &fixture{Fleet: fleet, pg: fleet.Postgres, reg: fleet.Registry, in: inbox.NewPostgresStore(fleet.Postgres),
+		ctx: fleet.Ctx}
 }
 
 // create runs the fan-out's write of events.
@@ -71,18 +46,6 @@ func (f *fixture) create(t *testing.T, events ...storage.NotificationInput) fano
 		t.Fatal(err)
 	}
 	return created
-}
-
-// member creates a member of the client with a token of its own.
-func (f *fixture) member(t *testing.T, clientID, name string, backfill registry.Backfill) registry.Member {
-	t.Helper()
-	hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
-	m, _, err := f.reg.CreateMember(f.ctx, registry.Member{ClientID: clientID, Name: name, Timezone: "UTC",
-		Preferences: registry.DefaultMemberPreferences()}, hash[:], backfill)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
 }
 
 // inbox returns every message of the member, seen and unseen, in seq order.
@@ -100,10 +63,10 @@ func (f *fixture) inbox(t *testing.T, memberID string) []inbox.Message {
 func TestInboxFanoutOneMessagePerMemberInOrderIdempotent(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, "door1", "door2")
-	c := f.client(t, registry.Client{Name: "acme"}, "door1")
-	lonely := f.client(t, registry.Client{Name: "no members"}, "door1")
-	a := f.member(t, c.ID, "alice", registry.Backfill{})
-	b := f.member(t, c.ID, "bob", registry.Backfill{})
+	c := f.Client(t, registry.Client{Name: "acme"}, "door1")
+	lonely := f.Client(t, registry.Client{Name: "no members"}, "door1")
+	a := f.Member(t, c.ID, "alice", registry.Backfill{})
+	b := f.Member(t, c.ID, "bob", registry.Backfill{})
 	_ = lonely
 
 	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
@@ -150,15 +113,15 @@ func TestInboxFanoutOneMessagePerMemberInOrderIdempotent(t *testing.T) {
 func TestInboxConcurrentWritersNoGapNoDuplicate(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, "door1", "door2")
-	c1 := f.client(t, registry.Client{Name: "one"}, "door1", "door2")
-	c2 := f.client(t, registry.Client{Name: "two"}, "door2")
+	c1 := f.Client(t, registry.Client{Name: "one"}, "door1", "door2")
+	c2 := f.Client(t, registry.Client{Name: "two"}, "door2")
 	var members []registry.Member
 	for i := range 12 {
 		c := c1
 		if i%3 == 0 {
 			c = c2
 		}
-		members = append(members, f.member(t, c.ID, fmt.Sprint("m", i), registry.Backfill{}))
+		members = append(members, f.Member(t, c.ID, fmt.Sprint("m", i), registry.Backfill{}))
 	}
 	var notices sync.Map // member id → highest seq heard on the channel
 	listening := make(chan struct{})
@@ -253,9 +216,9 @@ func seqs(ms []inbox.Message) []int64 {
 func TestInboxListFilterSortCountMark(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, "bdoor", "adoor")
-	c := f.client(t, registry.Client{Name: "acme"}, "bdoor", "adoor")
-	m := f.member(t, c.ID, "alice", registry.Backfill{})
-	other := f.member(t, c.ID, "bob", registry.Backfill{})
+	c := f.Client(t, registry.Client{Name: "acme"}, "bdoor", "adoor")
+	m := f.Member(t, c.ID, "alice", registry.Backfill{})
+	other := f.Member(t, c.ID, "bob", registry.Backfill{})
 	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	f.create(t,
 		stateChanged("e1", "bdoor", 1, at),
@@ -344,12 +307,12 @@ func TestInboxListFilterSortCountMark(t *testing.T) {
 func TestInboxBackfillOfNewMember(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, "door1")
-	c := f.client(t, registry.Client{Name: "acme"}, "door1")
+	c := f.Client(t, registry.Client{Name: "acme"}, "door1")
 	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	for i := range 5 {
 		f.create(t, stateChanged(fmt.Sprint("e", i), "door1", i%2, at.Add(time.Duration(i)*time.Second)))
 	}
-	m := f.member(t, c.ID, "late", registry.Backfill{Window: time.Hour, Max: 3})
+	m := f.Member(t, c.ID, "late", registry.Backfill{Window: time.Hour, Max: 3})
 	got := f.inbox(t, m.ID)
 	if len(got) != 3 {
 		t.Fatalf("backfilled %d messages, want 3", len(got))
@@ -359,7 +322,7 @@ func TestInboxBackfillOfNewMember(t *testing.T) {
 			t.Errorf("backfilled message %d: %+v", i, msg)
 		}
 	}
-	none := f.member(t, c.ID, "none", registry.Backfill{Window: time.Hour})
+	none := f.Member(t, c.ID, "none", registry.Backfill{Window: time.Hour})
 	if got := f.inbox(t, none.ID); len(got) != 0 {
 		t.Fatalf("backfill with no max gave %d messages", len(got))
 	}
@@ -373,8 +336,8 @@ func TestInboxBackfillOfNewMember(t *testing.T) {
 func TestInboxAckStateAndCursors(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, "door1")
-	c := f.client(t, registry.Client{Name: "acme"}, "door1")
-	m := f.member(t, c.ID, "alice", registry.Backfill{})
+	c := f.Client(t, registry.Client{Name: "acme"}, "door1")
+	m := f.Member(t, c.ID, "alice", registry.Backfill{})
 	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	for i := range 5 {
 		f.create(t, stateChanged(fmt.Sprint("e", i), "door1", i%2, at.Add(time.Duration(i)*time.Second)))
@@ -427,7 +390,7 @@ func TestInboxPartitionsAndMemberLifecycle(t *testing.T) {
 		t.Fatalf("creating an existing partition again: %v", err)
 	}
 
-	c := f.client(t, registry.Client{Name: "acme"}, "door1")
+	c := f.Client(t, registry.Client{Name: "acme"}, "door1")
 	hash := sha256.Sum256([]byte("token"))
 	m, _, err := f.reg.CreateMember(f.ctx, registry.Member{ClientID: c.ID, Name: "alice", Email: "a@example.com",
 		Timezone: "Europe/Paris", Preferences: registry.MemberPreferences{Email: registry.EmailDigest, DigestTimes: []string{"08:30"}},
@@ -477,7 +440,7 @@ func TestInboxPartitionsAndMemberLifecycle(t *testing.T) {
 func TestRecordNotificationOncePerKey(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	c := f.client(t, registry.Client{Name: "acme"})
+	c := f.Client(t, registry.Client{Name: "acme"})
 	var members []registry.Member
 	for _, name := range []string{"alice", "bob"} {
 		hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))

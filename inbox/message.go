@@ -6,7 +6,7 @@
 // the console, the NOTIFY feed of new messages (Channel, Notify, ParseNews) and
 // the hub that feeds the members' live streams from it (Hub). The API's
 // handlers write what the hub queues; the episodes the writes open are
-// escalation's (escalation.EpisodeWrite).
+// escalation's (EpisodeWrite).
 package inbox
 
 import (

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/lockstream/lockstream/escalation"
 )
 
 // Write completes an inbox write. It follows a CTE t (member_id, client_id,
@@ -21,7 +19,7 @@ import (
 //     writers;
 //   - inserts the messages with seqs base+1, base+2… in ord order;
 //   - opens or joins each member's escalation episode of the messages' sensor
-//     (or free-form type): escalation.EpisodeWrite.
+//     (or free-form type): EpisodeWrite.
 //
 // A member deleted meanwhile has no member_inbox row and gets nothing. What
 // follows it announces the messages on Channel: WriteRows (the writer
@@ -47,7 +45,7 @@ const Write = `
 	       t.subject, t.message
 	FROM t JOIN bumped b ON b.member_id = t.member_id
 	RETURNING *
-)` + escalation.EpisodeWrite + `
+)` + EpisodeWrite + `
 `
 
 // WriteRows ends an inbox write by returning the messages added, with their

@@ -44,7 +44,7 @@ func TestDeleteClientDeletesItsMembersAndTheirInboxes(t *testing.T) {
 	t.Parallel()
 	stores := storagetest.New(t)
 	ctx := context.Background()
-	f := &fixture{pg: stores.Postgres, reg: stores.Registry, ctx: ctx}
+	f := &fixture{Fleet: &storagetest.Fleet{Stores: stores, Ctx: ctx}, pg: stores.Postgres, reg: stores.Registry, ctx: ctx}
 	if _, err := f.reg.CreateSensor(ctx, registry.Sensor{ID: "door1", Address: "addr of door1"}); err != nil {
 		t.Fatal(err)
 	}
@@ -54,8 +54,8 @@ func TestDeleteClientDeletesItsMembersAndTheirInboxes(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 
-	gone := f.client(t, registry.Client{Name: "gone"}, "door1")
-	kept := f.client(t, registry.Client{Name: "kept"}, "door1")
+	gone := f.Client(t, registry.Client{Name: "gone"}, "door1")
+	kept := f.Client(t, registry.Client{Name: "kept"}, "door1")
 	hash := sha256.Sum256([]byte("lsm_alice"))
 	alice, _, err := f.reg.CreateMember(ctx, registry.Member{ClientID: gone.ID, Name: "alice", Email: "a@example.com",
 		Timezone: "UTC", Preferences: registry.MemberPreferences{Email: registry.EmailDigest, DigestTimes: []string{"09:00"}},
@@ -63,8 +63,8 @@ func TestDeleteClientDeletesItsMembersAndTheirInboxes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bob := f.member(t, gone.ID, "bob", registry.Backfill{})
-	carol := f.member(t, kept.ID, "carol", registry.Backfill{})
+	bob := f.Member(t, gone.ID, "bob", registry.Backfill{})
+	carol := f.Member(t, kept.ID, "carol", registry.Backfill{})
 
 	at := time.Now().Add(-time.Minute)
 	f.create(t, stateChanged("e1", "door1", 1, at), stateChanged("e2", "door1", 0, at.Add(time.Second)))
@@ -114,17 +114,17 @@ func TestDeleteClientWhileWritingLeavesNoOrphan(t *testing.T) {
 	t.Parallel()
 	stores := storagetest.New(t)
 	ctx := context.Background()
-	f := &fixture{pg: stores.Postgres, reg: stores.Registry, ctx: ctx}
+	f := &fixture{Fleet: &storagetest.Fleet{Stores: stores, Ctx: ctx}, pg: stores.Postgres, reg: stores.Registry, ctx: ctx}
 	if _, err := f.reg.CreateSensor(ctx, registry.Sensor{ID: "door1", Address: "addr of door1"}); err != nil {
 		t.Fatal(err)
 	}
 	const clients = 8
 	ids := make([]string, clients)
 	for i := range ids {
-		c := f.client(t, registry.Client{Name: fmt.Sprint("c", i)}, "door1")
+		c := f.Client(t, registry.Client{Name: fmt.Sprint("c", i)}, "door1")
 		ids[i] = c.ID
 		for j := range 3 {
-			f.member(t, c.ID, fmt.Sprint("m", j), registry.Backfill{Window: time.Hour, Max: 20})
+			f.Member(t, c.ID, fmt.Sprint("m", j), registry.Backfill{Window: time.Hour, Max: 20})
 		}
 	}
 	var wg sync.WaitGroup
@@ -183,7 +183,7 @@ func TestDeleteClientWhileWritingLeavesNoOrphan(t *testing.T) {
 func TestMemberTokenIdle(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	c := f.client(t, registry.Client{Name: "acme"})
+	c := f.Client(t, registry.Client{Name: "acme"})
 	hash := sha256.Sum256([]byte("lsm_idle_" + c.ID))
 	m, _, err := f.reg.CreateMember(f.ctx, registry.Member{ClientID: c.ID, Name: "alice", Timezone: "UTC",
 		Preferences: registry.DefaultMemberPreferences()}, hash[:], registry.Backfill{})

@@ -49,15 +49,15 @@ func TestClientSecretsAreEncryptedAtRest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	stores := storagetest.New(t)
-	f := &fixture{pg: stores.Postgres, reg: stores.Registry, ctx: ctx}
+	f := &fixture{Fleet: &storagetest.Fleet{Stores: stores, Ctx: ctx}, pg: stores.Postgres, reg: stores.Registry, ctx: ctx}
 	for _, id := range []string{"s1", "s2"} {
 		if _, err := f.reg.CreateSensor(ctx, registry.Sensor{ID: id, Address: "addr of " + id}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	const secretA, secretB = "whsec_QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUE=", "whsec_QkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkI="
-	a := f.client(t, registry.Client{Name: "a", Secret: secretA}, "s1")
-	b := f.client(t, registry.Client{Name: "b", Secret: secretB}, "s2")
+	a := f.Client(t, registry.Client{Name: "a", Secret: secretA}, "s1")
+	b := f.Client(t, registry.Client{Name: "b", Secret: secretB}, "s2")
 	f.create(t, stateChanged("e1", "s1", 1, outboxT0), stateChanged("e2", "s2", 1, outboxT0))
 	deliveryOf := map[string]string{a.ID: f.deliveries(t, a.ID)[0].ID, b.ID: f.deliveries(t, b.ID)[0].ID}
 	secretOf := func(clientID string) (string, error) {

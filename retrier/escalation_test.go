@@ -122,7 +122,7 @@ func TestEscalationsCheckedWhenSent(t *testing.T) {
 		t.Fatalf("escalation emails sent: %+v to %v", emails.sent, emails.to)
 	}
 	if calls := pushes.sent(); len(calls) != 1 || calls[0].push.PushKey != "ann-phone" ||
-		calls[0].push.MessagePrototypeKey != escalation.UnseenPushPrototype ||
+		calls[0].push.MessagePrototypeKey != inbox.UnseenPushPrototype ||
 		calls[0].push.Message != "You have unseen notifications about sensor "+sensorID {
 		t.Fatalf("pushes sent: %+v", calls)
 	}

@@ -14,6 +14,7 @@ type retrierMetrics struct {
 	depth          *prometheus.GaugeVec
 	oldestDue      prometheus.Gauge
 	requeued       prometheus.Counter
+	handedOver     prometheus.Counter
 	fenced         prometheus.Counter
 	errors         *prometheus.CounterVec
 	attemptsCopied prometheus.Counter
@@ -65,6 +66,12 @@ func newRetrierMetrics(reg prometheus.Registerer) (*retrierMetrics, error) {
 	if m.requeued, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Name: "deliveries_requeued_total",
 		Help: "IN_FLIGHT deliveries put back to PENDING because their retrier's lease ran out.",
+	})); err != nil {
+		return nil, err
+	}
+	if m.handedOver, err = metrics.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Name: "deliveries_handed_over_total",
+		Help: "Webhook deliveries the fan-out of this process created claimed and handed over, sent without a claim.",
 	})); err != nil {
 		return nil, err
 	}

@@ -163,6 +163,10 @@ type Retrier struct {
 	// listening says the outbox listener is up: the claim loops then poll only
 	// as a fallback.
 	listening atomic.Bool
+	// notices counts the listener's notices of new deliveries.
+	notices atomic.Uint64
+	// handoff takes the deliveries a fan-out in this process created claimed.
+	handoff handoff
 }
 
 // lane is a set of channels with its own bound on attempts in flight and its
@@ -225,6 +229,15 @@ func (l *lane) free() int { return l.workers - int(l.busy.Load()) }
 // full and has refill workers free now.
 func (l *lane) done() {
 	if l.busy.Add(-1) == int64(l.workers-l.refill) {
+		l.signalWake()
+	}
+}
+
+// release frees n workers reserved for handed-over deliveries that did not
+// come, and wakes the claim loop if the lane was too full to claim before.
+func (l *lane) release(n int) {
+	freeNow := l.workers - int(l.busy.Add(int64(-n)))
+	if freeNow >= l.refill && freeNow-n < l.refill {
 		l.signalWake()
 	}
 }
@@ -334,6 +347,7 @@ func (r *Retrier) Run(ctx context.Context) error {
 	defer cancelWork()
 
 	outcomes := make(chan outcome, workers)
+	r.openHandoff(work, outcomes)
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
@@ -355,6 +369,7 @@ func (r *Retrier) Run(ctx context.Context) error {
 		claimers.Go(func() { r.claimLoop(ctx, work, l, outcomes) })
 	}
 	claimers.Wait()
+	r.closeHandoff()
 	for _, l := range r.lanes {
 		l.stopAlarms()
 	}
@@ -414,6 +429,15 @@ func (r *Retrier) claim(ctx, work context.Context, l *lane, limit int, outcomes 
 	if len(claimed) == 0 {
 		return 0, nil
 	}
+	r.start(ctx, work, l, claimed, outcomes, false)
+	return len(claimed), nil
+}
+
+// start reads the claimed deliveries' targets and starts an attempt for each
+// one not held back. reserved says each delivery has its worker counted in
+// l.busy already (handed over by the fan-out, see Reserve); else each attempt
+// started takes one.
+func (r *Retrier) start(ctx, work context.Context, l *lane, claimed []storage.Delivery, outcomes chan<- outcome, reserved bool) {
 	// The deliveries are ours now: read their targets even if shutdown begins.
 	targets, pushes, emails, reports, targetErr, pushErr := r.readClaimed(ctx, work, claimed)
 	var held map[string]time.Duration
@@ -423,17 +447,25 @@ func (r *Retrier) claim(ctx, work context.Context, l *lane, limit int, outcomes 
 		quiet = r.quietHolds(claimed, targets)
 	}
 	for _, d := range claimed {
-		if wait, ok := held[d.ID]; ok {
+		wait, isHeld := held[d.ID]
+		quietWait, isQuiet := quiet[d.ID]
+		switch {
+		case isHeld:
 			outcomes <- r.heldBack(d, wait)
-			continue
+		case isQuiet:
+			outcomes <- r.quietBack(d, quietWait)
 		}
-		if wait, ok := quiet[d.ID]; ok {
-			outcomes <- r.quietBack(d, wait)
+		if isHeld || isQuiet {
+			if reserved {
+				l.done()
+			}
 			continue
 		}
 		target, found := targets[d.ID]
 		push, isPush := pushes[d.ID]
-		l.busy.Add(1)
+		if !reserved {
+			l.busy.Add(1)
+		}
 		r.workers.Go(func() {
 			var res notifier.Result
 			notSent := false
@@ -482,7 +514,6 @@ func (r *Retrier) claim(ctx, work context.Context, l *lane, limit int, outcomes 
 			l.done()
 		})
 	}
-	return len(claimed), nil
 }
 
 // readClaimed reads, in a query each, the current targets of the claimed
@@ -719,15 +750,23 @@ func (r *Retrier) finishLoop(ctx context.Context, outcomes <-chan outcome) {
 				break collect
 			}
 		}
-		r.record(ctx, batch)
-		// A finished delivery may free the next one of its (client, sensor).
-		r.signalWake()
+		notices := r.notices.Load()
+		frees := r.record(ctx, batch)
+		// A finished delivery may free the next one of its key: claim it now.
+		// Otherwise no claim is due, unless a notice of new deliveries came
+		// while the outcomes were written: its claim may have run before they
+		// committed, and found a new delivery still held back by one of them.
+		// Without a listener the claim loop polls; wake it as before.
+		if frees || r.notices.Load() != notices || !r.listening.Load() {
+			r.signalWake()
+		}
 	}
 }
 
 // record writes a batch of outcomes and their attempts to the outbox in one
-// statement, then to the metrics.
-func (r *Retrier) record(ctx context.Context, batch []outcome) {
+// statement, then to the metrics. It reports whether a recorded delivery held
+// back another that may be claimed now (storage.FinishedDelivery.Frees).
+func (r *Retrier) record(ctx context.Context, batch []outcome) (frees bool) {
 	finishes := make([]storage.DeliveryFinish, len(batch))
 	for i, o := range batch {
 		finishes[i] = storage.DeliveryFinish{
@@ -756,6 +795,7 @@ func (r *Retrier) record(ctx context.Context, batch []outcome) {
 	states := make(map[string]storage.DeliveryState, len(done))
 	for _, f := range done {
 		states[f.ID] = f.State
+		frees = frees || f.Frees
 	}
 	r.recordHealth(ctx, batch, states)
 	r.wakeWhenDue(batch, states)
@@ -785,6 +825,7 @@ func (r *Retrier) record(ctx context.Context, batch []outcome) {
 		r.logger.DebugContext(ctx, "delivery attempt", "delivery_id", o.d.ID, "channel", o.d.Channel,
 			"attempt", o.d.Attempts, "status", status, "http_status", o.res.HTTPStatus, "err", o.res.Err)
 	}
+	return frees
 }
 
 // wakeWhenDue sets the claim loop of their lane to look again when the

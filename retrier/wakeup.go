@@ -44,6 +44,7 @@ func (r *Retrier) listen(ctx context.Context) {
 // wakeLanes wakes the claim loop of every lane with one of channels; with
 // none named, every lane.
 func (r *Retrier) wakeLanes(channels []storage.Channel) {
+	r.notices.Add(1)
 	for _, l := range r.lanes {
 		if len(channels) == 0 || slices.ContainsFunc(l.channels, func(c storage.Channel) bool { return slices.Contains(channels, c) }) {
 			l.signalWake()

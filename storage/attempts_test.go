@@ -18,11 +18,12 @@ import (
 func TestFinishDeliveriesLogsAttempts(t *testing.T) {
 	t.Parallel()
 	stores := storagetest.New(t)
-	f := &outboxFixture{pg: stores.Postgres, reg: stores.Registry, ctx: context.Background()}
+	f := &outboxFixture{Fleet: &storagetest.Fleet{Stores: stores, Ctx: context.Background()}, pg: stores.Postgres,
+		reg: stores.Registry, ctx: context.Background()}
 	if _, err := f.reg.CreateSensor(f.ctx, registry.Sensor{ID: "s1", Address: "1 Street"}); err != nil {
 		t.Fatal(err)
 	}
-	c := f.client(t, registry.Client{Name: "c"}, "s1")
+	c := f.Client(t, registry.Client{Name: "c"}, "s1")
 	f.create(t, stateChanged("e1", "s1", 1, outboxT0))
 	d := f.claim(t, later(), 10)[0]
 	if d.Attempts != 1 {

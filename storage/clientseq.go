@@ -30,6 +30,14 @@ type NewNotification struct {
 // batch created (its INSERT … ON CONFLICT DO NOTHING returned them) get one,
 // so a replayed event takes no seq.
 func QueueClientSeqs(b *pgx.Batch, events []NotificationInput, created []NewNotification) {
+	QueueClientSeqsInto(b, events, created, nil)
+}
+
+// QueueClientSeqsInto is QueueClientSeqs that also puts each numbered
+// notification's seq into seqs, by notification id, when the batch's results
+// arrive (nil seqs: not read back): the fan-out hands the deliveries it
+// claimed to the sender with their seq, without reading them again.
+func QueueClientSeqsInto(b *pgx.Batch, events []NotificationInput, created []NewNotification, seqs map[string]int64) {
 	if len(created) == 0 {
 		return
 	}
@@ -40,7 +48,26 @@ func QueueClientSeqs(b *pgx.Batch, events []NotificationInput, created []NewNoti
 	for i, n := range created {
 		ids[i], clients[i], ords[i], times[i] = n.ID, n.ClientID, n.Event, events[n.Event].At
 	}
-	queueExec(b, fmt.Sprintf("numbering %d notifications per client", len(created)), `
+	what := fmt.Sprintf("numbering %d notifications per client", len(created))
+	args := []any{ids, clients, times, ords}
+	if seqs == nil {
+		queueExec(b, what, clientSeqsSQL, args...)
+		return
+	}
+	queueQuery(b, what, clientSeqsSQL+` RETURNING n.id::text, n.client_seq`, func(rows pgx.Rows) error {
+		var id string
+		var seq int64
+		_, err := pgx.ForEachRow(rows, []any{&id, &seq}, func() error {
+			seqs[id] = seq
+			return nil
+		})
+		return err
+	}, args...)
+}
+
+// clientSeqsSQL is QueueClientSeqs' statement: $1-$4 the new notifications
+// (id, client, event time, place in the batch).
+const clientSeqsSQL = `
 		WITH nn AS (
 			SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::timestamptz[], $4::int[]) AS x (id, client_id, event_at, ord)
 		), c AS (
@@ -56,9 +83,7 @@ func QueueClientSeqs(b *pgx.Batch, events []NotificationInput, created []NewNoti
 			FROM nn JOIN bumped b ON b.client_id = nn.client_id JOIN c ON c.client_id = nn.client_id
 		)
 		UPDATE notifications n SET client_seq = s.seq
-		FROM s WHERE n.id = s.id AND n.event_at = s.event_at`,
-		ids, clients, times, ords)
-}
+		FROM s WHERE n.id = s.id AND n.event_at = s.event_at`
 
 // ListClientEvents returns up to limit of the client's events with a seq after
 // after, in seq order: with no gap, since seqs commit in order. It returns

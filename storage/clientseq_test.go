@@ -29,8 +29,8 @@ func (f *outboxFixture) clientEvents(t *testing.T, clientID string, after int64,
 func TestClientSeqs(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "s1", "s2")
-	a := f.client(t, registry.Client{Name: "a"}, "s1", "s2")
-	b := f.client(t, registry.Client{Name: "b"}, "s2")
+	a := f.Client(t, registry.Client{Name: "a"}, "s1", "s2")
+	b := f.Client(t, registry.Client{Name: "b"}, "s2")
 	zero := 0
 	batch := []storage.NotificationInput{
 		{EventID: "e1", Type: "state_changed", SensorID: "s1", Data: &zero, At: outboxT0},
@@ -81,7 +81,7 @@ func TestClientSeqsConcurrentWritersNoGap(t *testing.T) {
 	t.Parallel()
 	const writers, batches, perBatch = 4, 10, 5
 	f := newOutboxFixture(t, "s1", "s2", "s3", "s4")
-	c := f.client(t, registry.Client{Name: "c"}, "s1", "s2", "s3", "s4")
+	c := f.Client(t, registry.Client{Name: "c"}, "s1", "s2", "s3", "s4")
 	total := int64(writers * batches * perBatch)
 
 	var wg sync.WaitGroup

@@ -18,7 +18,7 @@ func TestClientDeliverySummaryAndFailedDeliveries(t *testing.T) {
 	t.Parallel()
 	// One sensor per event, so that no newer state supersedes an older one.
 	f := newOutboxFixture(t, "s0", "s1", "s2", "s3")
-	c := f.client(t, registry.Client{Name: "c", Email: "c@example.com"}, "s0", "s1", "s2", "s3")
+	c := f.Client(t, registry.Client{Name: "c", Email: "c@example.com"}, "s0", "s1", "s2", "s3")
 	for i := range 4 {
 		f.create(t, stateChanged(fmt.Sprintf("e%d", i), fmt.Sprintf("s%d", i), i%2, outboxT0.Add(time.Duration(i)*time.Minute)))
 	}

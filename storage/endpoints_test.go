@@ -34,7 +34,7 @@ func fail(t *testing.T, f *outboxFixture, clientID string, n int, at time.Time) 
 func TestEndpointDisableAndEnable(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "deadA", "deadB")
-	dead := f.client(t, registry.Client{Name: "dead", Email: "owner@example.com"}, "deadA", "deadB")
+	dead := f.Client(t, registry.Client{Name: "dead", Email: "owner@example.com"}, "deadA", "deadB")
 	now := time.Now()
 	f.create(t, connectionLost("l1", "deadA", outboxT0), connectionLost("l2", "deadB", outboxT0.Add(time.Second)))
 
@@ -125,8 +125,8 @@ func disable(t *testing.T, f *outboxFixture, now time.Time, window time.Duration
 func TestRecoverDeliveries(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "recA", "recB", "recC")
-	c := f.client(t, registry.Client{Name: "rec"}, "recA", "recB", "recC")
-	other := f.client(t, registry.Client{Name: "other"}, "recA")
+	c := f.Client(t, registry.Client{Name: "rec"}, "recA", "recB", "recC")
+	other := f.Client(t, registry.Client{Name: "other"}, "recA")
 	f.create(t,
 		connectionLost("r1", "recA", outboxT0),
 		stateChanged("r2", "recB", 1, outboxT0.Add(time.Second)),

@@ -35,7 +35,7 @@ func TestInboxSeverityAgreesWithEvents(t *testing.T) {
 func TestOutboxTakesEveryEventType(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "s1")
-	c := f.client(t, registry.Client{Name: "c"}, "s1")
+	c := f.Client(t, registry.Client{Name: "c"}, "s1")
 	zero := 0
 	var batch []storage.NotificationInput
 	for i, typ := range event.Types() {
@@ -55,9 +55,9 @@ func TestOutboxTakesEveryEventType(t *testing.T) {
 func TestSiteEventReachesEachClientOnce(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "s1", "s2", "s3", "s4")
-	a := f.client(t, registry.Client{Name: "a"}, "s1", "s2")
-	b := f.client(t, registry.Client{Name: "b"}, "s3")
-	c := f.client(t, registry.Client{Name: "c"}, "s4")
+	a := f.Client(t, registry.Client{Name: "a"}, "s1", "s2")
+	b := f.Client(t, registry.Client{Name: "b"}, "s3")
+	c := f.Client(t, registry.Client{Name: "c"}, "s4")
 	created := f.create(t, storage.NotificationInput{EventID: "o1", Type: "site_outage", SensorID: "s1", At: outboxT0,
 		Site: "hq", Sensors: []string{"s1", "s2", "s3"}})
 	if created.Notifications != 2 {

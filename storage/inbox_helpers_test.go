@@ -1,27 +1,11 @@
 package storage_test
 
 import (
-	"crypto/sha256"
 	"slices"
 	"testing"
 
-	"github.com/google/uuid"
-
 	"github.com/lockstream/lockstream/inbox"
-	"github.com/lockstream/lockstream/registry"
 )
-
-// member creates a member of the client with a token of its own.
-func (f *outboxFixture) member(t *testing.T, clientID, name string, backfill registry.Backfill) registry.Member {
-	t.Helper()
-	hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
-	m, _, err := f.reg.CreateMember(f.ctx, registry.Member{ClientID: clientID, Name: name, Timezone: "UTC",
-		Preferences: registry.DefaultMemberPreferences()}, hash[:], backfill)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
 
 // inbox returns every message of the member, seen and unseen, in seq order.
 func (f *outboxFixture) inbox(t *testing.T, memberID string) []inbox.Message {

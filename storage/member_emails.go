@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/lockstream/lockstream/escalation"
 	"github.com/lockstream/lockstream/inbox"
 )
 
@@ -92,11 +91,11 @@ func (p *Postgres) MemberEmails(ctx context.Context, deliveryIDs []string) (map[
 			WHERE x.member_id = me.member_id
 			  AND (me.kind = 'round' AND EXISTS (
 			           SELECT 1 FROM escalation_episodes e
-			           WHERE e.member_id = x.member_id AND e.key = `+escalation.EpisodeKey+` AND e.first_seq > me.from_seq
+			           WHERE e.member_id = x.member_id AND e.key = `+inbox.EpisodeKey+` AND e.first_seq > me.from_seq
 			             AND e.first_seq <= me.to_seq AND x.seq >= e.first_seq AND e.email_at IS NULL)
 			       OR me.kind <> 'round' AND x.seq > me.from_seq AND (me.to_seq IS NULL OR x.seq <= me.to_seq)
-			          AND (me.key IS NULL OR `+escalation.EpisodeKey+` = me.key))
-			  AND (me.kind = 'message' AND x.deleted_at IS NULL OR `+escalation.EpisodeUnseen+`)
+			          AND (me.key IS NULL OR `+inbox.EpisodeKey+` = me.key))
+			  AND (me.kind = 'message' AND x.deleted_at IS NULL OR `+inbox.EpisodeUnseen+`)
 			  AND (x.sensor_id IS NULL OR EXISTS (SELECT 1 FROM client_sensors l
 			                                      WHERE l.client_id = mb.client_id AND l.sensor_id = x.sensor_id))
 			ORDER BY x.seq DESC

@@ -76,9 +76,9 @@ func equalStrings(a, b []string) bool {
 func TestEndpointNoticesOnePerStreak(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "noticeDoor")
-	c := f.client(t, registry.Client{Name: "notified", Email: "owner@example.com"}, "noticeDoor")
-	alice := f.member(t, c.ID, "alice", registry.Backfill{})
-	bob := f.member(t, c.ID, "bob", registry.Backfill{})
+	c := f.Client(t, registry.Client{Name: "notified", Email: "owner@example.com"}, "noticeDoor")
+	alice := f.Member(t, c.ID, "alice", registry.Backfill{})
+	bob := f.Member(t, c.ID, "bob", registry.Backfill{})
 	now := time.Now()
 	start := now.Add(-2 * time.Hour)
 
@@ -169,7 +169,7 @@ func TestEndpointNoticesOnePerStreak(t *testing.T) {
 func TestEndpointFailingOnceAcrossConcurrentBatches(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "busyDoor")
-	c := f.client(t, registry.Client{Name: "busy"}, "busyDoor")
+	c := f.Client(t, registry.Client{Name: "busy"}, "busyDoor")
 	at := time.Now().Add(-time.Hour)
 	var (
 		wg    sync.WaitGroup
@@ -213,8 +213,8 @@ func TestEndpointFailingOnceAcrossConcurrentBatches(t *testing.T) {
 func TestRestoredCarriesTheOutage(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "backDoor")
-	c := f.client(t, registry.Client{Name: "outage", Email: "o@example.com"}, "backDoor")
-	m := f.member(t, c.ID, "alice", registry.Backfill{})
+	c := f.Client(t, registry.Client{Name: "outage", Email: "o@example.com"}, "backDoor")
+	m := f.Member(t, c.ID, "alice", registry.Backfill{})
 	at := time.Date(2026, 11, 22, 12, 14, 0, 0, time.UTC)
 	since := at.Add(-(2*time.Hour + 14*time.Minute))
 	one := 1

@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/lockstream/lockstream/domain"
-	"github.com/lockstream/lockstream/escalation"
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/internal/pgutil"
 	"github.com/lockstream/lockstream/registry/secretbox"
 )
@@ -274,6 +274,12 @@ type FinishedDelivery struct {
 	ID      string
 	Channel Channel
 	State   DeliveryState
+	// Frees says a finished delivery held back another that may be claimed
+	// now: it is no longer open, and a newer delivery of its (client, sensor,
+	// channel, target) waits (SCHEDULED, PENDING or RETRY), or it was resumed
+	// (the next resumed one of its client waits on it). False for requeued
+	// ones.
+	Frees bool
 }
 
 // finishArgs are FinishDeliveries' arrays, one element per outcome.
@@ -382,7 +388,14 @@ const finishDeliveriesSQL = `
 			WHERE d.id = l.delivery_id AND d.event_at = l.delivery_at
 			RETURNING d.id, d.channel, d.state, d.client_id, d.sensor_id, d.notification_id, d.event_at,
 			          l.attempt, l.http_status, l.error_type, l.error, l.answer_code, l.answer_message,
-			          l.duration_ms, l.at, l.not_sent
+			          l.duration_ms, l.at, l.not_sent,
+			          -- Whether a delivery waits for this one (the claim's order checks).
+			          d.state <> 'RETRY' AND (d.resumed_at IS NOT NULL OR EXISTS (
+			              SELECT 1 FROM deliveries o
+			              WHERE o.client_id = d.client_id AND o.sensor_id = d.sensor_id
+			                AND o.channel = d.channel AND o.target = d.target
+			                AND o.state IN ('SCHEDULED', 'PENDING', 'RETRY')
+			                AND (o.event_at, o.seq) > (d.event_at, d.seq))) AS frees
 		), tried AS (
 			-- Every attempt sent: recorded (in u), or fenced off (the delivery
 			-- moved on; d is read as of the statement's start, which is all the
@@ -407,12 +420,12 @@ const finishDeliveriesSQL = `
 			FROM tried t LEFT JOIN notifications n ON n.id = t.notification_id AND n.event_at = t.event_at
 			ORDER BY t.at, t.id
 		)
-		SELECT id::text, channel, state FROM u`
+		SELECT id::text, channel, state, frees FROM u`
 
 func collectFinished(rows pgx.Rows) ([]FinishedDelivery, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (FinishedDelivery, error) {
 		var f FinishedDelivery
-		err := row.Scan(&f.ID, &f.Channel, &f.State)
+		err := row.Scan(&f.ID, &f.Channel, &f.State, &f.Frees)
 		return f, err
 	})
 }
@@ -456,7 +469,7 @@ func (p *Postgres) RequeueExpiredLeases(ctx context.Context, now time.Time) ([]F
 			FROM u LEFT JOIN notifications n ON n.id = u.notification_id AND n.event_at = u.event_at
 			WHERE u.attempts > 0
 		)
-		SELECT id::text, channel, state FROM u`, now, leaseExpiredError, ErrorTypeLeaseExpired)
+		SELECT id::text, channel, state, false FROM u`, now, leaseExpiredError, ErrorTypeLeaseExpired)
 	if err != nil {
 		return nil, fmt.Errorf("requeueing expired leases: %w", err)
 	}
@@ -614,19 +627,19 @@ func (p *Postgres) deliveryTargets(ctx context.Context, ids []string, ats []*tim
 		       q.id IS NOT NULL AND CASE
 		           WHEN d.sensor_id IS NOT NULL THEN EXISTS (
 		               SELECT 1 FROM inbox_messages x
-		               WHERE x.member_id = q.id AND `+escalation.EpisodeKey+` = d.sensor_id AND `+escalation.EpisodeUnseen+`
+		               WHERE x.member_id = q.id AND `+inbox.EpisodeKey+` = d.sensor_id AND `+inbox.EpisodeUnseen+`
 		                 AND x.severity = 'critical')
 		           WHEN d.event_type = 'digest' THEN EXISTS (
 		               SELECT 1 FROM inbox_messages x
-		               WHERE x.member_id = q.id AND `+escalation.EpisodeUnseen+` AND x.severity = 'critical')
+		               WHERE x.member_id = q.id AND `+inbox.EpisodeUnseen+` AND x.severity = 'critical')
 		           -- An escalation round's email or push (about no one sensor):
 		           -- the episodes it escalates, first_seq in (from_seq, to_seq].
 		           WHEN d.event_type = 'unseen' THEN EXISTS (
 		               SELECT 1 FROM member_emails me
 		               JOIN escalation_episodes e ON e.member_id = q.id AND e.first_seq > me.from_seq
 		                    AND e.first_seq <= me.to_seq AND e.critical_at IS NOT NULL
-		               JOIN inbox_messages x ON x.member_id = q.id AND `+escalation.EpisodeKey+` = e.key AND x.seq >= e.first_seq
-		               WHERE me.delivery_id = d.id AND me.event_at = d.event_at AND `+escalation.EpisodeUnseen+`
+		               JOIN inbox_messages x ON x.member_id = q.id AND `+inbox.EpisodeKey+` = e.key AND x.seq >= e.first_seq
+		               WHERE me.delivery_id = d.id AND me.event_at = d.event_at AND `+inbox.EpisodeUnseen+`
 		                 AND x.severity = 'critical')
 		           -- An incident reminder's email or push: the reminder it names.
 		           WHEN d.event_type = 'incident_reminder' THEN EXISTS (

@@ -15,8 +15,8 @@ import (
 func TestListClientDeliveriesNewestFirst(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "s1", "s2", "s3", "s4")
-	c := f.client(t, registry.Client{Name: "c", Email: "c@example.com"}, "s1", "s2", "s3", "s4")
-	other := f.client(t, registry.Client{Name: "other"}, "s1")
+	c := f.Client(t, registry.Client{Name: "c", Email: "c@example.com"}, "s1", "s2", "s3", "s4")
+	other := f.Client(t, registry.Client{Name: "other"}, "s1")
 	// Two batches, so that creation order is known across them: e4 is newer than
 	// everything else whatever the ids within a batch.
 	f.create(t,

@@ -18,6 +18,7 @@ import (
 // outboxFixture is a migrated store with one sensor per id and clients linked to
 // them.
 type outboxFixture struct {
+	*storagetest.Fleet
 	pg *storage.Postgres
 	// reg is the registry on pg: the sensors, clients and members the
 	// outbox's statements read.
@@ -27,35 +28,8 @@ type outboxFixture struct {
 
 func newOutboxFixture(t *testing.T, sensors ...string) *outboxFixture {
 	t.Helper()
-	stores := storagetest.New(t)
-	f := &outboxFixture{pg: stores.Postgres, reg: stores.Registry, ctx: context.Background()}
-	for _, id := range sensors {
-		if _, err := f.reg.CreateSensor(f.ctx, registry.Sensor{ID: id, Address: "addr of " + id}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return f
-}
-
-// client creates a client linked to the sensors.
-func (f *outboxFixture) client(t *testing.T, c registry.Client, sensors ...string) registry.Client {
-	t.Helper()
-	if c.WebhookURL == "" {
-		c.WebhookURL = "https://example.com/hook"
-	}
-	if c.Secret == "" {
-		c.Secret = "whsec_c2VjcmV0"
-	}
-	created, err := f.reg.CreateClient(f.ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range sensors {
-		if err := f.reg.LinkSensor(f.ctx, created.ID, s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return created
+	fleet := storagetest.NewFleet(t, sensors...)
+	return &outboxFixture{Fleet: fleet, pg: fleet.Postgres, reg: fleet.Registry, ctx: fleet.Ctx}
 }
 
 func (f *outboxFixture) create(t *testing.T, events ...storage.NotificationInput) fanout.NotificationsCreated {
@@ -108,7 +82,7 @@ func later() time.Time { return time.Now().Add(time.Minute) }
 func TestClaimKeepsEventOrderPerClientAndSensor(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "s1", "s2")
-	f.client(t, registry.Client{Name: "c"}, "s1", "s2")
+	f.Client(t, registry.Client{Name: "c"}, "s1", "s2")
 	f.create(t,
 		storage.NotificationInput{EventID: "lost", Type: "connection_lost", SensorID: "s1", At: outboxT0},
 		storage.NotificationInput{EventID: "restored", Type: "connection_restored", SensorID: "s1", At: outboxT0.Add(time.Second)},
@@ -171,7 +145,7 @@ func TestClaimOrdersEventsOfTheSameTimeByArrival(t *testing.T) {
 	t.Parallel()
 	for _, order := range [][]string{{"restored", "flip"}, {"flip", "restored"}} {
 		f := newOutboxFixture(t, "s1")
-		f.client(t, registry.Client{Name: "c"}, "s1")
+		f.Client(t, registry.Client{Name: "c"}, "s1")
 		byID := map[string]storage.NotificationInput{
 			"restored": {EventID: "restored", Type: "connection_restored", SensorID: "s1", At: outboxT0},
 			"flip":     stateChanged("flip", "s1", 1, outboxT0),
@@ -198,8 +172,8 @@ func TestClaimConcurrentlyEachDeliveryOnce(t *testing.T) {
 	}
 	f := newOutboxFixture(t, ids...)
 	// Two clients per sensor: each (client, sensor) is its own ordered queue.
-	f.client(t, registry.Client{Name: "a"}, ids...)
-	f.client(t, registry.Client{Name: "b"}, ids...)
+	f.Client(t, registry.Client{Name: "a"}, ids...)
+	f.Client(t, registry.Client{Name: "b"}, ids...)
 	var events []storage.NotificationInput
 	for i, s := range ids {
 		for j := range perSensor {
@@ -283,7 +257,7 @@ func TestClaimConcurrentlyEachDeliveryOnce(t *testing.T) {
 func TestLeaseExpiryAndFencing(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "s1")
-	f.client(t, registry.Client{Name: "c"}, "s1")
+	f.Client(t, registry.Client{Name: "c"}, "s1")
 	f.create(t, storage.NotificationInput{EventID: "e", Type: "connection_lost", SensorID: "s1", At: outboxT0})
 	now := later()
 	claimed := f.claim(t, now, 10)
@@ -323,7 +297,7 @@ func TestLeaseExpiryAndFencing(t *testing.T) {
 func TestRetryDelivery(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "s1")
-	f.client(t, registry.Client{Name: "c"}, "s1")
+	f.Client(t, registry.Client{Name: "c"}, "s1")
 	f.create(t, storage.NotificationInput{EventID: "e1", Type: "connection_lost", SensorID: "s1", At: outboxT0},
 		storage.NotificationInput{EventID: "e2", Type: "connection_restored", SensorID: "s1", At: outboxT0.Add(time.Second)})
 	d := f.claim(t, later(), 1)[0]
@@ -352,7 +326,7 @@ func TestRetryDelivery(t *testing.T) {
 func TestDeliveryTargetRereadsTheClient(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "s1")
-	c := f.client(t, registry.Client{Name: "c", WebhookURL: "https://old.example/hook", Email: "c@example.com",
+	c := f.Client(t, registry.Client{Name: "c", WebhookURL: "https://old.example/hook", Email: "c@example.com",
 		PushTargets: []storage.PushTarget{{Platform: storage.PlatformIOS, PushKey: "k1"}}}, "s1")
 	f.create(t, stateChanged("e1", "s1", 1, outboxT0))
 	byChannel := map[storage.Channel]storage.Delivery{}
@@ -407,7 +381,7 @@ func TestDeliveryTargetRereadsTheClient(t *testing.T) {
 func TestListClientDeliveriesAndOutboxStats(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "s1", "s2", "s3")
-	c := f.client(t, registry.Client{Name: "c"}, "s1", "s2", "s3")
+	c := f.Client(t, registry.Client{Name: "c"}, "s1", "s2", "s3")
 	f.create(t,
 		storage.NotificationInput{EventID: "e1", Type: "connection_lost", SensorID: "s1", At: outboxT0},
 		storage.NotificationInput{EventID: "e2", Type: "connection_lost", SensorID: "s2", At: outboxT0.Add(time.Hour)},
@@ -511,7 +485,7 @@ func TestDeliveryAttemptsRoundTrip(t *testing.T) {
 func TestRequeueSupersedesAnOlderStateWithANewerWaiting(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "s1")
-	f.client(t, registry.Client{Name: "c"}, "s1")
+	f.Client(t, registry.Client{Name: "c"}, "s1")
 	f.create(t, stateChanged("old", "s1", 1, outboxT0))
 	now := later()
 	claimed := f.claim(t, now, 10)

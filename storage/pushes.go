@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/lockstream/lockstream/escalation"
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/internal/pgutil"
 )
 
@@ -164,7 +164,7 @@ func (p *Postgres) PushRequests(ctx context.Context, deliveryIDs []string) (map[
 	rows, err := p.pool.Query(ctx, `
 		SELECT p.delivery_id::text, `+pushColumns+`
 		FROM pushes p WHERE p.delivery_id = ANY ($1::uuid[])
-		UNION ALL`+escalation.PushRequests, ids, escalation.UnseenPushPrototype)
+		UNION ALL`+inbox.PushRequests, ids, inbox.UnseenPushPrototype)
 	if err != nil {
 		return nil, fmt.Errorf("reading push requests: %w", err)
 	}

@@ -18,7 +18,7 @@ import (
 func TestDeliveryTargetsCarryQuietHours(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "qDoor")
-	c := f.client(t, registry.Client{Name: "quiet"}, "qDoor")
+	c := f.Client(t, registry.Client{Name: "quiet"}, "qDoor")
 	hash := sha256.Sum256([]byte("lsm_" + uuid.NewString()))
 	ann, _, err := f.reg.CreateMember(f.ctx, registry.Member{ClientID: c.ID, Name: "ann", Timezone: "Europe/Paris",
 		Email: "ann@example.com", Preferences: registry.DefaultMemberPreferences(),

@@ -43,12 +43,12 @@ func TestInboxFollowsMemberRouting(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c := f.client(t, registry.Client{Name: "routed"}, "rN1", "rN2", "rS1")
-	all := f.member(t, c.ID, "all", registry.Backfill{})
-	north := f.member(t, c.ID, "north", registry.Backfill{})
-	one := f.member(t, c.ID, "one sensor", registry.Backfill{})
-	critical := f.member(t, c.ID, "critical only", registry.Backfill{})
-	south := f.member(t, c.ID, "south warnings", registry.Backfill{})
+	c := f.Client(t, registry.Client{Name: "routed"}, "rN1", "rN2", "rS1")
+	all := f.Member(t, c.ID, "all", registry.Backfill{})
+	north := f.Member(t, c.ID, "north", registry.Backfill{})
+	one := f.Member(t, c.ID, "one sensor", registry.Backfill{})
+	critical := f.Member(t, c.ID, "critical only", registry.Backfill{})
+	south := f.Member(t, c.ID, "south warnings", registry.Backfill{})
 	f.route(t, north, registry.MemberRouting{Sites: []string{"north"}})
 	f.route(t, one, registry.MemberRouting{Sensors: []string{"rS1"}})
 	f.route(t, critical, registry.MemberRouting{MinSeverity: "critical"})
@@ -100,9 +100,9 @@ func TestInboxFollowsMemberRouting(t *testing.T) {
 func TestDigestMemberGetsCriticalAtOnce(t *testing.T) {
 	t.Parallel()
 	f := newOutboxFixture(t, "dgDoor")
-	c := f.client(t, registry.Client{Name: "digests"}, "dgDoor")
-	digest := f.member(t, c.ID, "digest", registry.Backfill{})
-	episodic := f.member(t, c.ID, "episodic", registry.Backfill{})
+	c := f.Client(t, registry.Client{Name: "digests"}, "dgDoor")
+	digest := f.Member(t, c.ID, "digest", registry.Backfill{})
+	episodic := f.Member(t, c.ID, "episodic", registry.Backfill{})
 	prefs := registry.DefaultMemberPreferences()
 	prefs.Email = registry.EmailDigest
 	address := "d@example.com"

@@ -103,8 +103,10 @@ func ClientOpts(cfg Config) []kgo.Opt {
 		kgo.ClientID(cfg.ClientID),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		// Readings are small; a batch reaching the broker sooner shortens every
-		// consumer batch that waits for its events to be acknowledged.
-		kgo.ProducerLinger(2 * time.Millisecond),
+		// consumer batch that waits for its events to be acknowledged, and
+		// every reading on its way to a webhook (issue 21: lingers of 1 ms or
+		// less). Batches still fill while a request is in flight.
+		kgo.ProducerLinger(time.Millisecond),
 	}
 }
 

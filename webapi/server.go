@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockstream/lockstream/domain"
-	"github.com/lockstream/lockstream/inbox"
+	"github.com/lockstream/lockstream/inbox/live"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 )
@@ -353,7 +353,7 @@ type Server struct {
 	inbox         InboxStore
 	tickets       StreamTickets
 	inboxCfg      InboxConfig
-	hub           *inbox.Hub
+	hub           *live.Hub
 	streamMetrics *streamMetrics
 }
 
@@ -417,12 +417,12 @@ func New(cfg Config, registry Registry, checks map[string]Pinger, reg prometheus
 	if err := s.inboxCfg.Validate(); err != nil {
 		return nil, err
 	}
-	hubMetrics, err := inbox.NewHubMetrics(reg)
+	hubMetrics, err := live.NewHubMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("registering stream metrics: %w", err)
 	}
 	if s.inbox != nil {
-		s.hub = inbox.NewHub(s.inbox, inbox.HubConfig{Buffer: s.inboxCfg.StreamBuffer,
+		s.hub = live.NewHub(s.inbox, live.HubConfig{Buffer: s.inboxCfg.StreamBuffer,
 			FetchBatch: s.inboxCfg.StreamFetchBatch, WriteTimeout: s.inboxCfg.StreamWriteTimeout,
 			ListenRetry: s.inboxCfg.ListenRetry}, hubMetrics, logger.With("component", "stream-hub"))
 	}

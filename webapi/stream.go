@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/inbox"
+	"github.com/lockstream/lockstream/inbox/live"
 	"github.com/lockstream/lockstream/internal/httpapi"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
@@ -322,7 +323,7 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, member stri
 // pump writes what the hub queues for sub, and a ping every StreamPing, until
 // the hub drops the stream, done closes or a write fails (a write that times out
 // cuts a slow reader off). Each round goes out in one write.
-func (s *Server) pump(sub *inbox.Subscriber, sink streamSink, member string, done <-chan struct{}) {
+func (s *Server) pump(sub *live.Subscriber, sink streamSink, member string, done <-chan struct{}) {
 	defer func() {
 		// Off the handler's goroutine a panic would end the process.
 		if v := recover(); v != nil {
@@ -360,7 +361,7 @@ func (s *Server) pump(sub *inbox.Subscriber, sink streamSink, member string, don
 }
 
 // appendMessage adds one message event to buf.
-func (s *Server) appendMessage(buf []byte, sub *inbox.Subscriber, m *inbox.Message) []byte {
+func (s *Server) appendMessage(buf []byte, sub *live.Subscriber, m *inbox.Message) []byte {
 	mode := "direct"
 	if sub.Replayed(m) {
 		mode = "replayed"

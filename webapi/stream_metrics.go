@@ -9,7 +9,7 @@ import (
 )
 
 // streamMetrics are the live stream handlers' Prometheus collectors (the hub
-// has its own, inbox.HubMetrics).
+// has its own, live.HubMetrics).
 type streamMetrics struct {
 	sent    *prometheus.CounterVec
 	cutoffs *prometheus.CounterVec

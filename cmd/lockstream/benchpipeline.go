@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"runtime/pprof"
 	"time"
@@ -38,6 +39,10 @@ func (p *pipelineFlags) register(fs *flag.FlagSet) {
 		"clients the linked sensors are shared among (sensor i to client i mod clients), each with a sink of its own")
 	fs.IntVar(&p.config.FailingClients, "failing-clients", 0,
 		"how many of the clients answer 500 from the second webhook phase on; the healthy clients' webhooks/s is reported beside the all-healthy figure")
+	fs.BoolVar(&p.config.Posts, "posts", false,
+		"measure latency as users produce it instead: --history webhooks delivered first, then --latency-rate single-reading POST /v1/readings requests a second for --latency-duration")
+	fs.IntVar(&p.config.History, "history", bench.DefaultPipelineHistory,
+		"with --posts: webhooks delivered (whole-fleet flips, round after round) before the posts")
 	fs.StringVar(&p.cpuProfile, "cpuprofile", "", "write a CPU profile of the process (every daemon, the load and the sink) here")
 	fs.BoolVar(&p.keepStores, "keep-stores", false,
 		"keep the private databases afterwards (their names are logged), to look into where the time went")
@@ -59,7 +64,9 @@ func runBenchPipeline(ctx context.Context, all *allSettings, cfg bench.PipelineC
 		return fmt.Errorf("bench pipeline: data folder: %w", err)
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	benchPipelineSettings(all, scratch, dir)
+	if err := benchPipelineSettings(all, scratch, dir); err != nil {
+		return err
+	}
 	if flags.cpuProfile != "" {
 		f, err := os.Create(flags.cpuProfile)
 		if err != nil {
@@ -77,7 +84,7 @@ func runBenchPipeline(ctx context.Context, all *allSettings, cfg bench.PipelineC
 	run := func(ctx context.Context, ready func(bench.PipelineNode)) error {
 		return startAll(ctx, all, io.Discard, logger, "127.0.0.1:0", func(n *node) {
 			ready(bench.PipelineNode{Stream: n.stream, Metrics: n.reg, Store: bench.NewPostgresStore(n.pg),
-				Statements: statements.Count})
+				Statements: statements.Count, APIURL: "http://" + all.API.API.Addr, IngestToken: all.API.API.IngestToken})
 		})
 	}
 	res, err := bench.Pipeline(ctx, cfg, run, logger, stdout)
@@ -119,18 +126,30 @@ func newBenchScratch(ctx context.Context, node *nodeSettings, name string, keep 
 
 // benchPipelineSettings points the daemons' settings at the scratch stores and
 // the data folder, and sets what the benchmark needs: an API on a free port
-// with tokens of its own, webhooks allowed to the loopback sink, a fresh
-// signing-secret key, and fresh topics when brokers are given.
-func benchPipelineSettings(all *allSettings, scratch *storage.ScratchStores, dir string) {
+// (known beforehand, for the posts mode) with tokens of its own, webhooks
+// allowed to the loopback sink, a fresh signing-secret key, and fresh topics
+// when brokers are given.
+func benchPipelineSettings(all *allSettings, scratch *storage.ScratchStores, dir string) error {
 	token := make([]byte, 16)
 	_, _ = rand.Read(token)
+	ingest := make([]byte, 16)
+	_, _ = rand.Read(ingest)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("bench pipeline: a free port for the API: %w", err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		return fmt.Errorf("bench pipeline: a free port for the API: %w", err)
+	}
 	all.Node.PGURL = scratch.PostgresURL
 	all.Node.ClickHouseURL = scratch.ClickHouseURL
 	all.Node.RedisPrefix = scratch.RedisPrefix
 	all.Node.DataDir = dir
 	all.Node.SecretKey = secretbox.NewKey()
-	all.API.API.Addr = "127.0.0.1:0"
+	all.API.API.Addr = addr
 	all.API.API.AdminToken = hex.EncodeToString(token)
+	all.API.API.IngestToken = hex.EncodeToString(ingest)
 	all.Retrier.Webhook.AllowPrivate = true
 	all.Stats.Interval = 0
 	// The benchmark's node stops once it has measured: nobody routes to it.
@@ -141,4 +160,5 @@ func benchPipelineSettings(all *allSettings, scratch *storage.ScratchStores, dir
 	if len(all.Node.Stream.Brokers) > 0 {
 		all.Node.Stream.TopicPrefix += "bench" + hex.EncodeToString(token[:4]) + "."
 	}
+	return nil
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/lockstream/lockstream/bridge/amqp"
 	"github.com/lockstream/lockstream/consumer"
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/inbox"
@@ -219,6 +220,9 @@ type node struct {
 	abandoned bool
 	// ready, when not nil, is called by run once every daemon is built.
 	ready func(*node)
+	// handoff is the retrier of this process, once built, for a fan-out built
+	// after it in the same process to hand its deliveries to (`all`).
+	handoff fanout.Handoff
 	// now is the process's one clock: every box that judges time (what is
 	// due, expired, late, which hour or day it is) reads it through its
 	// Config's Now. Durations measured for metrics use the monotonic clock

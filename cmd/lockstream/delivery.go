@@ -26,6 +26,9 @@ func (b *fanoutBox) daemon(_ context.Context, n *node) (daemon, error) {
 	}
 	cfg := b.Fanout
 	cfg.Stream = n.stream
+	// With the retrier in this process (`all`), deliveries go to it as they
+	// commit, claimed already.
+	cfg.Handoff = n.handoff
 	f, err := fanout.New(cfg, fanout.NewPostgresStore(n.pg), n.reg, n.logger.With("daemon", "fanout"))
 	if err != nil {
 		return daemon{}, err
@@ -85,6 +88,7 @@ func (b *retrierBox) daemon(_ context.Context, n *node) (daemon, error) {
 		closeSenders()
 		return daemon{}, err
 	}
+	n.handoff = r
 	return daemon{name: "retrier", run: r.Run, close: closeSenders}, nil
 }
 

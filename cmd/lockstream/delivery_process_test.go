@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -450,10 +451,27 @@ func TestDeliverySSRFRefused(t *testing.T) {
 // (see checkAttemptLogMatches).
 func TestDeliverySurvivesSIGKILL(t *testing.T) {
 	t.Parallel()
+	deliverySurvivesSIGKILL(t, []string{"api", "consume", "fanout", "retrier"}, "retrier")
+}
+
+// TestDeliverySurvivesSIGKILLOfAll is TestDeliverySurvivesSIGKILL with the
+// whole pipeline in one `lockstream all` process, killed and started again:
+// there the fan-out hands its webhook deliveries to the retrier claimed
+// already (fanout.Handoff), and they too come back when their lease runs out.
+func TestDeliverySurvivesSIGKILLOfAll(t *testing.T) {
+	t.Parallel()
+	deliverySurvivesSIGKILL(t, []string{"all"}, "all")
+}
+
+// deliverySurvivesSIGKILL runs the node's subcommands, holds four webhooks
+// open at the sink, kills the killed one with SIGKILL and starts it again, and
+// checks every delivery is SENT, each webhook-id received twice, the attempt
+// log matching what the sink got.
+func deliverySurvivesSIGKILL(t *testing.T, subcommands []string, killed string) {
 	// The lease outlasts the few moments between the sink seeing the requests and
 	// the kill, and is short enough that the new retrier takes the deliveries over
 	// within seconds.
-	n := startDeliveryNode(t, []string{"api", "consume", "fanout", "retrier"},
+	n := startDeliveryNode(t, subcommands,
 		"LOCKSTREAM_WEBHOOK_ALLOW_PRIVATE=true",
 		"LOCKSTREAM_RETRY_BACKOFF_BASE=50ms",
 		"LOCKSTREAM_RETRY_LEASE=10s",
@@ -487,9 +505,20 @@ func TestDeliverySurvivesSIGKILL(t *testing.T) {
 		}
 	}
 
-	n.procs["retrier"].kill()
+	if killed == "all" {
+		t.Logf("before the kill: %s", metricLine(t, n.api, "lockstream_deliveries_handed_over_total"))
+	}
+	n.procs[killed].kill()
 	sink.release()
-	n.start("retrier")
+	n.start(killed)
+	n.h.waitFor("the API to be ready again", func() (bool, string) {
+		resp, err := http.Get(n.api + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, "readyz: " + resp.Status
+	})
 
 	n.h.waitFor("every delivery to be SENT by the new retrier", func() (bool, string) {
 		ds := n.webhookDeliveries(clientID)
@@ -562,4 +591,25 @@ func (n *deliveryNode) checkAttemptLogMatches(clientID string, sink *scriptedSin
 		}
 	}
 	n.t.Logf("attempt logs match what the receiver got; %d attempts logged at their lease's expiry", expired)
+}
+
+// metricLine returns the line of the named metric in the /metrics page served
+// at api, or what went wrong reading it.
+func metricLine(t *testing.T, api, name string) string {
+	t.Helper()
+	resp, err := http.Get(api + "/metrics")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err.Error()
+	}
+	for line := range strings.Lines(string(raw)) {
+		if strings.HasPrefix(line, name+" ") {
+			return strings.TrimSpace(line)
+		}
+	}
+	return name + " not served"
 }

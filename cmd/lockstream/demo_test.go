@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lockstream/lockstream/escalation"
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/notifier/swrve"
 )
 
@@ -28,7 +28,7 @@ func TestDemoPushKeysCoverEveryPrototype(t *testing.T) {
 	for _, p := range strings.Fields(string(m[1])) {
 		listed[p] = true
 	}
-	want := []string{escalation.UnseenPushPrototype}
+	want := []string{inbox.UnseenPushPrototype}
 	for _, typ := range event.Types() {
 		want = append(want, swrve.PrototypePrefix+string(typ))
 	}

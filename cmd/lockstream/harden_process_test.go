@@ -242,13 +242,13 @@ func TestProcessRecreatedTopicIsApplied(t *testing.T) {
 			}
 		}
 	}
-	state := func() consumer.StateChange {
+	state := func() storagetest.SensorState {
 		for _, s := range storagetest.AllSensorStates(t, stores.PostgresURL) {
 			if s.SensorID == "door1" {
 				return s
 			}
 		}
-		return consumer.StateChange{Offset: -1}
+		return storagetest.SensorState{Offset: -1}
 	}
 
 	oldID := streamtest.TopicID(t, kafka, topic)

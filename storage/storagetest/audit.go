@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/storage"
 )
 
@@ -18,9 +17,20 @@ import (
 
 const auditTimeout = 60 * time.Second
 
+// SensorState is one row of sensor_state as the audits read it: the state and
+// the position in the readings topic of the reading that last changed it.
+type SensorState struct {
+	SensorID  string
+	Data      int
+	ChangedAt time.Time
+	TopicID   [16]byte
+	Partition int32
+	Offset    int64
+}
+
 // AllSensorStates returns every row of sensor_state of the Postgres database at
 // pgURL, ordered by sensor id.
-func AllSensorStates(t testing.TB, pgURL string) []consumer.StateChange {
+func AllSensorStates(t testing.TB, pgURL string) []SensorState {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), auditTimeout)
 	defer cancel()
@@ -36,10 +46,10 @@ func AllSensorStates(t testing.TB, pgURL string) []consumer.StateChange {
 		t.Fatalf("reading all sensor states: %v", err)
 	}
 	defer rows.Close()
-	var out []consumer.StateChange
+	var out []SensorState
 	for rows.Next() {
 		var (
-			s     consumer.StateChange
+			s     SensorState
 			data  int16
 			topic pgtype.UUID
 		)

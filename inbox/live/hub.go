@@ -1,9 +1,8 @@
-package inbox
-
-// The hub feeds members' live streams, for the API's stream handler: it hears
-// of new inbox messages on Postgres and queues each stream what follows its
+// Package live feeds members' live streams, for the API's stream handler: its hub
+// hears of new inbox messages on Postgres and queues each stream what follows its
 // position, in seq order, with no gap and no duplicate. It has no daemon of
 // its own: the API's server runs it (webapi.Server.RunStreams).
+package live
 
 import (
 	"context"
@@ -16,11 +15,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockstream/lockstream/inbox"
 	lsmetrics "github.com/lockstream/lockstream/internal/metrics"
 )
 
 // Hub feeds the streams connected to this process. It listens on Postgres
-// (Channel: NOTIFY sent by every inbox write in its transaction,
+// (inbox.Channel: NOTIFY sent by every inbox write in its transaction,
 // so heard only once committed, whichever process wrote). A new message that
 // comes whole in the notification and follows a stream's position right away
 // is queued in the stream's bounded buffer at once (direct delivery, no read).
@@ -56,7 +56,7 @@ type Subscriber struct {
 	// out is the stream's buffer; only the hub's fetch loop sends on it. It holds
 	// pointers: a buffer of values would cost its whole capacity of messages per
 	// stream, even idle.
-	out chan *Message
+	out chan *inbox.Message
 	// gone is closed when the hub drops the stream (shutdown).
 	gone     chan struct{}
 	goneOnce sync.Once
@@ -85,7 +85,7 @@ func NewHub(store Store, cfg HubConfig, metrics *HubMetrics, logger *slog.Logger
 // Subscribe registers a stream of member positioned after seq pos; the hub
 // replays what follows at once.
 func (h *Hub) Subscribe(member string, pos, replayUpTo int64) *Subscriber {
-	sub := &Subscriber{member: member, out: make(chan *Message, h.cfg.Buffer),
+	sub := &Subscriber{member: member, out: make(chan *inbox.Message, h.cfg.Buffer),
 		gone: make(chan struct{}), replayUpTo: replayUpTo, pos: pos}
 	h.mu.Lock()
 	if h.stopped {
@@ -121,13 +121,13 @@ func (h *Hub) Unsubscribe(sub *Subscriber) {
 }
 
 // Messages is the stream's buffer: what the hub queued, in seq order.
-func (sub *Subscriber) Messages() <-chan *Message { return sub.out }
+func (sub *Subscriber) Messages() <-chan *inbox.Message { return sub.out }
 
 // Gone is closed when the hub drops the stream (it stopped).
 func (sub *Subscriber) Gone() <-chan struct{} { return sub.gone }
 
 // Replayed reports whether m was stored before the stream connected.
-func (sub *Subscriber) Replayed(m *Message) bool { return m.Seq <= sub.replayUpTo }
+func (sub *Subscriber) Replayed(m *inbox.Message) bool { return m.Seq <= sub.replayUpTo }
 
 // Running reports whether Run is feeding the streams.
 func (h *Hub) Running() bool { return h.running.Load() }
@@ -160,7 +160,7 @@ func (h *Hub) Drained(sub *Subscriber) {
 // right away is queued at once (direct delivery, no read); a pointer, or a
 // message after a gap (the stream is still replaying, or missed something) or
 // for a full buffer, marks the stream for the fetch loop to read.
-func (h *Hub) notice(news News) {
+func (h *Hub) notice(news inbox.News) {
 	marked := false
 	h.mu.Lock()
 	for i := range news.Messages {
@@ -192,7 +192,7 @@ func (h *Hub) notice(news News) {
 }
 
 // queue puts m in sub's buffer unless it is full; h.mu is held.
-func (h *Hub) queue(sub *Subscriber, m *Message) bool {
+func (h *Hub) queue(sub *Subscriber, m *inbox.Message) bool {
 	select {
 	case sub.out <- m:
 		sub.pos = m.Seq
@@ -306,12 +306,12 @@ func (h *Hub) fetchLoop(ctx context.Context) {
 
 // takeDirty takes up to FetchBatch marked streams that have room in their
 // buffer; a full one is left stalled until its writer drains it.
-func (h *Hub) takeDirty() ([]fetchJob, []Cursor) {
+func (h *Hub) takeDirty() ([]fetchJob, []inbox.Cursor) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var (
 		jobs    []fetchJob
-		cursors []Cursor
+		cursors []inbox.Cursor
 	)
 	for sub := range h.dirty {
 		if len(jobs) == h.cfg.FetchBatch {
@@ -325,7 +325,7 @@ func (h *Hub) takeDirty() ([]fetchJob, []Cursor) {
 			continue
 		}
 		jobs = append(jobs, fetchJob{sub: sub, gen: sub.gen, limit: free})
-		cursors = append(cursors, Cursor{MemberID: sub.member, After: sub.pos, Limit: free})
+		cursors = append(cursors, inbox.Cursor{MemberID: sub.member, After: sub.pos, Limit: free})
 	}
 	return jobs, cursors
 }
@@ -343,7 +343,7 @@ func (h *Hub) requeue(jobs []fetchJob) {
 
 // deliver queues what a fetch read. A stream that got a full buffer's worth may
 // have more and stays marked, as does one noticed again while it was read.
-func (h *Hub) deliver(jobs []fetchJob, messages [][]Message) {
+func (h *Hub) deliver(jobs []fetchJob, messages [][]inbox.Message) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i, j := range jobs {
@@ -375,8 +375,8 @@ func (h *Hub) deliver(jobs []fetchJob, messages [][]Message) {
 // Store is what the hub reads: the inbox's notifications and its messages
 // after each stream's position (PostgresStore).
 type Store interface {
-	ListenInbox(ctx context.Context, onListen func(), onNews func(News)) error
-	InboxAfter(ctx context.Context, cursors []Cursor) ([][]Message, error)
+	ListenInbox(ctx context.Context, onListen func(), onNews func(inbox.News)) error
+	InboxAfter(ctx context.Context, cursors []inbox.Cursor) ([][]inbox.Message, error)
 }
 
 // HubConfig bounds the hub; every field must be positive (the caller applies

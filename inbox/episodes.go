@@ -1,6 +1,10 @@
-package escalation
+package inbox
 
 import "github.com/lockstream/lockstream/domain"
+
+// The escalation episodes are opened by the inbox write (EpisodeWrite), so
+// their rules over inbox_messages live here; the escalation package runs the
+// rounds that read them.
 
 // EpisodeKey is the escalation-episode key of a message, as SQL over
 // inbox_messages aliased x: its sensor, or '#' and its type for a free-form
@@ -15,7 +19,7 @@ const (
 // an episode: unseen, not deleted, not marked unseen by the member itself.
 const EpisodeUnseen = `x.seen_at IS NULL AND x.deleted_at IS NULL AND NOT x.self_unseen`
 
-// EpisodeWrite follows the inbox write's ins (inbox.Write: the messages
+// EpisodeWrite follows the inbox write's ins (Write: the messages
 // inserted) and, in the same statement, opens or joins the escalation episode of each member and key of
 // the new messages (docs/DESIGN.md "Escalation of unseen messages"): a key
 // whose last episode still has an unseen message joins it (a critical message

@@ -1,0 +1,90 @@
+package fanout_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/lockstream/lockstream/fanout"
+	"github.com/lockstream/lockstream/registry"
+	"github.com/lockstream/lockstream/storage"
+)
+
+// claimTx creates the events' rows with up to max webhooks claimed.
+func (f *outboxFixture) claimTx(t *testing.T, max int, events ...storage.NotificationInput) fanout.NotificationsCreated {
+	t.Helper()
+	created, err := f.store.CreateNotificationsClaiming(f.ctx, events,
+		fanout.Claim{Max: max, LeasedUntil: time.Now().Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created
+}
+
+// byEvent returns the client's deliveries on channel by event id.
+func (f *outboxFixture) byEvent(t *testing.T, clientID string, channel storage.Channel) map[string]storage.Delivery {
+	t.Helper()
+	out := map[string]storage.Delivery{}
+	for _, d := range f.deliveries(t, clientID) {
+		if d.Channel == channel {
+			out[d.EventID] = d
+		}
+	}
+	return out
+}
+
+// The fan-out claims, for a sender in its process, only the webhooks a claim
+// would take at once, and no more than asked.
+func TestCreateNotificationsClaimsWhatAClaimWould(t *testing.T) {
+	t.Parallel()
+	f := newOutboxFixture(t, "s1", "s2", "s3", "s4", "s5")
+	a := f.Client(t, registry.Client{Name: "a", Email: "a@example.com"}, "s1", "s2", "s3", "s4", "s5")
+	b := f.Client(t, registry.Client{Name: "disabled"}, "s1")
+	if _, err := f.pg.Pool().Exec(f.ctx, `UPDATE clients SET endpoint_disabled_at = now() WHERE id = $1`, b.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	// s1 alone in the batch: claimed. s2 twice: neither (the claim would take
+	// the older first, then the newer). The disabled endpoint's: kept.
+	got := f.claimTx(t, 10, stateChanged("e1", "s1", 1, outboxT0),
+		stateChanged("e2", "s2", 1, outboxT0), connectionLost("e3", "s2", outboxT0.Add(time.Second)))
+	if len(got.Claimed) != 1 {
+		t.Fatalf("claimed %+v, want e1's webhook to a alone", got.Claimed)
+	}
+	c := got.Claimed[0]
+	if c.EventID != "e1" || c.ClientID != a.ID || c.Channel != storage.ChannelWebhook || c.State != storage.DeliveryInFlight ||
+		c.Attempts != 1 || c.Seq < 1 || c.Data == nil || *c.Data != 1 || c.EventType != "state_changed" || !c.EventAt.Equal(outboxT0) {
+		t.Fatalf("claimed delivery = %+v", c)
+	}
+	webhooks := f.byEvent(t, a.ID, storage.ChannelWebhook)
+	if d := webhooks["e1"]; d.ID != c.ID || d.State != storage.DeliveryInFlight || d.Attempts != 1 || d.LeasedUntil.IsZero() ||
+		d.Seq != c.Seq {
+		t.Fatalf("stored e1 webhook = %+v, handed over %+v", d, c)
+	}
+	for _, id := range []string{"e2", "e3"} {
+		if d := webhooks[id]; d.State != storage.DeliveryPending || d.Attempts != 0 {
+			t.Fatalf("%s webhook = %+v, want PENDING, not claimed", id, d)
+		}
+	}
+	if d := f.byEvent(t, a.ID, storage.ChannelEmail)["e1"]; d.State != storage.DeliveryPending {
+		t.Fatalf("e1 email = %+v, want PENDING: only webhooks are claimed", d)
+	}
+	if d := f.byEvent(t, b.ID, storage.ChannelWebhook)["e1"]; d.State != storage.DeliveryPaused {
+		t.Fatalf("disabled endpoint's webhook = %+v, want PAUSED", d)
+	}
+
+	// e1 is still open: s1's next waits behind it. Of s3 and s4, only the
+	// first in event order fits in Max 1.
+	got = f.claimTx(t, 1, connectionLost("e4", "s1", outboxT0.Add(time.Second)),
+		connectionLost("e5", "s3", outboxT0.Add(time.Second)), connectionLost("e6", "s4", outboxT0.Add(2*time.Second)))
+	if len(got.Claimed) != 1 || got.Claimed[0].EventID != "e5" {
+		t.Fatalf("claimed %+v, want e5's webhook alone", got.Claimed)
+	}
+	webhooks = f.byEvent(t, a.ID, storage.ChannelWebhook)
+	if webhooks["e4"].State != storage.DeliveryPending || webhooks["e6"].State != storage.DeliveryPending {
+		t.Fatalf("e4 %s, e6 %s, want both PENDING", webhooks["e4"].State, webhooks["e6"].State)
+	}
+	// No claim asked: nothing claimed.
+	if got := f.claimTx(t, 0, connectionLost("e7", "s5", outboxT0)); len(got.Claimed) != 0 {
+		t.Fatalf("claimed %+v with Max 0", got.Claimed)
+	}
+}

@@ -1,0 +1,104 @@
+package retrier_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/lockstream/lockstream/fanout"
+	"github.com/lockstream/lockstream/notifier/webhook"
+	"github.com/lockstream/lockstream/retrier"
+	"github.com/lockstream/lockstream/storage"
+)
+
+// handOver creates a state change with the retrier's reserved workers, as the
+// fan-out of its process does, and returns the deliveries created claimed.
+func handOver(t *testing.T, b *bundle, r *retrier.Retrier, eventID string, reserved int, leasedUntil time.Time) []storage.Delivery {
+	t.Helper()
+	data, prev := 1, 0
+	created, err := fanout.NewPostgresStore(b.pg).CreateNotificationsClaiming(b.ctx, []storage.NotificationInput{{
+		EventID: eventID, Type: "state_changed", SensorID: sensorID, Data: &data, Previous: &prev, At: time.Now(),
+	}}, fanout.Claim{Max: reserved, LeasedUntil: leasedUntil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Release(reserved - len(created.Claimed))
+	return created.Claimed
+}
+
+// reserve waits until the running retrier reserves a worker.
+func reserve(t *testing.T, r *retrier.Retrier) (int, time.Time) {
+	t.Helper()
+	var n int
+	var until time.Time
+	waitFor(t, "the retrier to reserve a worker", func() bool {
+		n, until = r.Reserve(1)
+		return n == 1
+	})
+	return n, until
+}
+
+// TestHandoffSendsWithoutAClaim: a delivery the fan-out created claimed and
+// handed over is sent and recorded by a retrier that never polls and has no
+// listener: no claim brought it.
+func TestHandoffSendsWithoutAClaim(t *testing.T) {
+	t.Parallel()
+	s := newSink(t, http.StatusNoContent)
+	b := setup(t, setupOpts{sinkURL: s.srv.URL, noRetrier: true})
+	r := b.newRetrier(retrier.Config{FallbackPollInterval: time.Hour}, b.reg)
+	b.run(r)
+	// The claim loop polls every 5ms (testConfig), but the delivery is
+	// IN_FLIGHT from its commit: no claim can take it.
+	n, until := reserve(t, r)
+	claimed := handOver(t, b, r, "handed-1", n, until)
+	if len(claimed) != 1 {
+		t.Fatalf("created %d claimed, want 1", len(claimed))
+	}
+	r.Deliver(claimed)
+	d := b.waitState(claimed[0].ID, storage.DeliverySent, 1)
+	if s.count() != 1 {
+		t.Fatalf("sink got %d webhooks, want 1", s.count())
+	}
+	req := s.requests()[0]
+	if err := webhook.Verify(b.client.Secret, req.header, req.raw, 0); err != nil {
+		t.Fatal(err)
+	}
+	if req.body.Seq != claimed[0].Seq || req.body.Seq < 1 {
+		t.Fatalf("webhook seq %d, want the notification's %d", req.body.Seq, claimed[0].Seq)
+	}
+	if got := b.attempts(d.ID, 1); got[0].Status != storage.DeliverySent {
+		t.Fatalf("attempt = %+v, want SENT", got[0])
+	}
+	if got := metricValue(t, b, "lockstream_deliveries_handed_over_total"); got != 1 {
+		t.Fatalf("handed over %v, want 1", got)
+	}
+}
+
+// TestHandoffAfterStopGivesBack: a delivery handed over after the retrier
+// stopped (its reservation outlived DrainTimeout) is not sent but put back,
+// its attempt given back, due at once for any retrier.
+func TestHandoffAfterStopGivesBack(t *testing.T) {
+	t.Parallel()
+	s := newSink(t, http.StatusNoContent)
+	b := setup(t, setupOpts{sinkURL: s.srv.URL, noRetrier: true})
+	r := b.newRetrier(retrier.Config{DrainTimeout: 10 * time.Millisecond}, b.reg)
+	cancel, stopped := b.run(r)
+	n, until := reserve(t, r)
+	cancel()
+	<-stopped
+	if again, _ := r.Reserve(1); again != 0 {
+		t.Fatalf("a stopped retrier reserved %d workers", again)
+	}
+	claimed := handOver(t, b, r, "late-1", n, until)
+	if len(claimed) != 1 {
+		t.Fatalf("created %d claimed, want 1", len(claimed))
+	}
+	r.Deliver(claimed)
+	d := b.get(claimed[0].ID)
+	if d.State != storage.DeliveryRetry || d.Attempts != 0 || d.NextAttemptAt.After(time.Now()) {
+		t.Fatalf("given back = %+v, want RETRY due now with no attempt", d)
+	}
+	if s.count() != 0 {
+		t.Fatalf("sink got %d webhooks from a stopped retrier", s.count())
+	}
+}
