@@ -94,8 +94,9 @@ type Handoff interface {
 	// whose transaction failed.
 	Release(n int)
 	// Deliver starts the attempts of committed claimed deliveries, one
-	// reserved worker each. It does not block on the attempts.
-	Deliver(claimed []storage.Delivery)
+	// reserved worker each, with their targets as the transaction read them.
+	// It does not block on the attempts.
+	Deliver(claimed []storage.Delivery, targets map[string]storage.DeliveryTarget)
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.
@@ -465,7 +466,7 @@ func (f *Fanout) createClaiming(ctx context.Context, inputs []storage.Notificati
 	}
 	f.cfg.Handoff.Release(claim.Max - len(created.Claimed))
 	if len(created.Claimed) > 0 {
-		f.cfg.Handoff.Deliver(created.Claimed)
+		f.cfg.Handoff.Deliver(created.Claimed, created.ClaimedTargets)
 	}
 	return created, nil
 }

@@ -62,6 +62,9 @@ type NotificationsCreated struct {
 	// Claimed are the webhook deliveries created claimed (see Claim), in event
 	// order: IN_FLIGHT on their first attempt, for the caller to send.
 	Claimed []storage.Delivery
+	// ClaimedTargets are the Claimed deliveries' targets by delivery id, read
+	// in the transaction as storage.Postgres.DeliveryTargets reads them.
+	ClaimedTargets map[string]storage.DeliveryTarget
 }
 
 // Claim asks CreateNotificationsClaiming to create up to Max of the batch's
@@ -202,8 +205,11 @@ func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, claim C
 	queueOutboxNotify(then, r.pending)
 	queueSupersede(then, r.newest, created.Superseded)
 	var seqs map[string]int64
+	var targets map[string]storage.DeliveryTarget
 	if len(r.claimed) > 0 {
 		seqs = make(map[string]int64, len(r.newNotifs))
+		targets = make(map[string]storage.DeliveryTarget, len(r.claimed))
+		s.pg.QueueDeliveryTargets(then, r.claimed, targets)
 	}
 	storage.QueueClientSeqsInto(then, fb.unique, r.newNotifs, seqs)
 	if then.Len() > 0 {
@@ -221,7 +227,7 @@ func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, claim C
 	for i := range r.claimed {
 		r.claimed[i].Seq = seqs[r.claimed[i].NotificationID]
 	}
-	created.Claimed = r.claimed
+	created.Claimed, created.ClaimedTargets = r.claimed, targets
 	return nil
 }
 
