@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -35,6 +36,11 @@ type Node struct {
 	URL  string
 	dir  string
 	log  string
+	env  []string // the node's settings, the same at each start
+	cred *syscall.Credential
+	// cmd is the running VM (the latest, after a restart); done closes when
+	// it exits.
+	cmd  *exec.Cmd
 	done chan struct{}
 }
 
@@ -57,7 +63,7 @@ func StartNode(t testing.TB) *Node {
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	port, dist := freePort(t), freePort(t)
 	n := &Node{t: t, Name: "lstest-" + Suffix(t) + "@localhost", dir: dir,
-		URL: fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", port), done: make(chan struct{})}
+		URL: fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", port)}
 	n.log = filepath.Join(dir, "log", n.Name+".log")
 	files := map[string]string{
 		"rabbitmq.conf":     fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\n", port),
@@ -78,47 +84,94 @@ func StartNode(t testing.TB) *Node {
 		t.Fatalf("handing %s to the rabbitmq user: %v: %s", dir, err, howToStartNode)
 	}
 
-	cmd := exec.Command(filepath.Join(rabbitmqBin, "rabbitmq-server"))
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(),
+	n.env = []string{
 		"HOME=/var/lib/rabbitmq", // the shared broker's Erlang cookie: rabbitmqctl reaches both
-		"RABBITMQ_NODENAME="+n.Name,
-		"RABBITMQ_NODE_PORT="+strconv.Itoa(port),
-		"RABBITMQ_DIST_PORT="+strconv.Itoa(dist),
-		"RABBITMQ_CONFIG_FILE="+filepath.Join(dir, "rabbitmq.conf"),
-		"RABBITMQ_CONF_ENV_FILE="+filepath.Join(dir, "rabbitmq-env.conf"),
-		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(dir, "enabled_plugins"),
-		"RABBITMQ_MNESIA_BASE="+filepath.Join(dir, "mnesia"),
-		"RABBITMQ_LOG_BASE="+filepath.Join(dir, "log"),
+		"RABBITMQ_NODENAME=" + n.Name,
+		"RABBITMQ_NODE_PORT=" + strconv.Itoa(port),
+		"RABBITMQ_DIST_PORT=" + strconv.Itoa(dist),
+		"RABBITMQ_CONFIG_FILE=" + filepath.Join(dir, "rabbitmq.conf"),
+		"RABBITMQ_CONF_ENV_FILE=" + filepath.Join(dir, "rabbitmq-env.conf"),
+		"RABBITMQ_ENABLED_PLUGINS_FILE=" + filepath.Join(dir, "enabled_plugins"),
+		"RABBITMQ_MNESIA_BASE=" + filepath.Join(dir, "mnesia"),
+		"RABBITMQ_LOG_BASE=" + filepath.Join(dir, "log"),
 		"ERL_EPMD_ADDRESS=127.0.0.1",
 		// The script then execs the Erlang VM, which so keeps Pdeathsig: the
 		// node dies with the test binary, whatever happens to it.
 		"RUNNING_UNDER_SYSTEMD=true",
-	)
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)},
-		Pdeathsig:  syscall.SIGKILL,
 	}
-	out, err := os.Create(filepath.Join(dir, "stdout"))
+	n.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	t.Cleanup(func() {
+		if n.cmd != nil {
+			_ = n.cmd.Process.Signal(syscall.SIGKILL)
+			<-n.done
+		}
+	})
+	n.start()
+	n.awaitStartup()
+	return n
+}
+
+// start starts the node's Erlang VM.
+func (n *Node) start() {
+	n.t.Helper()
+	cmd := exec.Command(filepath.Join(rabbitmqBin, "rabbitmq-server"))
+	cmd.Dir = n.dir
+	cmd.Env = append(os.Environ(), n.env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: n.cred, Pdeathsig: syscall.SIGKILL}
+	out, err := os.OpenFile(filepath.Join(n.dir, "stdout"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		t.Fatal(err)
+		n.t.Fatal(err)
 	}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		_ = out.Close()
-		t.Fatalf("starting a RabbitMQ node: %v: %s", err, howToStartNode)
+		n.t.Fatalf("starting a RabbitMQ node: %v: %s", err, howToStartNode)
 	}
+	done := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
 		_ = out.Close()
-		close(n.done)
+		close(done)
 	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		<-n.done
-	})
-	n.awaitStartup()
-	return n
+	n.cmd, n.done = cmd, done
+}
+
+// Restart stops the whole node gracefully (SIGTERM, which RabbitMQ takes as
+// rabbitmqctl stop: connections closed, queues and their persistent messages
+// written, the Erlang VM gone) and starts it again on the same ports and data
+// folder, returning once its AMQP listener, which opens last as the node
+// boots, takes connections. It spares the two rabbitmqctl runs (an Erlang VM
+// each, seconds on a loaded machine) that stopping and awaiting through the
+// CLI would add to the outage. Call it from the test's goroutine (it fails t
+// with Fatalf).
+func (n *Node) Restart() {
+	n.t.Helper()
+	if err := n.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		n.t.Fatalf("stopping the RabbitMQ node %s: %v", n.Name, err)
+	}
+	select {
+	case <-n.done:
+	case <-time.After(2 * time.Minute):
+		n.t.Fatalf("the RabbitMQ node %s did not exit within 2m of SIGTERM:\n%s", n.Name, n.output())
+	}
+	n.start()
+	u, _ := url.Parse(n.URL)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		select {
+		case <-n.done:
+			n.t.Fatalf("the RabbitMQ node %s exited while starting again:\n%s", n.Name, n.output())
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", u.Host, time.Second); err == nil {
+			_ = c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			n.t.Fatalf("the RabbitMQ node %s did not listen again within 2m:\n%s", n.Name, n.output())
+		}
+		time.Sleep(100 * time.Millisecond) // until the listener opens
+	}
 }
 
 // awaitStartup waits until the node has booted, failing t with its log when

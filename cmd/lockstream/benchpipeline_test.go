@@ -81,3 +81,41 @@ func TestBenchPipelineSmall(t *testing.T) {
 	}
 	t.Logf("report (speed figures are not checked here):\n%s", out.String())
 }
+
+// TestBenchPipelinePostsSmall runs `lockstream bench pipeline --posts` small:
+// 1,000 webhooks of history (every one of 300 watched sensors flipped, four
+// rounds), then 100 single-reading POST /v1/readings a second for 2 s to the
+// API of `all`. Correctness only: the history delivered, every post's webhook
+// arrived once, signed, and the latency figures are there.
+func TestBenchPipelinePostsSmall(t *testing.T) {
+	t.Parallel()
+	base := storagetest.NewPostgresDatabase(t)
+	chBase := storagetest.NewClickHouseDatabase(t)
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"bench", "pipeline",
+		"--pg-url", base, "--clickhouse-url", chBase,
+		"--redis-url", storagetest.RedisURL(t), "--redis-prefix", storagetest.NewRedisPrefix(t),
+		"--kafka-brokers", "", "--kafka-partitions", "3", "--log-level", "warn",
+		"--sensors", "1000", "--linked", "300", "--posts", "--history", "1000",
+		"--latency-rate", "100", "--latency-duration", "2s", "--timeout", "3m"}, &out, &errOut)
+	if code != 0 {
+		t.Fatalf("bench pipeline --posts exited %d:\n%s\n%s", code, errOut.String(), out.String())
+	}
+	var res bench.PipelineResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("decoding the report: %v\n%s", err, out.String())
+	}
+	if res.Duplicates != 0 || res.BadSignatures != 0 {
+		t.Errorf("duplicates %d, bad signatures %d; want 0 and 0", res.Duplicates, res.BadSignatures)
+	}
+	if res.HistoryWebhooks != 1200 {
+		t.Errorf("history: %d webhooks, want 4 rounds of 300", res.HistoryWebhooks)
+	}
+	if res.PostChanges != 200 {
+		t.Errorf("posts: %d webhooks, want 200 (100/s for 2 s)", res.PostChanges)
+	}
+	if !(res.PostP50Ms > 0 && res.PostP99Ms >= res.PostP50Ms && res.PostAnswerP99Ms > 0) {
+		t.Errorf("post latency p50 %v, p99 %v, answer p99 %v: want positive figures", res.PostP50Ms, res.PostP99Ms, res.PostAnswerP99Ms)
+	}
+	t.Logf("report (speed figures are not checked here):\n%s", out.String())
+}

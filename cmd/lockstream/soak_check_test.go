@@ -191,6 +191,7 @@ func (n *soakNode) check(f *soakFleet, sinks *soakSinks, final map[string]int) *
 	f.mu.Lock()
 	r.add("published: %v good readings by intake, %d bad to Kafka, %d bad through the bridges, %d bad over HTTP; %d pushes",
 		f.published, len(f.badKafka), len(f.badBridge), f.badHTTP, f.pushes)
+	r.add("publishers: AMQP %s; MQTT %s", f.amqp.figures(), f.mqtt.figures())
 	r.add("readings topic: %d records, %d valid, %d changes of state", len(records), len(want.valid), len(want.byID))
 	f.mu.Unlock()
 

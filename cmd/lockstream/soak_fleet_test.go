@@ -31,8 +31,8 @@ type soakFleet struct {
 	cfg   soakConfig
 	sinks *soakSinks
 	http  *http.Client
-	amqp  *bridgetest.Publisher
-	mqtt  *bridgetest.MQTTPublisher
+	amqp  *soakAMQP
+	mqtt  *soakMQTT
 
 	sensors []string            // every sensor, by channel then index
 	silent  map[string]bool     // sensors that fall silent in the silences
@@ -111,8 +111,10 @@ func (f *soakFleet) setUp() {
 			"push_targets": []map[string]any{{"platform": "IOS", "push_key": m.device}}})
 		f.members[who] = m
 	}
-	f.amqp = bridgetest.DialAMQP(f.t).Publisher(f.n.names.exchange)
-	f.mqtt = bridgetest.DialMQTT(f.t)
+	f.amqp = &soakAMQP{url: f.n.rabbit.URL, exchange: f.n.names.exchange}
+	f.mqtt = &soakMQTT{url: f.n.mosquitto.URL, clientID: "soak-fleet-" + bridgetest.Suffix(f.t)}
+	f.t.Cleanup(f.amqp.close)
+	f.t.Cleanup(f.mqtt.close)
 }
 
 const (
@@ -214,7 +216,7 @@ func (f *soakFleet) publishLoop(ctx context.Context, ch string, rng *rand.Rand, 
 		if chaos && round%5 == 4 && !f.publishBad(ctx, ch, round/5) {
 			return
 		}
-		if chaos && ch == "amq" && round%5 == 2 && !f.publishNote(round/5) {
+		if chaos && ch == "amq" && round%5 == 2 && !f.publishNote(ctx, round/5) {
 			return
 		}
 	}
@@ -236,9 +238,9 @@ func (f *soakFleet) publish(ctx context.Context, ch, id string, data int, chaos 
 		case "htp":
 			ok = f.post(ctx, f.n.apis[try%len(f.n.apis)], "/v1/readings", deliveryIngestToken, value) == http.StatusAccepted
 		case "mqt":
-			ok = f.mqtt.Publish(f.n.names.topicPrefix+id, value)
+			ok = f.mqtt.publish(ctx, f.n.names.topicPrefix+id, value)
 		case "amq":
-			ok = f.amqp.Publish("events.sensor.update.reading", value)
+			ok = f.amqp.publish(ctx, "events.sensor.update.reading", soakReading(value))
 		}
 		if ok {
 			break
@@ -328,7 +330,7 @@ func (f *soakFleet) publishBad(ctx context.Context, ch string, k int) bool {
 		if k%2 == 1 {
 			value = fmt.Appendf(nil, `{"sensor_id":%q,"data":7,"ts":%d}`, id, f.ts.Add(1))
 		}
-		if !f.mqtt.Publish(topic, value) {
+		if !retryPublish(ctx, func() bool { return f.mqtt.publish(ctx, topic, value) }) {
 			return false
 		}
 		f.addBadBridge("mqtt:"+topic, value)
@@ -340,7 +342,7 @@ func (f *soakFleet) publishBad(ctx context.Context, ch string, k int) bool {
 		case 2:
 			key, value = "events.notification.update.alert", fmt.Appendf(nil, `{"nonsense":%d}`, k)
 		}
-		if !f.amqp.Publish(key, value) {
+		if !retryPublish(ctx, func() bool { return f.amqp.publish(ctx, key, soakReading(value)) }) {
 			return false
 		}
 		f.addBadBridge("amqp:"+key, value)
@@ -349,14 +351,15 @@ func (f *soakFleet) publishBad(ctx context.Context, ch string, k int) bool {
 }
 
 // publishNote publishes the k-th free-form notification to the lazy member
-// over AMQP twice, with one message-id: it must be recorded once.
-func (f *soakFleet) publishNote(k int) bool {
+// over AMQP twice, with one message-id: it must be recorded once; false once
+// ctx ended.
+func (f *soakFleet) publishNote(ctx context.Context, k int) bool {
 	body := fmt.Appendf(nil, `{"member_id":%q,"type":"alert","subject":"soak note %d","message":"note %d","email":true}`,
 		f.members["lazy"].id, k, k)
 	msg := amqp091.Publishing{ContentType: "application/json", DeliveryMode: amqp091.Persistent,
 		MessageId: fmt.Sprintf("soak-note-%d", k), Body: body}
 	for range 2 {
-		if !f.amqp.PublishMessage("events.notification.update.alert", msg) {
+		if !retryPublish(ctx, func() bool { return f.amqp.publish(ctx, "events.notification.update.alert", msg) }) {
 			return false
 		}
 	}
@@ -421,4 +424,22 @@ func (f *soakFleet) pushLoop(ctx context.Context) {
 			f.mu.Unlock()
 		}
 	}
+}
+
+// soakReading is an AMQP message of the fleet's: persistent, so that a
+// confirmed one outlives the broker's restart.
+func soakReading(body []byte) amqp091.Publishing {
+	return amqp091.Publishing{ContentType: "application/json", DeliveryMode: amqp091.Persistent, Body: body}
+}
+
+// retryPublish calls publish until it reports the message confirmed, a
+// broker's restart being what fails it; false once ctx ended.
+func retryPublish(ctx context.Context, publish func() bool) bool {
+	for !publish() {
+		if ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(200 * time.Millisecond) // before the next try
+	}
+	return true
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/history"
+	"github.com/lockstream/lockstream/internal/servicetest"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream"
 	"github.com/lockstream/lockstream/stream/streamtest"
@@ -28,9 +29,9 @@ import (
 // test` for 90 seconds) runs the production topology of deploy/k8s as
 // separate processes on loopback while a fleet publishes over Kafka, HTTP,
 // MQTT and AMQP with bad input mixed in, members read their inboxes, pushes
-// are posted, and a driver kills, stops and restarts processes and cuts the
-// services' connections; then it waits for quiescence and checks every
-// promise of DESIGN.md "Chaos soak". The figures it prints are those of
+// are posted, and a driver kills, stops and restarts processes and restarts
+// the services — private instances of the soak's own — once each; then it
+// waits for quiescence and checks every promise of DESIGN.md "Chaos soak". The figures it prints are those of
 // bench/RESULTS.md "Chaos soak".
 
 // soakTopology is the process count of each subcommand: deploy/k8s's replicas.
@@ -90,18 +91,28 @@ type soakProc struct {
 	p     *proc
 }
 
-// soakNode is the soak's processes, their stores behind proxies, and its broker.
+// soakNode is the soak's processes, its private servers, its stores on them,
+// and its broker.
 type soakNode struct {
-	t       *testing.T
-	cfg     soakConfig
-	h       *harness
-	stores  *storagetest.Stores
-	kafka   stream.Config
-	admin   *kgo.Client
-	apis    []string
-	procs   []*soakProc
-	proxies []*tcpProxy
-	names   bridgeNames
+	t         *testing.T
+	cfg       soakConfig
+	h         *harness
+	stores    *storagetest.Stores
+	kafka     stream.Config
+	admin     *kgo.Client
+	apis      []string
+	procs     []*soakProc
+	rabbit    *bridgetest.Node
+	mosquitto *servicetest.Mosquitto
+	// services are the private servers the driver restarts, in its order.
+	services []soakService
+	names    bridgeNames
+}
+
+// soakService is a private server and its restart.
+type soakService struct {
+	name    string
+	restart func()
 }
 
 func TestChaosSoak(t *testing.T) {
@@ -127,32 +138,26 @@ func TestChaosSoak(t *testing.T) {
 	t.Logf("chaos soak figures (%v of chaos, seed %d):\n%s", cfg.duration, cfg.seed, r)
 }
 
-// startSoakNode creates the stores, the broker and the proxies and starts
-// every process of the topology, then waits until all are ready.
+// startSoakNode starts the private servers, creates the stores on them and
+// the broker, and starts every process of the topology, then waits until all
+// are ready.
 func startSoakNode(t *testing.T, cfg soakConfig, sinks *soakSinks) *soakNode {
 	t.Helper()
-	stores := storagetest.New(t)
-	kafka := privateKafka(t)
-	n := &soakNode{t: t, cfg: cfg, stores: stores, kafka: kafka, admin: streamtest.Client(t, kafka)}
-
-	pgURL, pgProxy := proxiedURL(t, "postgres", stores.PostgresURL)
-	redisURL, redisProxy := proxiedURL(t, "redis", stores.RedisURL)
-	bridgeSettings, names := bridgeEnv(t)
+	// Private instances, which the driver restarts for real: the shared ones
+	// serve every other test and engineer on the machine. ClickHouse stays
+	// shared (a database of the soak's own) and Kafka is kfake in this process.
+	pg, redis := servicetest.StartPostgres(t), servicetest.StartRedis(t)
+	n := &soakNode{t: t, cfg: cfg, mosquitto: servicetest.StartMosquitto(t), rabbit: bridgetest.StartNode(t)}
+	n.services = []soakService{{"postgres", pg.Restart}, {"redis", redis.Restart},
+		{"rabbitmq", n.rabbit.Restart}, {"mosquitto", n.mosquitto.Restart}}
+	n.stores = storagetest.NewOn(t, storagetest.Servers{PostgresURL: pg.URL, RedisURL: redis.URL})
+	n.kafka = privateKafka(t)
+	n.admin = streamtest.Client(t, n.kafka)
+	bridgeSettings, names := soakBridgeEnv(t, n.rabbit.URL, n.mosquitto.URL)
 	n.names = names
-	var amqpProxy, mqttProxy *tcpProxy
-	for i, kv := range bridgeSettings {
-		name, value, _ := strings.Cut(kv, "=")
-		switch name {
-		case "LOCKSTREAM_AMQP_URL":
-			value, amqpProxy = proxiedURL(t, "rabbitmq", value)
-		case "LOCKSTREAM_MQTT_URL":
-			value, mqttProxy = proxiedURL(t, "mosquitto", value)
-		}
-		bridgeSettings[i] = name + "=" + value
-	}
-	n.proxies = []*tcpProxy{pgProxy, redisProxy, amqpProxy, mqttProxy}
 
-	env := append(storeSettings(kafka, pgURL, stores.ClickHouseURL, redisURL, stores.RedisPrefix), bridgeSettings...)
+	stores, kafka := n.stores, n.kafka
+	env := append(storeSettings(kafka, stores.PostgresURL, stores.ClickHouseURL, stores.RedisURL, stores.RedisPrefix), bridgeSettings...)
 	env = append(env,
 		"LOCKSTREAM_ADMIN_TOKEN="+deliveryAdminToken,
 		"LOCKSTREAM_INGEST_TOKEN="+deliveryIngestToken,
@@ -208,8 +213,8 @@ func (n *soakNode) slot(sub string, i int) *soakProc {
 	case "fanout":
 		sp.group = fanout.DefaultGroup
 	case "bridge":
+		// Its session dies with the private Mosquitto at the test's end.
 		sp.args = append(sp.args, fmt.Sprintf("--mqtt-client-id=%s-%d", n.names.clientID, i+1))
-		bridgetest.EndSession(n.t, fmt.Sprintf("%s-%d", n.names.clientID, i+1))
 	}
 	return sp
 }
@@ -248,50 +253,56 @@ func (n *soakNode) allReady() (bool, string) {
 // faultCounts is what the driver did.
 type faultCounts struct {
 	kills, stops int
-	startExits   int // processes that exited at start, a store being unreachable
-	cuts         []string
+	startExits   int      // processes that exited at start, a store being unreachable
+	restarts     []string // the services restarted: when, and how long until they answered again
 	byProcess    map[string]int
 }
 
 func (f faultCounts) String() string {
-	return fmt.Sprintf("%d SIGKILLs and restarts, %d SIGSTOP/SIGCONTs, connections cut: %s; "+
+	return fmt.Sprintf("%d SIGKILLs and restarts, %d SIGSTOP/SIGCONTs, services restarted: %s; "+
 		"%d processes exited at start with a store unreachable and were started again; faults per process %v",
-		f.kills, f.stops, strings.Join(f.cuts, ", "), f.startExits, f.byProcess)
+		f.kills, f.stops, strings.Join(f.restarts, ", "), f.startExits, f.byProcess)
 }
 
 // chaos runs the driver on the test's goroutine for the configured duration:
 // every faultEvery a SIGKILL (then a restart) or a SIGSTOP (1–4 s, then
-// SIGCONT) of a random process, and each service's connections cut once (3 s
-// down) at its own moment. Between faults it fails the test if a process
-// exited unasked.
+// SIGCONT) of a random process, and each private service restarted once at
+// its own moment (the driver waits for it: nothing else is done meanwhile).
+// Between faults it fails the test if a process exited unasked.
 func (n *soakNode) chaos() faultCounts {
 	rng := rand.New(rand.NewPCG(n.cfg.seed, 1))
 	f := faultCounts{byProcess: map[string]int{}}
-	// Timers, not a clock read: the chaos ends when end fires; each service's
-	// cut comes at the 2nd, 4th, 6th, 8th eleventh of it (18 %, 36 %, 55 %,
-	// 73 % of the way).
+	// The chaos ends when end fires; the services are restarted at the 2nd,
+	// 4th, 6th and 8th eleventh of it (18 %, 36 %, 55 %, 73 % of the way),
+	// each timed from the start, since a restart takes seconds.
+	started := time.Now()
 	end := time.NewTimer(n.cfg.duration)
 	defer end.Stop()
 	tick := time.NewTicker(200 * time.Millisecond) // the driver's supervision
 	defer tick.Stop()
 	faults := time.NewTicker(n.cfg.faultEvery)
 	defer faults.Stop()
-	eleventh := n.cfg.duration / 11
-	cuts := time.NewTicker(eleventh)
-	defer cuts.Stop()
-	elevenths := 0
+	restartAt := func(i int) time.Duration { return time.Duration(2*i+2) * (n.cfg.duration / 11) }
+	restart := time.NewTimer(restartAt(0))
+	defer restart.Stop()
+	restarted := 0
 	for {
 		select {
 		case <-end.C:
+			if restarted < len(n.services) {
+				n.t.Fatalf("the chaos ended with %d of the %d services restarted", restarted, len(n.services))
+			}
 			return f
 		case <-tick.C:
 			n.supervise(&f)
-		case <-cuts.C:
-			elevenths++
-			if i := elevenths/2 - 1; elevenths%2 == 0 && i < len(n.proxies) {
-				p := n.proxies[i]
-				p.cut(3 * time.Second)
-				f.cuts = append(f.cuts, fmt.Sprintf("%s at %v", p.name, (time.Duration(elevenths)*eleventh).Round(time.Second)))
+		case <-restart.C:
+			svc := n.services[restarted]
+			at := time.Now()
+			svc.restart()
+			f.restarts = append(f.restarts, fmt.Sprintf("%s at %v (back after %v)", svc.name,
+				at.Sub(started).Round(time.Second), time.Since(at).Round(100*time.Millisecond)))
+			if restarted++; restarted < len(n.services) {
+				restart.Reset(max(0, time.Until(started.Add(restartAt(restarted)))))
 			}
 		case <-faults.C:
 			sp := n.procs[rng.IntN(len(n.procs))]
@@ -351,4 +362,22 @@ func (n *soakNode) pause(sp *soakProc, d time.Duration) {
 	if err := sp.p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		n.t.Fatalf("SIGCONT %s: %v", sp.name, err)
 	}
+}
+
+// soakBridgeEnv is the bridges' settings on the soak's private brokers: the
+// bridges declare the exchange and queue themselves (durable, so they outlive
+// the broker's restart), and everything goes with the brokers at the end.
+func soakBridgeEnv(t *testing.T, amqpURL, mqttURL string) ([]string, bridgeNames) {
+	t.Helper()
+	suffix := bridgetest.Suffix(t)
+	n := bridgeNames{exchange: "soak." + suffix, queue: "soak.recorder." + suffix,
+		topicPrefix: "soak/" + suffix + "/readings/", clientID: "soak-bridge-" + suffix}
+	return []string{
+		"LOCKSTREAM_AMQP_URL=" + amqpURL,
+		"LOCKSTREAM_AMQP_EXCHANGE=" + n.exchange,
+		"LOCKSTREAM_AMQP_QUEUE=" + n.queue,
+		"LOCKSTREAM_MQTT_URL=" + mqttURL,
+		"LOCKSTREAM_MQTT_TOPIC=" + n.topicPrefix + "+",
+		"LOCKSTREAM_MQTT_CLIENT_ID=" + n.clientID,
+	}, n
 }

@@ -2,7 +2,9 @@
 # services.sh makes the local services lockstream needs available on 127.0.0.1:
 # PostgreSQL (5432), Redis (6379), ClickHouse (9000 native, 8123 HTTP), RabbitMQ
 # (5672, for the AMQP bridge) and Mosquitto (1883, for the MQTT bridge), plus kcat and
-# headless Chromium (with fonts) for the console's browser test.
+# headless Chromium (with fonts) for the console's browser test. The chaos soak runs
+# private instances of Postgres, Redis, RabbitMQ and Mosquitto from the same packages
+# (internal/servicetest, bridgetest.StartNode) and restarts those, never these.
 #
 # It is idempotent: it installs with apt-get only what is missing, starts only what is
 # not answering, and creates the lockstream role and database only if absent. It runs

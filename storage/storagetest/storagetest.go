@@ -63,14 +63,39 @@ type Stores struct {
 // New creates and migrates a fresh set of stores for t and removes them when t ends.
 func New(t testing.TB) *Stores {
 	t.Helper()
+	return NewOn(t, Servers{})
+}
+
+// Servers names the servers a test's stores go on; an empty field means the
+// shared one (found as New finds it). The chaos soak puts its stores on
+// private servers (internal/servicetest), which it restarts.
+type Servers struct {
+	// PostgresURL is a URL of a role that may create databases; the test's
+	// database is created beside the one it names.
+	PostgresURL string
+	RedisURL    string
+}
+
+// NewOn is New with the Postgres database and Redis prefix on the servers
+// given.
+func NewOn(t testing.TB, servers Servers) *Stores {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
+	pgBase := servers.PostgresURL
+	if pgBase == "" {
+		pgBase = serviceURL(t, "postgres", "LOCKSTREAM_TEST_PG_URL", DefaultPostgresURL, pingPostgres, startPostgresContainer)
+	}
+	redisURL := servers.RedisURL
+	if redisURL == "" {
+		redisURL = RedisURL(t)
+	}
 	s := &Stores{
-		PostgresURL:   NewPostgresDatabase(t),
+		PostgresURL:   newPostgresDatabase(t, pgBase),
 		ClickHouseURL: NewClickHouseDatabase(t),
-		RedisURL:      RedisURL(t),
-		RedisPrefix:   NewRedisPrefix(t),
+		RedisURL:      redisURL,
+		RedisPrefix:   newRedisPrefix(t, redisURL),
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if err := migrations.Migrate(ctx, s.PostgresURL, s.ClickHouseURL, logger); err != nil {
@@ -111,9 +136,14 @@ func uniqueName() string {
 // returns its URL.
 func NewPostgresDatabase(t testing.TB) string {
 	t.Helper()
+	return newPostgresDatabase(t, serviceURL(t, "postgres", "LOCKSTREAM_TEST_PG_URL", DefaultPostgresURL, pingPostgres, startPostgresContainer))
+}
+
+// newPostgresDatabase creates an empty database for t on the server of base.
+func newPostgresDatabase(t testing.TB, base string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	base := serviceURL(t, "postgres", "LOCKSTREAM_TEST_PG_URL", DefaultPostgresURL, pingPostgres, startPostgresContainer)
 
 	admin, err := pgx.Connect(ctx, base)
 	if err != nil {
@@ -189,8 +219,13 @@ func RedisURL(t testing.TB) string {
 // t ends.
 func NewRedisPrefix(t testing.TB) string {
 	t.Helper()
+	return newRedisPrefix(t, RedisURL(t))
+}
+
+// newRedisPrefix returns a key prefix of t's own on the server at redisURL.
+func newRedisPrefix(t testing.TB, redisURL string) string {
+	t.Helper()
 	prefix := uniqueName() + ":"
-	redisURL := RedisURL(t)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
