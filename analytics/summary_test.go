@@ -113,7 +113,7 @@ func sealAll(t *testing.T, stores *storagetest.Stores) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rep.Hours == 0 {
+		if rep.Hours == 0 && rep.LevelBuckets == 0 {
 			return
 		}
 	}

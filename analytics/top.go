@@ -44,7 +44,8 @@ type TopItem struct {
 }
 
 // Top ranks the scope's sensors by q.By over the range, largest first, ties
-// by sensor id; every sensor of the scope can appear, with 0.
+// by sensor id; every sensor of the scope can appear, with 0. It reads the
+// time-first levels (see levels.go), or raw rows with SourceRaw.
 func (s *Store) Top(ctx context.Context, q TopQuery) ([]TopItem, error) {
 	value, ok := rankable[q.By]
 	if !ok {
@@ -59,12 +60,15 @@ func (s *Store) Top(ctx context.Context, q TopQuery) ([]TopItem, error) {
 		return []TopItem{}, err
 	}
 	sc := scopeSet{ids: ids, fleet: q.Scope.Kind == ScopeFleet}
+	if s.source != SourceRaw {
+		return s.topFromLevels(ctx, sc, from.Unix(), to.Unix(), q.By, q.Limit)
+	}
 	untrusted, err := s.untrusted(ctx, to.Unix())
 	if err != nil {
 		return nil, err
 	}
 	p := newPlan([]int64{from.Unix(), to.Unix()}, s.source, untrusted)
-	p.bySensor, p.only = true, q.By
+	p.bySensor = true
 	carried, err := s.carryIn(ctx, sc, p.from, s.source, untrusted, true, q.By)
 	if err != nil {
 		return nil, err
