@@ -238,7 +238,7 @@ func BenchmarkStreamFanout(b *testing.B) {
 	}
 	seedMembers(ctx, b, conn, client.ID, streamCount, 0)
 
-	api := startAPIProcess(b, stores)
+	api, _ := startAPIProcess(b, stores)
 	before := apiMemory(b, api)
 
 	// Connect every stream; each records when its first message arrives.
@@ -339,8 +339,9 @@ func BenchmarkStreamFanout(b *testing.B) {
 }
 
 // startAPIProcess builds lockstream and runs `lockstream api` on the stores,
-// returning its base URL once ready; the process is killed when b ends.
-func startAPIProcess(b *testing.B, stores *storagetest.Stores) string {
+// returning its base URL once ready and its process id; the process is
+// killed when b ends.
+func startAPIProcess(b *testing.B, stores *storagetest.Stores) (string, int) {
 	b.Helper()
 	dir := b.TempDir()
 	bin := filepath.Join(dir, "lockstream")
@@ -351,7 +352,8 @@ func startAPIProcess(b *testing.B, stores *storagetest.Stores) string {
 	cmd := exec.Command(bin, "api")
 	cmd.Env = append(os.Environ(), "LOCKSTREAM_PG_URL="+stores.PostgresURL, "LOCKSTREAM_CLICKHOUSE_URL="+stores.ClickHouseURL,
 		"LOCKSTREAM_REDIS_URL="+stores.RedisURL, "LOCKSTREAM_REDIS_PREFIX="+stores.RedisPrefix,
-		"LOCKSTREAM_HTTP_ADDR="+addr, "LOCKSTREAM_ADMIN_TOKEN=bench-admin-token", "LOCKSTREAM_LOG_LEVEL=warn")
+		"LOCKSTREAM_HTTP_ADDR="+addr, "LOCKSTREAM_ADMIN_TOKEN=bench-admin-token", "LOCKSTREAM_LOG_LEVEL=warn",
+		"LOCKSTREAM_DATA_DIR="+dir) // its generated secret key, not in the package's folder
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -368,7 +370,7 @@ func startAPIProcess(b *testing.B, stores *storagetest.Stores) string {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return api
+				return api, cmd.Process.Pid
 			}
 		}
 		if time.Now().After(deadline) {

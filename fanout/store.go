@@ -54,11 +54,6 @@ type NotificationsCreated struct {
 	// Filtered counts the (event, linked client) pairs left out because the
 	// client is not subscribed to the event's type (replays count again).
 	Filtered int
-	// SharedPending says that shared inbox messages wait for their members'
-	// copies (this batch's, or left by a writer that died after its commit):
-	// the caller writes them next, off the streams' and the webhooks' path
-	// (MaterializeShared). Readers of an inbox write a member's first.
-	SharedPending bool
 	// AnalyzeDue lists the months ("200601") whose outbox partitions this
 	// process has filled enough to analyze now (AnalyzeOutboxMonth): at
 	// OutboxAnalyzeRows of its deliveries, then each time they doubled. The
@@ -67,6 +62,9 @@ type NotificationsCreated struct {
 	// Claimed are the webhook deliveries created claimed (see Claim), in event
 	// order: IN_FLIGHT on their first attempt, for the caller to send.
 	Claimed []storage.Delivery
+	// ClaimedTargets are the Claimed deliveries' targets by delivery id, read
+	// in the transaction as storage.Postgres.DeliveryTargets reads them.
+	ClaimedTargets map[string]storage.DeliveryTarget
 }
 
 // Claim asks CreateNotificationsClaiming to create up to Max of the batch's
@@ -82,6 +80,12 @@ type NotificationsCreated struct {
 type Claim struct {
 	Max         int
 	LeasedUntil time.Time
+	// Committed, when not nil, is called with the claimed deliveries and
+	// their targets as soon as the transaction has committed, before
+	// anything CreateNotificationsClaiming does after it (the members'
+	// copies of shared messages), and whether or not that fails; it is not
+	// called when the transaction did not commit.
+	Committed func(claimed []storage.Delivery, targets map[string]storage.DeliveryTarget)
 }
 
 // Delivery is one channel's job of delivering one notification, with the event it
@@ -103,23 +107,8 @@ type Claim struct {
 // OutboxAnalyzeRows deliveries into, and again each time they doubled
 // (NotificationsCreated.AnalyzeDue), for the caller to analyze, so the
 // statements that read a burst do not wait for autovacuum to learn of it.
-//
-// Shared inbox messages are announced at the commit; their members' copies are
-// written before it returns (MaterializeShared), as the fan-out's writer does
-// once it has handed the claimed deliveries over.
 func (s *PostgresStore) CreateNotifications(ctx context.Context, events []storage.NotificationInput) (NotificationsCreated, error) {
-	created, err := s.CreateNotificationsClaiming(ctx, events, Claim{})
-	if err == nil && created.SharedPending {
-		_, err = s.MaterializeShared(ctx)
-	}
-	return created, err
-}
-
-// MaterializeShared writes the members' copies of the shared inbox messages
-// not yet written (inbox.MaterializeShared): a writer calls it after a batch
-// whose NotificationsCreated.SharedPending is set.
-func (s *PostgresStore) MaterializeShared(ctx context.Context) (int, error) {
-	return inbox.MaterializeShared(ctx, s.pool)
+	return s.CreateNotificationsClaiming(ctx, events, Claim{})
 }
 
 // CreateNotificationsClaiming is CreateNotifications that also creates up to
@@ -190,8 +179,8 @@ type fanoutRows struct {
 // inbox messages, the retriers' wake-up, the superseding and the client seqs
 // (last: its counter lock is held to commit); then COMMIT. When members got
 // messages, their NOTIFY (built from the rows read) takes one more round trip
-// before the COMMIT. The members' copies of the shared messages are the
-// caller's to write after it (NotificationsCreated.SharedPending).
+// before the COMMIT. After it, the members' copies of the shared messages are
+// written in a transaction of their own (inbox.MaterializeShared).
 func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, claim Claim, created *NotificationsCreated, months map[string]int) (err error) {
 	var r fanoutRows
 	var leasedUntil *time.Time
@@ -229,8 +218,11 @@ func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, claim C
 	queueOutboxNotify(then, r.pending)
 	queueSupersede(then, r.newest, created.Superseded)
 	var seqs map[string]int64
+	var targets map[string]storage.DeliveryTarget
 	if len(r.claimed) > 0 {
 		seqs = make(map[string]int64, len(r.newNotifs))
+		targets = make(map[string]storage.DeliveryTarget, len(r.claimed))
+		s.pg.QueueDeliveryTargets(then, r.claimed, targets)
 	}
 	storage.QueueClientSeqsInto(then, fb.unique, r.newNotifs, seqs)
 	if then.Len() > 0 {
@@ -248,8 +240,21 @@ func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, claim C
 	for i := range r.claimed {
 		r.claimed[i].Seq = seqs[r.claimed[i].NotificationID]
 	}
-	created.Claimed = r.claimed
-	created.SharedPending = pending
+	created.Claimed, created.ClaimedTargets = r.claimed, targets
+	// The claimed deliveries go to their sender now, not after what follows.
+	if claim.Committed != nil {
+		claim.Committed(created.Claimed, created.ClaimedTargets)
+	}
+	if !pending {
+		return nil
+	}
+	// The members' own copies of the shared messages, after the commit that
+	// announced them: off the streams' path. Should this fail (or the process
+	// die first), the next batch writes them, the replayed one included;
+	// readers of an inbox write a member's first (inbox.QueueMaterialize).
+	if _, err := inbox.MaterializeShared(ctx, s.pool); err != nil {
+		return err
+	}
 	return nil
 }
 
