@@ -3,9 +3,7 @@ package analytics
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sort"
-	"strings"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/ext"
@@ -25,12 +23,6 @@ const rawEventSums = `
 	countIf(type = 'connection_restored') AS restores,
 	sumIf(if(type = 'connection_lost', 1, -1), type IN ('connection_lost', 'connection_restored')) AS lost_n,
 	sumIf(if(type = 'connection_lost', 1, -1) * toInt64(toUInt32(at)), type IN ('connection_lost', 'connection_restored')) AS lost_t`
-
-// rollupEventSums reads the same aggregates from events_hourly, and the
-// restore durations SealRollups paired (migration 00056).
-const rollupEventSums = `
-	sum(changes), sum(unlocks), sum(unlocked_n), sum(unlocked_t),
-	sum(losses), sum(restores), sum(lost_n), sum(lost_t), sum(restore_seconds), sum(restores_paired)`
 
 // scopeSet is a scope's sensors as a query filters on them: one sensor by
 // equality (the primary key's prefix), several through an external table
@@ -117,47 +109,8 @@ type plan struct {
 	// true.
 	rawHours []int64
 	width    int64
-	// bySensor groups by sensor instead of by unit (the top lists).
+	// bySensor groups by sensor instead of by unit (a top list from raw rows).
 	bySensor bool
-	// only, for a top list, names the figure it ranks by: the rollups' other
-	// columns are not read.
-	only string
-}
-
-// rollupColumns are the rollups' event columns in the order of
-// rollupEventSums, and whether each is unsigned.
-var rollupColumns = []struct {
-	name     string
-	unsigned bool
-}{{"changes", true}, {"unlocks", true}, {"unlocked_n", false}, {"unlocked_t", false}, {"losses", true},
-	{"restores", true}, {"lost_n", false}, {"lost_t", false}, {"restore_seconds", false}, {"restores_paired", false}}
-
-// figureColumns are the rollup columns each ranked figure needs.
-var figureColumns = map[string][]string{
-	"changes": {"changes"}, "unlocks": {"unlocks"}, "losses": {"losses"},
-	"unlocked_seconds": {"unlocked_n", "unlocked_t"}, "lost_seconds": {"lost_n", "lost_t"},
-}
-
-// eventSums is rollupEventSums, with the columns figure does not need read as
-// zeros when it is set: a top list over 100,000 sensors reads two columns of
-// ten.
-func eventSums(figure string) string {
-	need, ok := figureColumns[figure]
-	if !ok {
-		return rollupEventSums
-	}
-	out := make([]string, len(rollupColumns))
-	for i, c := range rollupColumns {
-		switch {
-		case slices.Contains(need, c.name):
-			out[i] = "sum(" + c.name + ")"
-		case c.unsigned:
-			out[i] = "toUInt64(0)"
-		default:
-			out[i] = "toInt64(0)"
-		}
-	}
-	return "\n\t" + strings.Join(out, ", ")
 }
 
 // groupKey is the GROUP BY of a query over rows whose time is col: the unit's
@@ -283,58 +236,45 @@ func (m keyed) list(k string) []unit {
 	return out
 }
 
+// rollupUnits reads the rollups' hours of the range, events and readings in
+// one query: a sensor's summary is a handful of small reads, and on a busy
+// server each round trip waits its turn. Hours read raw are left out here;
+// the GROUP BY keeps the hour so that they can be. Top lists read the levels
+// (toplevels.go), never these.
 func (s *Store) rollupUnits(ctx context.Context, sc scopeSet, p plan, at func(string, int64) *sums) error {
 	skip := map[int64]bool{}
 	for _, h := range p.rawHours {
 		skip[h] = true
 	}
-	scope, args := sc.filter("sensor_id")
-	args = append(args, ceilDiv(p.from, 3600)*3600, p.to/3600*3600)
-	// Hours read raw are left out here; the GROUP BY keeps the hour so that
-	// they can be. A top list needs one row per sensor: its raw hours (only
-	// those the range's ends cut) are left out in the query, and hours are
-	// summed there.
-	key := "'' AS k"
-	hour := "toInt64(toUInt32(hour)) AS h"
-	if p.bySensor {
-		key, hour = "sensor_id AS k", "toInt64(0) AS h"
-		if len(p.rawHours) > 0 {
-			scope += " AND NOT has(?, toInt64(intDiv(toUInt32(hour), 3600)))"
-			args = append(args[:len(args)-2:len(args)-2], append([]any{p.rawHours}, args[len(args)-2:]...)...)
-		}
-	}
-	err := s.query(ctx, sc, `
-		SELECT `+key+`, `+hour+`,`+eventSums(p.only)+`
-		FROM `+sc.rollup("events", p.bySensor)+`
-		WHERE `+scope+` AND hour >= toDateTime(?) AND hour < toDateTime(?)
-		GROUP BY k, h`, args, func(scan func(...any) error) error {
-		var (
-			k string
-			h int64
-			e sums
-		)
-		if err := scanEventSums(scan, &k, &h, &e, &e.restoreSeconds, &e.restoresPaired); err != nil || !p.bySensor && skip[h/3600] {
-			return err
-		}
-		at(k, h).add(e)
-		return nil
-	})
-	if err != nil || p.bySensor { // top lists rank no readings
-		return err
+	scope, scopeArgs := sc.filter("sensor_id")
+	var args []any
+	for range 2 {
+		args = append(append(args, scopeArgs...), ceilDiv(p.from, 3600)*3600, p.to/3600*3600)
 	}
 	return s.query(ctx, sc, `
-		SELECT `+key+`, toInt64(toUInt32(hour)) AS h, toInt64(sum(readings))
-		FROM `+sc.rollup("readings", p.bySensor)+`
+		SELECT toUInt8(0) AS part, toInt64(toUInt32(hour)) AS h,
+		       toInt64(sum(changes)), toInt64(sum(unlocks)), sum(unlocked_n), sum(unlocked_t), toInt64(sum(losses)),
+		       toInt64(sum(restores)), sum(lost_n), sum(lost_t), sum(restore_seconds), sum(restores_paired), toInt64(0)
+		FROM `+sc.rollup("events", false)+`
 		WHERE `+scope+` AND hour >= toDateTime(?) AND hour < toDateTime(?)
-		GROUP BY k, h`, args, func(scan func(...any) error) error {
+		GROUP BY h
+		UNION ALL
+		SELECT toUInt8(1) AS part, toInt64(toUInt32(hour)) AS h,
+		       toInt64(0), toInt64(0), toInt64(0), toInt64(0), toInt64(0),
+		       toInt64(0), toInt64(0), toInt64(0), toInt64(0), toInt64(0), toInt64(sum(readings))
+		FROM `+sc.rollup("readings", false)+`
+		WHERE `+scope+` AND hour >= toDateTime(?) AND hour < toDateTime(?)
+		GROUP BY h`, args, func(scan func(...any) error) error {
 		var (
-			k    string
-			h, n int64
+			part uint8
+			h    int64
+			e    sums
 		)
-		if err := scan(&k, &h, &n); err != nil || skip[h/3600] {
+		if err := scan(&part, &h, &e.changes, &e.unlocks, &e.unlockedN, &e.unlockedT, &e.losses,
+			&e.restores, &e.lostN, &e.lostT, &e.restoreSeconds, &e.restoresPaired, &e.readings); err != nil || skip[h/3600] {
 			return err
 		}
-		at(k, h).readings += n
+		at("", h).add(e)
 		return nil
 	})
 }

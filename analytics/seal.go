@@ -57,6 +57,9 @@ type SealReport struct {
 	// Hours is how many hours were sealed; Corrected how many correction rows
 	// (a rollup's sensor and hour whose sums differed) were inserted.
 	Hours, Corrected int
+	// LevelBuckets is how many buckets of the time-first levels were sealed,
+	// LevelCorrected how many of their rows (a sensor and bucket) corrected.
+	LevelBuckets, LevelCorrected int
 }
 
 // SealRollups seals every unsealed hour (or hour touched since its seal) that
@@ -64,7 +67,9 @@ type SealReport struct {
 // between the hour's raw rows (FINAL) and the rollup's sums, then records the
 // seal. It is safe while the history writer inserts (an insert it may have
 // half seen unseals the hour again) and when two run at once (the second
-// finds no difference left, or one that the next seal corrects).
+// finds no difference left, or one that the next seal corrects). Then it
+// seals the time-first levels' buckets that ended before before the same way
+// (sealLevels).
 func (s *Store) SealRollups(ctx context.Context, before time.Time) (SealReport, error) {
 	var now time.Time
 	if err := s.conn.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
@@ -86,7 +91,9 @@ func (s *Store) SealRollups(ctx context.Context, before time.Time) (SealReport, 
 		rep.Hours += len(chunk)
 		rep.Corrected += n
 	}
-	return rep, nil
+	buckets, n, err := s.sealLevels(ctx, before, sealedAt)
+	rep.LevelBuckets, rep.LevelCorrected = buckets, n
+	return rep, err
 }
 
 // sealChunk corrects the rollups of hours (sorted, unix seconds / 3600) and

@@ -44,7 +44,8 @@ type TopItem struct {
 }
 
 // Top ranks the scope's sensors by q.By over the range, largest first, ties
-// by sensor id; every sensor of the scope can appear, with 0.
+// by sensor id; every sensor of the scope can appear, with 0. It reads the
+// time-first levels (see levels.go), or raw rows with SourceRaw.
 func (s *Store) Top(ctx context.Context, q TopQuery) ([]TopItem, error) {
 	value, ok := rankable[q.By]
 	if !ok {
@@ -53,6 +54,9 @@ func (s *Store) Top(ctx context.Context, q TopQuery) ([]TopItem, error) {
 	from, to := q.From.Truncate(time.Second), q.To.Truncate(time.Second)
 	if !from.Before(to) {
 		return nil, fmt.Errorf("%w: from must be before to", ErrBadQuery)
+	}
+	if s.source != SourceRaw {
+		return s.topFromLevels(ctx, q.Scope, from.Unix(), to.Unix(), q.By, q.Limit)
 	}
 	ids, err := s.scopeSensors(ctx, q.Scope)
 	if err != nil || len(ids) == 0 {
@@ -64,7 +68,7 @@ func (s *Store) Top(ctx context.Context, q TopQuery) ([]TopItem, error) {
 		return nil, err
 	}
 	p := newPlan([]int64{from.Unix(), to.Unix()}, s.source, untrusted)
-	p.bySensor, p.only = true, q.By
+	p.bySensor = true
 	carried, err := s.carryIn(ctx, sc, p.from, s.source, untrusted, true, q.By)
 	if err != nil {
 		return nil, err

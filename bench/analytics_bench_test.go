@@ -1,11 +1,11 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"slices"
 	"strconv"
@@ -15,14 +15,11 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/jackc/pgx/v5"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockstream/lockstream/analytics"
 	"github.com/lockstream/lockstream/migrations"
-	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
-	"github.com/lockstream/lockstream/webapi"
 )
 
 // The fleet of the analytics benchmark: fleetSensors sensors (s100000 …
@@ -63,12 +60,12 @@ func fleetSQL() []string {
 	}
 }
 
-// fleetStores returns a Postgres with the fleet's sensors registered and the
-// URL of a ClickHouse database holding its history: the database at
+// fleetStores returns a Postgres with the fleet's sensors registered, its URL,
+// and the URL of a ClickHouse database holding its history: the database at
 // LOCKSTREAM_BENCH_FLEET_CLICKHOUSE_URL when set (filled by an earlier run and
 // kept: filling takes half an hour on two busy cores), else a fresh one of the
 // benchmark's, filled now.
-func fleetStores(b *testing.B) (*storage.Postgres, string) {
+func fleetStores(b *testing.B) (*storage.Postgres, string, string) {
 	b.Helper()
 	ctx := context.Background()
 	pgURL := storagetest.NewPostgresDatabase(b)
@@ -114,7 +111,7 @@ func fleetStores(b *testing.B) (*storage.Postgres, string) {
 		b.Logf("fleet written in %s", time.Since(start).Round(time.Second))
 	}
 	sealFleet(b, chURL)
-	return pg, chURL
+	return pg, pgURL, chURL
 }
 
 // sealFleet seals the fleet's hours as the maintainer's passes do (the first
@@ -133,20 +130,21 @@ func sealFleet(b *testing.B, chURL string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("sealed %d hours (%d rollup rows corrected) in %s", rep.Hours, rep.Corrected, time.Since(start).Round(time.Second))
+	b.Logf("sealed %d hours and %d level buckets (%d rollup and %d level rows corrected) in %s", rep.Hours, rep.LevelBuckets,
+		rep.Corrected, rep.LevelCorrected, time.Since(start).Round(time.Second))
 }
 
 // BenchmarkAnalyticsFleet times the analysts' questions over a fleet of
 // 100,000 sensors, 100,000,000 readings and 10,000,000 events in ClickHouse:
 // fleet-wide Paris days over 30 days, one sensor's hours over 90 days, the top
 // 20 by time lost over 30 days, each reporting p50, p99 and max in ms; and an
-// export of fleet readings through the API's handler (HTTP, loopback, body
-// discarded), reporting rows/s and the process's peak RSS.
+// export of fleet readings from a `lockstream api` process (HTTP, loopback,
+// lines counted), reporting rows/s and that process's peak RSS.
 //
 //	LOCKSTREAM_BENCH_FLEET_CLICKHOUSE_URL=clickhouse://127.0.0.1:9000/lst_anbench \
 //	  go test -run '^$' -bench AnalyticsFleet -benchtime 20x -timeout 90m ./bench/
 func BenchmarkAnalyticsFleet(b *testing.B) {
-	pg, chURL := fleetStores(b)
+	pg, pgURL, chURL := fleetStores(b)
 	ctx := context.Background()
 	ch, err := storage.OpenClickHouse(ctx, chURL)
 	if err != nil {
@@ -159,6 +157,9 @@ func BenchmarkAnalyticsFleet(b *testing.B) {
 	end := time.Date(2026, 9, 28, 0, 0, 0, 0, paris)
 	fleet := analytics.Scope{Kind: analytics.ScopeFleet}
 
+	top20 := analytics.TopQuery{Scope: fleet, From: end.AddDate(0, 0, -30), To: end, By: "lost_seconds", Limit: 20}
+	checkTopAgainstRaw(b, st, analytics.New(ch.Conn(), scopes, analytics.WithClock(func() time.Time { return fleetStart.AddDate(0, 0, fleetDays) }),
+		analytics.WithSource(analytics.SourceRaw)), top20)
 	for _, c := range []struct {
 		name string
 		run  func() error
@@ -174,7 +175,7 @@ func BenchmarkAnalyticsFleet(b *testing.B) {
 			return err
 		}},
 		{"top20-lost-30d", func() error {
-			_, err := st.Top(ctx, analytics.TopQuery{Scope: fleet, From: end.AddDate(0, 0, -30), To: end, By: "lost_seconds", Limit: 20})
+			_, err := st.Top(ctx, top20)
 			return err
 		}},
 	} {
@@ -190,7 +191,27 @@ func BenchmarkAnalyticsFleet(b *testing.B) {
 			reportLatencies(b, took)
 		})
 	}
-	b.Run("export-readings", func(b *testing.B) { benchExport(b, st, pg, end) })
+	b.Run("export-readings", func(b *testing.B) { benchExport(b, pgURL, chURL, end) })
+}
+
+// checkTopAgainstRaw checks once, untimed, that the top list the benchmark
+// times (through the levels) is the one raw rows alone give.
+func checkTopAgainstRaw(b *testing.B, st, raw *analytics.Store, q analytics.TopQuery) {
+	b.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	want, err := raw.Top(ctx, q)
+	if err != nil {
+		b.Fatal(err)
+	}
+	got, err := st.Top(ctx, q)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		b.Fatalf("top list through the levels %v, from raw rows %v", got, want)
+	}
+	b.Logf("top %d by %s equals the raw rows' (%v, raw rows in %s)", q.Limit, q.By, got[:min(3, len(got))], time.Since(start).Round(time.Second))
 }
 
 func reportLatencies(b *testing.B, took []time.Duration) {
@@ -202,23 +223,22 @@ func reportLatencies(b *testing.B, took []time.Duration) {
 }
 
 // benchExport exports 3 days of fleet readings (about 3.3 million rows) as CSV
-// through the API's handler and reports rows/s and the process's peak RSS.
-func benchExport(b *testing.B, st *analytics.Store, pg *storage.Postgres, end time.Time) {
-	reg := prometheus.NewRegistry()
-	srv, err := webapi.New(webapi.Config{AdminToken: "bench-admin"}, registry.New(pg), nil, reg, reg, discardLogger(), webapi.WithAnalytics(st))
-	if err != nil {
-		b.Fatal(err)
-	}
-	ts := httptest.NewServer(srv.Handler())
-	defer ts.Close()
+// from a `lockstream api` process of its own, over HTTP on loopback, and
+// reports rows/s and that process's peak RSS: its VmHWM read from /proc
+// after each export (the kernel's high-water mark covers every moment of it),
+// with the VmHWM it had when ready beside it.
+func benchExport(b *testing.B, pgURL, chURL string, end time.Time) {
+	api, pid := startAPIProcess(b, &storagetest.Stores{PostgresURL: pgURL, ClickHouseURL: chURL,
+		RedisURL: storagetest.RedisURL(b), RedisPrefix: storagetest.NewRedisPrefix(b)})
+	ready, cpu0 := peakRSS(b, pid), cpuSeconds(b, pid)
 	from := end.AddDate(0, 0, -3)
-	url := fmt.Sprintf("%s/v1/analytics/export?scope=fleet&kind=readings&from=%s&to=%s", ts.URL,
+	url := fmt.Sprintf("%s/v1/analytics/export?scope=fleet&kind=readings&from=%s&to=%s", api,
 		from.UTC().Format(time.RFC3339), end.UTC().Format(time.RFC3339))
 	var rows int64
 	start := time.Now()
 	for b.Loop() {
 		req, _ := http.NewRequest("GET", url, nil)
-		req.Header.Set("Authorization", "Bearer bench-admin")
+		req.Header.Set("Authorization", "Bearer bench-admin-token")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			b.Fatal(err)
@@ -232,7 +252,10 @@ func benchExport(b *testing.B, st *analytics.Store, pg *storage.Postgres, end ti
 	}
 	elapsed := time.Since(start)
 	b.ReportMetric(float64(rows)/elapsed.Seconds(), "rows/s")
-	b.ReportMetric(float64(peakRSS(b))/(1<<20), "peak-rss-MiB")
+	b.ReportMetric((cpuSeconds(b, pid)-cpu0)/float64(b.N), "api-cpu-s/export")
+	b.ReportMetric(float64(peakRSS(b, pid))/(1<<20), "api-peak-rss-MiB")
+	b.ReportMetric(float64(ready)/(1<<20), "api-ready-rss-MiB")
+	b.ReportMetric(float64(rows)/float64(b.N), "rows/export")
 }
 
 func countLines(r io.Reader) (int64, error) {
@@ -240,11 +263,7 @@ func countLines(r io.Reader) (int64, error) {
 	var n int64
 	for {
 		k, err := r.Read(buf)
-		for _, c := range buf[:k] {
-			if c == '\n' {
-				n++
-			}
-		}
+		n += int64(bytes.Count(buf[:k], []byte{'\n'}))
 		if err == io.EOF {
 			return n, nil
 		}
@@ -254,9 +273,27 @@ func countLines(r io.Reader) (int64, error) {
 	}
 }
 
-// peakRSS is the process's VmHWM in bytes (Linux).
-func peakRSS(b *testing.B) int64 {
-	status, err := os.ReadFile("/proc/self/status")
+// cpuSeconds is the user and system CPU time process pid has used (Linux,
+// /proc/PID/stat, in clock ticks of 1/100 s).
+func cpuSeconds(b *testing.B, pid int) float64 {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command's closing parenthesis; utime and stime
+	// are the 14th and 15th of the line.
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		b.Fatalf("/proc/%d/stat: %v %v", pid, err1, err2)
+	}
+	return float64(utime+stime) / 100
+}
+
+// peakRSS is process pid's VmHWM in bytes (Linux).
+func peakRSS(b *testing.B, pid int) int64 {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -269,6 +306,6 @@ func peakRSS(b *testing.B) int64 {
 			return kb << 10
 		}
 	}
-	b.Fatal("no VmHWM in /proc/self/status")
+	b.Fatalf("no VmHWM in /proc/%d/status", pid)
 	return 0
 }

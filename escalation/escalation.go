@@ -136,29 +136,10 @@ func New(cfg Config, store Store, reg prometheus.Registerer, logger *slog.Logger
 func (e *Escalator) Run(ctx context.Context) error {
 	e.logger.InfoContext(ctx, "escalation started", "interval", e.cfg.Interval, "email_after", e.cfg.EmailAfter,
 		"push_after", e.cfg.PushAfter, "limit", e.cfg.Limit)
-	ticker := time.NewTicker(e.cfg.Interval)
-	defer ticker.Stop()
-	for {
-		var res Result
-		err := contain.Run(ctx, "escalation", e.panics, func(ctx context.Context) (err error) {
-			res, err = e.RunRound(ctx)
-			return err
-		})
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			e.logger.ErrorContext(ctx, "escalation round failed", "err", err)
-		}
-		if err == nil && res.Full {
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C:
-		}
-	}
+	return contain.Loop(ctx, e.cfg.Interval, "escalation", e.panics, e.logger, func(ctx context.Context) (bool, error) {
+		res, err := e.RunRound(ctx)
+		return res.Full, err
+	})
 }
 
 // RunRound runs one round now and records it in the metrics. The round is

@@ -55,6 +55,10 @@ func TestCreateNotificationsClaimsWhatAClaimWould(t *testing.T) {
 		c.Attempts != 1 || c.Seq < 1 || c.Data == nil || *c.Data != 1 || c.EventType != "state_changed" || !c.EventAt.Equal(outboxT0) {
 		t.Fatalf("claimed delivery = %+v", c)
 	}
+	if tg, ok := got.ClaimedTargets[c.ID]; !ok || !tg.Owned || !tg.ClientExists || tg.WebhookURL == "" || tg.Secret == "" ||
+		tg.SensorAddress != "addr of s1" || tg.EndpointDisabled || len(got.ClaimedTargets) != 1 {
+		t.Fatalf("claimed targets = %+v, want e1's, read as DeliveryTargets reads it", got.ClaimedTargets)
+	}
 	webhooks := f.byEvent(t, a.ID, storage.ChannelWebhook)
 	if d := webhooks["e1"]; d.ID != c.ID || d.State != storage.DeliveryInFlight || d.Attempts != 1 || d.LeasedUntil.IsZero() ||
 		d.Seq != c.Seq {

@@ -94,8 +94,9 @@ type Handoff interface {
 	// whose transaction failed.
 	Release(n int)
 	// Deliver starts the attempts of committed claimed deliveries, one
-	// reserved worker each. It does not block on the attempts.
-	Deliver(claimed []storage.Delivery)
+	// reserved worker each, with their targets as the transaction read them.
+	// It does not block on the attempts.
+	Deliver(claimed []storage.Delivery, targets map[string]storage.DeliveryTarget)
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.
@@ -447,27 +448,31 @@ func (f *Fanout) write(ctx context.Context, inputs []storage.NotificationInput) 
 
 // createClaiming writes the rows of inputs, with as many webhook deliveries
 // claimed as the Handoff has workers free for (one per event at most: most
-// events reach one client), and hands those over once committed.
+// events reach one client), and hands those over as soon as they are
+// committed.
 func (f *Fanout) createClaiming(ctx context.Context, inputs []storage.NotificationInput) (NotificationsCreated, error) {
 	var claim Claim
 	if f.cfg.Handoff != nil {
 		claim.Max, claim.LeasedUntil = f.cfg.Handoff.Reserve(len(inputs))
 	}
-	created, err := f.store.CreateNotificationsClaiming(ctx, inputs, claim)
 	if claim.Max == 0 {
-		return created, err
+		return f.store.CreateNotificationsClaiming(ctx, inputs, claim)
 	}
-	if err != nil {
+	committed := false
+	claim.Committed = func(claimed []storage.Delivery, targets map[string]storage.DeliveryTarget) {
+		committed = true
+		f.cfg.Handoff.Release(claim.Max - len(claimed))
+		if len(claimed) > 0 {
+			f.cfg.Handoff.Deliver(claimed, targets)
+		}
+	}
+	created, err := f.store.CreateNotificationsClaiming(ctx, inputs, claim)
+	if !committed {
 		// Whether a failed commit left rows claimed is unknown: if it did,
 		// their leases run out and any retrier's sweep requeues them.
 		f.cfg.Handoff.Release(claim.Max)
-		return created, err
 	}
-	f.cfg.Handoff.Release(claim.Max - len(created.Claimed))
-	if len(created.Claimed) > 0 {
-		f.cfg.Handoff.Deliver(created.Claimed)
-	}
-	return created, nil
+	return created, err
 }
 
 // count adds a written transaction's rows to the metrics.

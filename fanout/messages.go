@@ -40,16 +40,9 @@ SELECT ` + inbox.RowColumns + `
 	FROM ins m LEFT JOIN sensors s ON s.id = m.sensor_id CROSS JOIN woke
 	ORDER BY m.notification_id, m.member_id`
 
-// queueEventMessages queues the statement that puts one message per member of
-// each new notification's client whose routing lets it through
-// (lockstream_routes) into the members' inboxes, one statement whatever the
-// number of members, inside the fan-out's transaction; the
-// messages it added are stored in added when the batch's results arrive (the
-// caller announces them: inbox.Notify).
-func queueEventMessages(b *pgx.Batch, events []storage.NotificationInput, created []storage.NewNotification, added *[]inbox.Added) {
-	if len(created) == 0 {
-		return
-	}
+// eventMessageArgs are the arrays of the new notifications' messages, the
+// parameters $1-$11 of eventMessagesNN.
+func eventMessageArgs(events []storage.NotificationInput, created []storage.NewNotification) []any {
 	var (
 		ids      = make([]string, len(created))
 		clients  = make([]string, len(created))
@@ -71,25 +64,85 @@ func queueEventMessages(b *pgx.Batch, events []storage.NotificationInput, create
 		subjects[i], messages[i] = outageMessage(e)
 		sites[i] = e.Site
 	}
-	storage.QueueQuery(b, "inserting inbox messages", `
-		WITH nn AS (
-			SELECT x.*, `+fmt.Sprintf(inbox.EventSeverity, "x")+` AS severity,
+	return []any{ids, clients, types, sensors, data, previous, times, ords, subjects, messages, sites}
+}
+
+// eventMessagesNN is the CTE nn of the new notifications' messages (from
+// eventMessageArgs), with their severity and site.
+func eventMessagesNN() string {
+	return `nn AS (
+			SELECT x.*, ` + fmt.Sprintf(inbox.EventSeverity, "x") + ` AS severity,
 			       -- The message's site: a site event's, or its sensor's.
 			       coalesce(nullif(x.site, ''), (SELECT s.site FROM sensors s WHERE s.id = x.sensor_id)) AS msg_site
 			FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::int2[], $6::int2[],
 			            $7::timestamptz[], $8::int[], $9::text[], $10::text[], $11::text[])
 				AS x (notification_id, client_id, type, sensor_id, data, previous, event_at, ord, subject, message, site)
+		)`
+}
+
+// queueSharedMessages queues the statement that writes, for each new
+// notification whose client's members all get its message alike, one shared
+// inbox message (inbox.WriteShared) instead of one per member, and the read of
+// each member's copy with its seq, stored in added (the caller announces them:
+// inbox.Notify). A notification is shared when its client has members, every
+// one of them is routed to it (lockstream_routes), and it does not make a
+// digest member's critical email at once (eventWriteRows writes those); a
+// client's notifications of the batch are shared all or none, so that each
+// member's seqs follow the events' order.
+func queueSharedMessages(b *pgx.Batch, events []storage.NotificationInput, created []storage.NewNotification, added *[]inbox.Added) {
+	if len(created) == 0 {
+		return
+	}
+	storage.QueueQuery(b, "writing shared inbox messages", `
+		WITH `+eventMessagesNN()+`, ok AS (
+			SELECT nn.*, EXISTS (SELECT 1 FROM members m WHERE m.client_id = nn.client_id)
+			       AND NOT EXISTS (SELECT 1 FROM members m WHERE m.client_id = nn.client_id
+			                       AND NOT coalesce(`+storage.MemberRoutes("m", "nn.sensor_id", "nn.msg_site", "nn.severity")+`, false))
+			       AND NOT (nn.severity = 'critical' AND EXISTS (
+			           SELECT 1 FROM members m WHERE m.client_id = nn.client_id
+			           AND m.preferences ->> 'email' = 'digest' AND coalesce(m.email, '') <> '')) AS shareable
+			FROM nn
 		), t AS (
+			SELECT client_id, notification_id, type, sensor_id, data, previous, event_at, severity, 'event' AS cause,
+			       subject, message::jsonb AS message, ord
+			FROM (SELECT ok.*, bool_and(shareable) OVER (PARTITION BY client_id) AS all_shareable FROM ok) x
+			WHERE all_shareable
+		`+inbox.WriteShared, func(rows pgx.Rows) error {
+		rows.Close()
+		return rows.Err()
+	}, eventMessageArgs(events, created)...)
+	ids := make([]string, len(created))
+	for i, n := range created {
+		ids[i] = n.ID
+	}
+	inbox.QueueSharedAudience(b, ids, added)
+}
+
+// queueEventMessages queues the statement that puts one message per member of
+// each new notification's client whose routing lets it through
+// (lockstream_routes) into the members' inboxes, one statement whatever the
+// number of members, inside the fan-out's transaction — but for the
+// notifications queueSharedMessages shared; the
+// messages it added are stored in added when the batch's results arrive (the
+// caller announces them: inbox.Notify).
+func queueEventMessages(b *pgx.Batch, events []storage.NotificationInput, created []storage.NewNotification, added *[]inbox.Added) {
+	if len(created) == 0 {
+		return
+	}
+	storage.QueueQuery(b, "inserting inbox messages", `
+		WITH `+eventMessagesNN()+`, t AS (
 			SELECT m.id AS member_id, nn.client_id, nn.notification_id, nn.type, nn.sensor_id, nn.data, nn.previous,
 			       nn.event_at, nn.severity, 'event' AS cause, nn.subject, nn.message::jsonb AS message, nn.ord
 			FROM nn JOIN members m ON m.client_id = nn.client_id
-			-- Each member hears only what its routing lets through.
+			-- Each member hears only what its routing lets through; a shared
+			-- message (queueSharedMessages) has been written for all already.
 			WHERE `+storage.MemberRoutes("m", "nn.sensor_id", "nn.msg_site", "nn.severity")+`
+			  AND NOT EXISTS (SELECT 1 FROM inbox_shared e WHERE e.notification_id = nn.notification_id)
 		`+eventWriteRows, func(rows pgx.Rows) error {
 		var err error
 		*added, err = inbox.CollectAdded(rows)
 		return err
-	}, ids, clients, types, sensors, data, previous, times, ords, subjects, messages, sites)
+	}, eventMessageArgs(events, created)...)
 }
 
 // outageMessage is the subject and message (JSON) of a connection_restored's

@@ -62,6 +62,9 @@ type NotificationsCreated struct {
 	// Claimed are the webhook deliveries created claimed (see Claim), in event
 	// order: IN_FLIGHT on their first attempt, for the caller to send.
 	Claimed []storage.Delivery
+	// ClaimedTargets are the Claimed deliveries' targets by delivery id, read
+	// in the transaction as storage.Postgres.DeliveryTargets reads them.
+	ClaimedTargets map[string]storage.DeliveryTarget
 }
 
 // Claim asks CreateNotificationsClaiming to create up to Max of the batch's
@@ -77,6 +80,12 @@ type NotificationsCreated struct {
 type Claim struct {
 	Max         int
 	LeasedUntil time.Time
+	// Committed, when not nil, is called with the claimed deliveries and
+	// their targets as soon as the transaction has committed, before
+	// anything CreateNotificationsClaiming does after it (the members'
+	// copies of shared messages), and whether or not that fails; it is not
+	// called when the transaction did not commit.
+	Committed func(claimed []storage.Delivery, targets map[string]storage.DeliveryTarget)
 }
 
 // Delivery is one channel's job of delivering one notification, with the event it
@@ -165,11 +174,13 @@ type fanoutRows struct {
 }
 
 // writeFanout writes the batch in one transaction of three round trips: BEGIN
-// with the outbox insert; then, pipelined, the clients' locks, the site annotations, the inbox
-// messages, the retriers' wake-up, the superseding and the client seqs (last:
-// its counter lock is held to commit); then COMMIT. When members got
-// messages, their NOTIFY (built from the inserted rows) takes one more round
-// trip before the COMMIT.
+// with the outbox insert; then, pipelined, the clients' locks, the site
+// annotations, the shared inbox messages and their members' seqs, the other
+// inbox messages, the retriers' wake-up, the superseding and the client seqs
+// (last: its counter lock is held to commit); then COMMIT. When members got
+// messages, their NOTIFY (built from the rows read) takes one more round trip
+// before the COMMIT. After it, the members' copies of the shared messages are
+// written in a transaction of their own (inbox.MaterializeShared).
 func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, claim Claim, created *NotificationsCreated, months map[string]int) (err error) {
 	var r fanoutRows
 	var leasedUntil *time.Time
@@ -194,16 +205,24 @@ func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, claim C
 	if err := br.Close(); err != nil {
 		return fmt.Errorf("inserting notifications: %w", err)
 	}
-	var added []inbox.Added
+	var (
+		shared, added []inbox.Added
+		pending       bool
+	)
 	then := &pgx.Batch{}
 	storage.QueueClientLocks(then, r.newNotifs)
 	queueSiteAnnotations(then, fb.unique)
+	queueSharedMessages(then, fb.unique, r.newNotifs, &shared)
 	queueEventMessages(then, fb.unique, r.newNotifs, &added)
+	inbox.QueueSharedPending(then, &pending)
 	queueOutboxNotify(then, r.pending)
 	queueSupersede(then, r.newest, created.Superseded)
 	var seqs map[string]int64
+	var targets map[string]storage.DeliveryTarget
 	if len(r.claimed) > 0 {
 		seqs = make(map[string]int64, len(r.newNotifs))
+		targets = make(map[string]storage.DeliveryTarget, len(r.claimed))
+		s.pg.QueueDeliveryTargets(then, r.claimed, targets)
 	}
 	storage.QueueClientSeqsInto(then, fb.unique, r.newNotifs, seqs)
 	if then.Len() > 0 {
@@ -211,8 +230,8 @@ func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, claim C
 			return err
 		}
 	}
-	created.InboxMessages = len(added)
-	if err := inbox.Notify(ctx, tx, added); err != nil {
+	created.InboxMessages = len(shared) + len(added)
+	if err := inbox.Notify(ctx, tx, append(shared, added...)); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -221,7 +240,21 @@ func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, claim C
 	for i := range r.claimed {
 		r.claimed[i].Seq = seqs[r.claimed[i].NotificationID]
 	}
-	created.Claimed = r.claimed
+	created.Claimed, created.ClaimedTargets = r.claimed, targets
+	// The claimed deliveries go to their sender now, not after what follows.
+	if claim.Committed != nil {
+		claim.Committed(created.Claimed, created.ClaimedTargets)
+	}
+	if !pending {
+		return nil
+	}
+	// The members' own copies of the shared messages, after the commit that
+	// announced them: off the streams' path. Should this fail (or the process
+	// die first), the next batch writes them, the replayed one included;
+	// readers of an inbox write a member's first (inbox.QueueMaterialize).
+	if _, err := inbox.MaterializeShared(ctx, s.pool); err != nil {
+		return err
+	}
 	return nil
 }
 

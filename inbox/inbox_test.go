@@ -123,7 +123,8 @@ func TestInboxConcurrentWritersNoGapNoDuplicate(t *testing.T) {
 		}
 		members = append(members, f.Member(t, c.ID, fmt.Sprint("m", i), registry.Backfill{}))
 	}
-	var notices sync.Map // member id → highest seq heard on the channel
+	var notices sync.Map   // member id → highest seq heard on the channel
+	var announced sync.Map // "member/seq" → the id of the message announced whole
 	listening := make(chan struct{})
 	ctx, cancel := context.WithCancel(f.ctx)
 	defer cancel()
@@ -135,6 +136,9 @@ func TestInboxConcurrentWritersNoGapNoDuplicate(t *testing.T) {
 					t.Errorf("a message announced without its fields: %+v", m)
 				}
 				ns = append(ns, inbox.Notice{MemberID: m.MemberID, Seq: m.Seq})
+				if old, dup := announced.LoadOrStore(fmt.Sprint(m.MemberID, "/", m.Seq), m.ID); dup && old != m.ID {
+					t.Errorf("member %s seq %d announced as %s and as %s", m.MemberID, m.Seq, old, m.ID)
+				}
 			}
 			for _, n := range ns {
 				if old, ok := notices.Load(n.MemberID); !ok || old.(int64) < n.Seq {
@@ -184,6 +188,17 @@ func TestInboxConcurrentWritersNoGapNoDuplicate(t *testing.T) {
 				t.Fatalf("member %s: message %d has seq %d; seqs %v", m.Name, i, msg.Seq, seqs(got))
 			}
 		}
+		// What the streams were told is what the inbox holds (shared messages'
+		// seqs are fixed before their copies are written).
+		announced.Range(func(k, v any) bool {
+			member, seq, _ := strings.Cut(k.(string), "/")
+			var n int
+			_, _ = fmt.Sscan(seq, &n)
+			if member == m.ID && (n < 1 || n > len(got) || got[n-1].ID != v.(string)) {
+				t.Errorf("member %s: seq %s announced as message %s, stored %v", m.Name, seq, v, got)
+			}
+			return true
+		})
 		state, err := f.in.GetInboxState(f.ctx, m.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -535,6 +550,25 @@ func TestRestoredMessageSaysItsOutage(t *testing.T) {
 		}
 		if subject, _ := m.Describe(); strings.Contains(subject, "after") {
 			t.Errorf("%s without an outage: %q", m.Type, subject)
+		}
+	}
+}
+
+// TestMemberMessageIDMatchesSQL: the live stream announces a shared message's
+// copy with the id derived in Go; materializing writes the one SQL derives.
+func TestMemberMessageIDMatchesSQL(t *testing.T) {
+	t.Parallel()
+	stores := storagetest.New(t)
+	ctx := context.Background()
+	for range 5 {
+		shared, member := uuid.Must(uuid.NewV7()).String(), uuid.NewString()
+		var want string
+		if err := stores.Postgres.Pool().QueryRow(ctx, `SELECT lockstream_member_message_id($1, $2)::text`, shared, member).
+			Scan(&want); err != nil {
+			t.Fatal(err)
+		}
+		if got := inbox.MemberMessageID(shared, member); got != want {
+			t.Fatalf("MemberMessageID(%s, %s) = %s, SQL says %s", shared, member, got, want)
 		}
 	}
 }

@@ -12,6 +12,7 @@ package inbox
 import (
 	"encoding/json"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -66,6 +67,24 @@ type Message struct {
 	// SeenAt is nil while the message is unseen.
 	SeenAt    *time.Time
 	CreatedAt time.Time
+	// Frame is shared by the messages of one notification payload (ParseNews),
+	// which differ only by member, id and seq: what a stream writes of them is
+	// rendered once (Frame.Tail). Nil on messages read from the inbox.
+	Frame *Frame
+}
+
+// Frame keeps what the messages of one notification payload share, once
+// rendered, for every stream they go to.
+type Frame struct {
+	once sync.Once
+	tail []byte
+}
+
+// Tail returns the shared rendering, made by render on the first call (render
+// must not depend on the member, id or seq).
+func (f *Frame) Tail(render func() []byte) []byte {
+	f.once.Do(func() { f.tail = render() })
+	return f.tail
 }
 
 // Columns are selected by every message query (m = inbox_messages, s =

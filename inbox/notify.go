@@ -17,7 +17,8 @@ import (
 // An Channel payload is one of two kinds:
 //
 //   - the messages themselves: a JSON object {"m": the fields the messages share,
-//     "u": member ids, "q": their seqs, "i": their message ids}, for the messages
+//     "u": member ids, "q": their seqs, "i": their message ids (none when they
+//     share it: "m" has it)}, for the messages
 //     one notification (or free-form notification) put in several inboxes. A
 //     listener serves its streams from it without reading the inbox.
 //   - pointers: "<member id>:<newest seq>" pairs, comma-separated, when the shared
@@ -49,6 +50,9 @@ type payloadMessage struct {
 	Subject       string          `json:"j,omitempty"`
 	Message       json.RawMessage `json:"g,omitempty"`
 	CreatedAt     time.Time       `json:"ca"`
+	// ID is the messages' id when they share it (a shared message's copies);
+	// the payload then has no "i".
+	ID string `json:"id,omitempty"`
 }
 
 // inboxPayload is a payload that carries messages.
@@ -56,7 +60,7 @@ type inboxPayload struct {
 	Shared  payloadMessage `json:"m"`
 	Members []string       `json:"u"`
 	Seqs    []int64        `json:"q"`
-	IDs     []string       `json:"i"`
+	IDs     []string       `json:"i,omitempty"`
 }
 
 // News is what one Channel payload says.
@@ -127,15 +131,23 @@ func inboxPayloads(added []Added) []string {
 		}
 		// Per member: two quoted UUIDs with their commas (78 bytes) and a seq
 		// with its comma (up to 20): at most 98 bytes. (80 overflowed Postgres's
-		// 8000-byte limit once seqs reached two digits with ~100 members.)
-		per := max(1, (payloadLimit-len(sharedJSON)-40)/98)
+		// 8000-byte limit once seqs reached two digits with ~100 members.) One
+		// UUID less when the messages share their id.
+		perMember := 98
+		if sameID(group) {
+			shared.ID = first.ID
+			perMember = 59
+		}
+		per := max(1, (payloadLimit-len(sharedJSON)-100)/perMember)
 		for len(group) > 0 {
 			n := min(per, len(group))
 			p := inboxPayload{Shared: shared}
 			for _, m := range group[:n] {
 				p.Members = append(p.Members, m.MemberID)
 				p.Seqs = append(p.Seqs, m.Seq)
-				p.IDs = append(p.IDs, m.ID)
+				if shared.ID == "" {
+					p.IDs = append(p.IDs, m.ID)
+				}
 			}
 			group = group[n:]
 			encoded, _ := json.Marshal(p) // plain strings and numbers
@@ -149,6 +161,17 @@ func inboxPayloads(added []Added) []string {
 		pointers = pointers[n:]
 	}
 	return out
+}
+
+// sameID reports whether the messages share their id (the copies of one
+// shared message).
+func sameID(group []Added) bool {
+	for _, m := range group[1:] {
+		if m.ID != group[0].ID {
+			return false
+		}
+	}
+	return true
 }
 
 // sameFreeForm reports whether the messages of a free-form group share their
@@ -168,15 +191,22 @@ func ParseNews(payload string) News {
 	var news News
 	if strings.HasPrefix(payload, "{") {
 		var p inboxPayload
-		if json.Unmarshal([]byte(payload), &p) != nil || len(p.Seqs) != len(p.Members) || len(p.IDs) != len(p.Members) {
+		if json.Unmarshal([]byte(payload), &p) != nil || len(p.Seqs) != len(p.Members) ||
+			len(p.IDs) != len(p.Members) && (len(p.IDs) != 0 || p.Shared.ID == "") {
 			return news
 		}
 		s := p.Shared
+		frame := &Frame{}
+		news.Messages = make([]Message, 0, len(p.Members))
 		for i, member := range p.Members {
-			news.Messages = append(news.Messages, Message{ID: p.IDs[i], MemberID: member, Seq: p.Seqs[i],
+			id := s.ID
+			if len(p.IDs) > 0 {
+				id = p.IDs[i]
+			}
+			news.Messages = append(news.Messages, Message{ID: id, MemberID: member, Seq: p.Seqs[i],
 				ClientID: s.ClientID, Type: s.Type, SensorID: s.SensorID, SensorAddress: s.SensorAddress, SensorSite: s.SensorSite, Data: s.Data,
 				Previous: s.Previous, At: s.At, Severity: s.Severity, Cause: s.Cause, Subject: s.Subject,
-				Message: s.Message, CreatedAt: s.CreatedAt})
+				Message: s.Message, CreatedAt: s.CreatedAt, Frame: frame})
 		}
 		return news
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockstream/lockstream/domain"
@@ -96,6 +97,7 @@ func (p *PostgresStore) ListInbox(ctx context.Context, q Query) (int, []Message,
 		limit = &q.Limit
 	}
 	batch := &pgx.Batch{}
+	QueueMaterialize(batch, q.MemberID)
 	var total int
 	batch.Queue(`SELECT count(*) FROM inbox_messages m WHERE `+where, q.MemberID, q.Type).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&total) })
@@ -128,10 +130,17 @@ func (p *PostgresStore) GetInboxMessage(ctx context.Context, memberID, id string
 	if uuid.Validate(memberID) != nil || uuid.Validate(id) != nil {
 		return Message{}, fmt.Errorf("getting message %s: %w", id, domain.ErrNotFound)
 	}
-	m, err := ScanMessage(p.pool.QueryRow(ctx, `SELECT `+Columns+`
+	batch := &pgx.Batch{}
+	QueueMaterialize(batch, memberID)
+	var m Message
+	batch.Queue(`SELECT `+Columns+`
 		FROM inbox_messages m LEFT JOIN sensors s ON s.id = m.sensor_id
-		WHERE m.id = $2 AND m.member_id = $1 AND m.deleted_at IS NULL`, memberID, id))
-	if err != nil {
+		WHERE m.id = $2 AND m.member_id = $1 AND m.deleted_at IS NULL`, memberID, id).QueryRow(func(row pgx.Row) error {
+		var err error
+		m, err = ScanMessage(row)
+		return err
+	})
+	if err := p.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return Message{}, fmt.Errorf("getting message %s: %w", id, pgutil.MapError(err))
 	}
 	return m, nil
@@ -185,14 +194,20 @@ func (p *PostgresStore) markInbox(ctx context.Context, memberID string, action A
 	if !all && len(valid) == 0 {
 		return 0, nil
 	}
-	tag, err := p.pool.Exec(ctx, `UPDATE inbox_messages m SET `+set+`
+	batch := &pgx.Batch{}
+	QueueMaterialize(batch, memberID)
+	var marked int
+	batch.Queue(`UPDATE inbox_messages m SET `+set+`
 		WHERE m.member_id = $1 AND m.deleted_at IS NULL AND ($2 OR m.id = ANY ($3::uuid[]))
 		  AND ($4 = '' OR m.type = $4)`,
-		memberID, all, valid, typ)
-	if err != nil {
+		memberID, all, valid, typ).Exec(func(tag pgconn.CommandTag) error {
+		marked = int(tag.RowsAffected())
+		return nil
+	})
+	if err := p.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return 0, fmt.Errorf("marking messages %s for member %s: %w", action, memberID, err)
 	}
-	return int(tag.RowsAffected()), nil
+	return marked, nil
 }
 
 // State is where a member's inbox stands, for its stream.
@@ -211,11 +226,15 @@ func (p *PostgresStore) GetInboxState(ctx context.Context, memberID string) (Sta
 		return State{}, fmt.Errorf("reading inbox of %s: %w", memberID, domain.ErrNotFound)
 	}
 	var s State
-	err := p.pool.QueryRow(ctx, `
+	batch := &pgx.Batch{}
+	QueueMaterialize(batch, memberID)
+	batch.Queue(`
 		SELECT epoch, acked_seq, last_seq,
 		       coalesce((SELECT min(seq) FROM inbox_messages WHERE member_id = $1), 0)
-		FROM member_inbox WHERE member_id = $1`, memberID).Scan(&s.Epoch, &s.AckedSeq, &s.LastSeq, &s.FirstSeq)
-	if err != nil {
+		FROM member_inbox WHERE member_id = $1`, memberID).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&s.Epoch, &s.AckedSeq, &s.LastSeq, &s.FirstSeq)
+	})
+	if err := p.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return State{}, fmt.Errorf("reading inbox of %s: %w", memberID, pgutil.MapError(err))
 	}
 	return s, nil
@@ -230,11 +249,14 @@ func (p *PostgresStore) AckInbox(ctx context.Context, memberID string, seq int64
 		return fmt.Errorf("acknowledging for %s: %w", memberID, domain.ErrNotFound)
 	}
 	var last int64
-	err := p.pool.QueryRow(ctx, `
+	batch := &pgx.Batch{}
+	QueueMaterialize(batch, memberID)
+	batch.Queue(`
 		UPDATE member_inbox
 		SET acked_seq = CASE WHEN $2 <= last_seq THEN greatest(acked_seq, $2) ELSE acked_seq END
 		WHERE member_id = $1
-		RETURNING last_seq`, memberID, seq).Scan(&last)
+		RETURNING last_seq`, memberID, seq).QueryRow(func(row pgx.Row) error { return row.Scan(&last) })
+	err := p.pool.SendBatch(ctx, batch).Close()
 	switch {
 	case err != nil:
 		return fmt.Errorf("acknowledging seq %d for %s: %w", seq, memberID, pgutil.MapError(err))
@@ -264,7 +286,9 @@ func (p *PostgresStore) InboxAfter(ctx context.Context, cursors []Cursor) ([][]M
 	for i, c := range cursors {
 		members[i], after[i], limits[i] = c.MemberID, c.After, c.Limit
 	}
-	rows, err := p.pool.Query(ctx, `
+	batch := &pgx.Batch{}
+	QueueMaterialize(batch, members...)
+	batch.Queue(`
 		SELECT w.i, `+Columns+`
 		FROM unnest($1::uuid[], $2::bigint[], $3::int[]) WITH ORDINALITY AS w (member_id, after, lim, i)
 		CROSS JOIN LATERAL (
@@ -273,20 +297,18 @@ func (p *PostgresStore) InboxAfter(ctx context.Context, cursors []Cursor) ([][]M
 			ORDER BY x.seq LIMIT w.lim
 		) m
 		LEFT JOIN sensors s ON s.id = m.sensor_id
-		ORDER BY w.i, m.seq`, members, after, limits)
-	if err != nil {
-		return nil, fmt.Errorf("reading messages after cursors: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var i int
-		m, err := ScanMessage(rows, &i)
-		if err != nil {
-			return nil, fmt.Errorf("reading messages after cursors: %w", err)
+		ORDER BY w.i, m.seq`, members, after, limits).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var i int
+			m, err := ScanMessage(rows, &i)
+			if err != nil {
+				return err
+			}
+			out[i-1] = append(out[i-1], m)
 		}
-		out[i-1] = append(out[i-1], m)
-	}
-	if err := rows.Err(); err != nil {
+		return rows.Err()
+	})
+	if err := p.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, fmt.Errorf("reading messages after cursors: %w", err)
 	}
 	return out, nil

@@ -12,11 +12,15 @@ import (
 // notification_id, type, sensor_id, data, previous, event_at, severity, cause,
 // subject, message, ord) of the messages to add, ord ordering each member's
 // messages, and in the same statement:
+//   - holds the members' clients' shared-message counters (clients.inbox_cseq,
+//     FOR SHARE, to commit), so no shared message is written for them meanwhile
+//     and the counter read is the newest;
 //   - locks the member_inbox rows of the members concerned in member-id order
-//     (so concurrent writers never deadlock) and moves each last_seq on by the
-//     member's count: seqs are taken under the lock and committed with the
-//     messages, so they have no gap and no duplicate whatever the number of
-//     writers;
+//     (so concurrent writers never deadlock) and moves each member's seq on by
+//     its count, after its shared messages not yet materialized (whose seqs
+//     were fixed when they were written: MaterializeMembers): seqs are taken
+//     under the lock and committed with the messages, so they have no gap and
+//     no duplicate whatever the number of writers;
 //   - inserts the messages with seqs base+1, base+2… in ord order;
 //   - opens or joins each member's escalation episode of the messages' sensor
 //     (or free-form type): EpisodeWrite.
@@ -27,13 +31,24 @@ import (
 const Write = `
 ), c AS (
 	SELECT member_id, count(*) AS n FROM t GROUP BY member_id
+), held AS MATERIALIZED (
+	SELECT cl.id, cl.inbox_cseq FROM clients cl
+	WHERE cl.id IN (SELECT mb.client_id FROM members mb WHERE mb.id IN (SELECT member_id FROM c))
+	ORDER BY cl.id
+	FOR SHARE
 ), locked AS MATERIALIZED (
-	SELECT mi.member_id FROM member_inbox mi
+	SELECT mi.member_id, h.inbox_cseq FROM member_inbox mi
+	JOIN members mb ON mb.id = mi.member_id JOIN held h ON h.id = mb.client_id
 	WHERE mi.member_id IN (SELECT member_id FROM c)
 	ORDER BY mi.member_id
-	FOR UPDATE
+	FOR UPDATE OF mi
 ), bumped AS (
-	UPDATE member_inbox mi SET last_seq = mi.last_seq + c.n
+	UPDATE member_inbox mi SET last_seq = ` + VirtualLastSeq + ` + c.n,
+	       -- Nothing shared pending: the position moves on; else the messages
+	       -- are gaps between the shared ones.
+	       mat_seq = CASE WHEN l.inbox_cseq = mi.mat_cseq THEN ` + VirtualLastSeq + ` + c.n ELSE mi.mat_seq END,
+	       gaps = CASE WHEN l.inbox_cseq = mi.mat_cseq THEN mi.gaps
+	                   ELSE mi.gaps || array_fill(l.inbox_cseq, ARRAY[c.n::int]) END
 	FROM c JOIN locked l ON l.member_id = c.member_id
 	WHERE mi.member_id = c.member_id
 	RETURNING mi.member_id, mi.last_seq - c.n AS base, mi.last_seq
@@ -47,6 +62,11 @@ const Write = `
 	RETURNING *
 )` + EpisodeWrite + `
 `
+
+// VirtualLastSeq is a member's newest seq, its shared messages not yet
+// materialized included, over its member_inbox row mi and its client's counter
+// l.inbox_cseq.
+const VirtualLastSeq = `greatest(mi.last_seq, mi.mat_seq + (l.inbox_cseq - mi.mat_cseq) + cardinality(mi.gaps))`
 
 // WriteRows ends an inbox write by returning the messages added, with their
 // sensor's address, for Notify (inboxPayloads reads them in this order).

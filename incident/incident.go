@@ -138,30 +138,7 @@ func New(cfg Config, store *PostgresStore, reg prometheus.Registerer, logger *sl
 // failed or panicking step is logged and counted; the next tick tries again.
 func (r *Runner) Run(ctx context.Context) error {
 	r.logger.InfoContext(ctx, "incidents started", "interval", r.cfg.Interval, "batch", r.cfg.Batch, "limit", r.cfg.Limit)
-	ticker := time.NewTicker(r.cfg.Interval)
-	defer ticker.Stop()
-	for {
-		var full bool
-		err := contain.Run(ctx, "incident", r.panics, func(ctx context.Context) error {
-			var err error
-			full, err = r.Step(ctx)
-			return err
-		})
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			r.logger.ErrorContext(ctx, "incident step failed", "err", err)
-		}
-		if err == nil && full {
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C:
-		}
-	}
+	return contain.Loop(ctx, r.cfg.Interval, "incident", r.panics, r.logger, r.Step)
 }
 
 // Step runs one intake batch, a purge (expired ack tokens, incidents past

@@ -43,10 +43,12 @@ var DefaultTables = []string{"notifications", "deliveries", "pushes", "delivery_
 
 // DefaultHistoryTables are the ClickHouse tables partitioned by toYYYYMM: the
 // raw history and the analytics rollups its views fill (a month of rollups
-// goes with its month of rows).
+// goes with its month of rows). The analytics levels' 30-day spans
+// (partitioned by year, a row per sensor and span) and the levels' seals are
+// kept: they are small, and a top list's prefix reads spans from the start.
 var DefaultHistoryTables = []string{"readings", "events", "delivery_attempts",
 	"readings_hourly", "events_hourly", "fleet_readings_hourly", "fleet_events_hourly",
-	"history_touched", "rollup_seals"}
+	"history_touched", "rollup_seals", "events_level_hour", "events_level_day", "events_level_block"}
 
 // Config configures the maintainer.
 type Config struct {

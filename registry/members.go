@@ -186,7 +186,15 @@ func (r *Store) CreateMember(ctx context.Context, m Member, tokenHash []byte, ba
 			id, m.ClientID, m.Name, m.Email, m.Timezone, prefs, tokenHash, m.Username); err != nil {
 			return pgutil.MapError(err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO member_inbox (member_id, epoch) VALUES ($1, $2)`, id, newEpoch()); err != nil {
+		// The inbox starts at the client's shared-message counter, read under a
+		// share lock held to commit (a shared write in flight is waited for):
+		// the shared messages up to it are the client's before this member, and
+		// the backfill below, a later statement, sees their notifications.
+		if _, err := tx.Exec(ctx, `SELECT FROM clients WHERE id = $1 FOR SHARE`, m.ClientID); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO member_inbox (member_id, epoch, mat_cseq)
+			SELECT $1, $2, inbox_cseq FROM clients WHERE id = $3`, id, newEpoch(), m.ClientID); err != nil {
 			return err
 		}
 		if err := replacePushTargets(ctx, tx, "member_id", id.String(), m.PushTargets); err != nil {

@@ -71,11 +71,13 @@ func (r *Retrier) Release(n int) {
 }
 
 // Deliver starts the attempts of deliveries the fan-out created claimed and
-// committed, each on a worker Reserve took (fanout.Handoff): their targets
-// are read and they are sent as claimed ones are, without a claim. It returns
-// at once. Should the retrier have stopped meanwhile, they are given back,
-// due at once, for a retrier to claim.
-func (r *Retrier) Deliver(claimed []storage.Delivery) {
+// committed, each on a worker Reserve took (fanout.Handoff), with the targets
+// the fan-out's transaction read (nil: read here): they are sent as claimed
+// ones are, without a claim and without reading their targets again. It
+// returns at once.
+// Should the retrier have stopped meanwhile, they are given back, due at
+// once, for a retrier to claim.
+func (r *Retrier) Deliver(claimed []storage.Delivery, targets map[string]storage.DeliveryTarget) {
 	h := &r.handoff
 	h.mu.Lock()
 	h.reserved -= len(claimed)
@@ -91,7 +93,7 @@ func (r *Retrier) Deliver(claimed []storage.Delivery) {
 	r.m.handedOver.Add(float64(len(claimed)))
 	go func() {
 		defer h.dispatchers.Done()
-		r.start(run.work, run.work, run.lane, claimed, run.outcomes, true)
+		r.start(run.work, run.work, run.lane, claimed, run.outcomes, true, targets)
 	}()
 }
 

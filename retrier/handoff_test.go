@@ -13,7 +13,7 @@ import (
 
 // handOver creates a state change with the retrier's reserved workers, as the
 // fan-out of its process does, and returns the deliveries created claimed.
-func handOver(t *testing.T, b *bundle, r *retrier.Retrier, eventID string, reserved int, leasedUntil time.Time) []storage.Delivery {
+func handOver(t *testing.T, b *bundle, r *retrier.Retrier, eventID string, reserved int, leasedUntil time.Time) fanout.NotificationsCreated {
 	t.Helper()
 	data, prev := 1, 0
 	created, err := fanout.NewPostgresStore(b.pg).CreateNotificationsClaiming(b.ctx, []storage.NotificationInput{{
@@ -23,7 +23,7 @@ func handOver(t *testing.T, b *bundle, r *retrier.Retrier, eventID string, reser
 		t.Fatal(err)
 	}
 	r.Release(reserved - len(created.Claimed))
-	return created.Claimed
+	return created
 }
 
 // reserve waits until the running retrier reserves a worker.
@@ -50,11 +50,15 @@ func TestHandoffSendsWithoutAClaim(t *testing.T) {
 	// The claim loop polls every 5ms (testConfig), but the delivery is
 	// IN_FLIGHT from its commit: no claim can take it.
 	n, until := reserve(t, r)
-	claimed := handOver(t, b, r, "handed-1", n, until)
+	created := handOver(t, b, r, "handed-1", n, until)
+	claimed := created.Claimed
 	if len(claimed) != 1 {
 		t.Fatalf("created %d claimed, want 1", len(claimed))
 	}
-	r.Deliver(claimed)
+	if tg := created.ClaimedTargets[claimed[0].ID]; !tg.Owned || tg.Secret != b.client.Secret || tg.WebhookURL != s.srv.URL {
+		t.Fatalf("handed-over target = %+v", tg)
+	}
+	r.Deliver(claimed, created.ClaimedTargets)
 	d := b.waitState(claimed[0].ID, storage.DeliverySent, 1)
 	if s.count() != 1 {
 		t.Fatalf("sink got %d webhooks, want 1", s.count())
@@ -89,11 +93,12 @@ func TestHandoffAfterStopGivesBack(t *testing.T) {
 	if again, _ := r.Reserve(1); again != 0 {
 		t.Fatalf("a stopped retrier reserved %d workers", again)
 	}
-	claimed := handOver(t, b, r, "late-1", n, until)
+	created := handOver(t, b, r, "late-1", n, until)
+	claimed := created.Claimed
 	if len(claimed) != 1 {
 		t.Fatalf("created %d claimed, want 1", len(claimed))
 	}
-	r.Deliver(claimed)
+	r.Deliver(claimed, created.ClaimedTargets)
 	d := b.get(claimed[0].ID)
 	if d.State != storage.DeliveryRetry || d.Attempts != 0 || d.NextAttemptAt.After(time.Now()) {
 		t.Fatalf("given back = %+v, want RETRY due now with no attempt", d)

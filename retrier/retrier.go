@@ -429,17 +429,28 @@ func (r *Retrier) claim(ctx, work context.Context, l *lane, limit int, outcomes 
 	if len(claimed) == 0 {
 		return 0, nil
 	}
-	r.start(ctx, work, l, claimed, outcomes, false)
+	r.start(ctx, work, l, claimed, outcomes, false, nil)
 	return len(claimed), nil
 }
 
-// start reads the claimed deliveries' targets and starts an attempt for each
-// one not held back. reserved says each delivery has its worker counted in
-// l.busy already (handed over by the fan-out, see Reserve); else each attempt
-// started takes one.
-func (r *Retrier) start(ctx, work context.Context, l *lane, claimed []storage.Delivery, outcomes chan<- outcome, reserved bool) {
-	// The deliveries are ours now: read their targets even if shutdown begins.
-	targets, pushes, emails, reports, targetErr, pushErr := r.readClaimed(ctx, work, claimed)
+// start reads the claimed deliveries' targets, unless known (the targets of
+// webhooks the fan-out handed over, read in its transaction), and starts an
+// attempt for each one not held back. reserved says each delivery has its
+// worker counted in l.busy already (handed over, see Reserve); else each
+// attempt started takes one.
+func (r *Retrier) start(ctx, work context.Context, l *lane, claimed []storage.Delivery, outcomes chan<- outcome,
+	reserved bool, known map[string]storage.DeliveryTarget) {
+	targets := known
+	var (
+		pushes             map[string]storage.PushRequest
+		emails             map[string]storage.MemberEmail
+		reports            map[string]storage.ReportEmail
+		targetErr, pushErr error
+	)
+	if known == nil {
+		// The deliveries are ours now: read their targets even if shutdown begins.
+		targets, pushes, emails, reports, targetErr, pushErr = r.readClaimed(ctx, work, claimed)
+	}
 	var held map[string]time.Duration
 	var quiet map[string]time.Duration
 	if targetErr == nil {

@@ -612,7 +612,72 @@ func (p *Postgres) deliveryTargets(ctx context.Context, ids []string, ats []*tim
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := p.pool.Query(ctx, `
+	rows, err := p.pool.Query(ctx, deliveryTargetsSQL, ids, ats)
+	if err != nil {
+		return nil, fmt.Errorf("reading delivery targets: %w", err)
+	}
+	defer rows.Close()
+	if err := p.scanTargets(rows, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// QueueDeliveryTargets queues in b the read of the deliveries' targets that
+// DeliveryTargets makes, filling out when the batch's results arrive: the
+// fan-out reads the targets of the webhooks it creates claimed in its own
+// transaction's pipelined batch, and hands them over with them, so the
+// sender need not read them again (one round trip fewer).
+func (p *Postgres) QueueDeliveryTargets(b *pgx.Batch, claimed []Delivery, out map[string]DeliveryTarget) {
+	ids, ats := make([]string, 0, len(claimed)), make([]*time.Time, 0, len(claimed))
+	for i, d := range claimed {
+		if uuid.Validate(d.ID) == nil {
+			ids, ats = append(ids, d.ID), append(ats, &claimed[i].EventAt)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	queueQuery(b, "reading delivery targets", deliveryTargetsSQL, func(rows pgx.Rows) error {
+		return p.scanTargets(rows, out)
+	}, ids, ats)
+}
+
+// scanTargets reads deliveryTargetsSQL's rows into out, by delivery id, with
+// their secrets decrypted.
+func (p *Postgres) scanTargets(rows pgx.Rows, out map[string]DeliveryTarget) error {
+	for rows.Next() {
+		var (
+			t        DeliveryTarget
+			clientID string
+			until    *time.Time
+			quiet    domain.QuietHours
+		)
+		if err := rows.Scan(&t.DeliveryID, &clientID, &t.Owned, &t.ClientExists, &t.WebhookURL, &t.Secret, &t.PreviousSecret,
+			&until, &t.Email, &t.PushTargetExists, &t.SensorAddress, &t.RateLimit, &t.EndpointDisabled,
+			&quiet.From, &quiet.To, &t.MemberTimezone, &t.QuietCritical); err != nil {
+			return fmt.Errorf("reading delivery targets: %w", err)
+		}
+		if quiet.From != "" {
+			t.Quiet = &quiet
+		}
+		if err := p.openSecrets(clientID, &t); err != nil {
+			return fmt.Errorf("reading delivery targets: %w", err)
+		}
+		if until != nil && t.PreviousSecret != "" {
+			t.PreviousSecretUntil = until.UTC()
+		}
+		out[t.DeliveryID] = t
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("reading delivery targets: %w", err)
+	}
+	return nil
+}
+
+// deliveryTargetsSQL reads deliveries' targets: $1 their ids, $2 their event
+// times (a NULL: unknown, every partition is looked in).
+const deliveryTargetsSQL = `
 		SELECT d.id::text, coalesce(c.id::text, ''),
 		       (d.notification_id IS NULL AND d.sensor_id IS NULL) OR (c.id IS NOT NULL AND l.client_id IS NOT NULL),
 		       c.id IS NOT NULL, coalesce(c.webhook_url, ''),
@@ -627,19 +692,19 @@ func (p *Postgres) deliveryTargets(ctx context.Context, ids []string, ats []*tim
 		       q.id IS NOT NULL AND CASE
 		           WHEN d.sensor_id IS NOT NULL THEN EXISTS (
 		               SELECT 1 FROM inbox_messages x
-		               WHERE x.member_id = q.id AND `+inbox.EpisodeKey+` = d.sensor_id AND `+inbox.EpisodeUnseen+`
+		               WHERE x.member_id = q.id AND ` + inbox.EpisodeKey + ` = d.sensor_id AND ` + inbox.EpisodeUnseen + `
 		                 AND x.severity = 'critical')
 		           WHEN d.event_type = 'digest' THEN EXISTS (
 		               SELECT 1 FROM inbox_messages x
-		               WHERE x.member_id = q.id AND `+inbox.EpisodeUnseen+` AND x.severity = 'critical')
+		               WHERE x.member_id = q.id AND ` + inbox.EpisodeUnseen + ` AND x.severity = 'critical')
 		           -- An escalation round's email or push (about no one sensor):
 		           -- the episodes it escalates, first_seq in (from_seq, to_seq].
 		           WHEN d.event_type = 'unseen' THEN EXISTS (
 		               SELECT 1 FROM member_emails me
 		               JOIN escalation_episodes e ON e.member_id = q.id AND e.first_seq > me.from_seq
 		                    AND e.first_seq <= me.to_seq AND e.critical_at IS NOT NULL
-		               JOIN inbox_messages x ON x.member_id = q.id AND `+inbox.EpisodeKey+` = e.key AND x.seq >= e.first_seq
-		               WHERE me.delivery_id = d.id AND me.event_at = d.event_at AND `+inbox.EpisodeUnseen+`
+		               JOIN inbox_messages x ON x.member_id = q.id AND ` + inbox.EpisodeKey + ` = e.key AND x.seq >= e.first_seq
+		               WHERE me.delivery_id = d.id AND me.event_at = d.event_at AND ` + inbox.EpisodeUnseen + `
 		                 AND x.severity = 'critical')
 		           -- An incident reminder's email or push: the reminder it names.
 		           WHEN d.event_type = 'incident_reminder' THEN EXISTS (
@@ -669,39 +734,7 @@ func (p *Postgres) deliveryTargets(ctx context.Context, ids []string, ats []*tim
 			  AND mm.quiet_from IS NOT NULL
 			  AND t.platform = split_part(d.target, ':', 1) AND t.push_key = substr(d.target, strpos(d.target, ':') + 1)
 			LIMIT 1
-		) q ON true`, ids, ats)
-	if err != nil {
-		return nil, fmt.Errorf("reading delivery targets: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			t        DeliveryTarget
-			clientID string
-			until    *time.Time
-			quiet    domain.QuietHours
-		)
-		if err := rows.Scan(&t.DeliveryID, &clientID, &t.Owned, &t.ClientExists, &t.WebhookURL, &t.Secret, &t.PreviousSecret,
-			&until, &t.Email, &t.PushTargetExists, &t.SensorAddress, &t.RateLimit, &t.EndpointDisabled,
-			&quiet.From, &quiet.To, &t.MemberTimezone, &t.QuietCritical); err != nil {
-			return nil, fmt.Errorf("reading delivery targets: %w", err)
-		}
-		if quiet.From != "" {
-			t.Quiet = &quiet
-		}
-		if err := p.openSecrets(clientID, &t); err != nil {
-			return nil, fmt.Errorf("reading delivery targets: %w", err)
-		}
-		if until != nil && t.PreviousSecret != "" {
-			t.PreviousSecretUntil = until.UTC()
-		}
-		out[t.DeliveryID] = t
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reading delivery targets: %w", err)
-	}
-	return out, nil
-}
+		) q ON true`
 
 // openSecrets decrypts the target's secrets in place.
 func (p *Postgres) openSecrets(clientID string, t *DeliveryTarget) error {

@@ -1,6 +1,7 @@
 package webapi
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -360,14 +361,50 @@ func (s *Server) pump(sub *live.Subscriber, sink streamSink, member string, done
 	}
 }
 
-// appendMessage adds one message event to buf.
+// appendMessage adds one message event to buf. A message that came whole in a
+// notification is written from its payload's shared rendering (rendered once
+// for every stream it goes to) with its own id and seq put in front.
 func (s *Server) appendMessage(buf []byte, sub *live.Subscriber, m *inbox.Message) []byte {
-	mode := "direct"
 	if sub.Replayed(m) {
-		mode = "replayed"
+		s.streamMetrics.sentReplayed.Inc()
+	} else {
+		s.streamMetrics.sentDirect.Inc()
 	}
-	s.streamMetrics.sent.WithLabelValues(mode).Inc()
-	return appendEvent(buf, strconv.FormatInt(m.Seq, 10), "message", renderMessage(*m))
+	if m.Frame == nil {
+		return appendEvent(buf, strconv.FormatInt(m.Seq, 10), "message", renderMessage(*m))
+	}
+	tail := m.Frame.Tail(func() []byte { return messageTail(*m) })
+	buf = append(buf, "id: "...)
+	buf = strconv.AppendInt(buf, m.Seq, 10)
+	buf = append(buf, "\nevent: message\ndata: "...)
+	buf = appendMessageHead(buf, m.ID, m.Seq)
+	buf = append(buf, tail...)
+	return append(buf, "\n\n"...)
+}
+
+// messageHeadZero is how a message body with no id and seq begins.
+const messageHeadZero = `{"id":"","seq":0,`
+
+// appendMessageHead adds the beginning of a message body: its id (a UUID, which
+// JSON needs no escape for) and seq, as renderMessage's JSON has them.
+func appendMessageHead(buf []byte, id string, seq int64) []byte {
+	buf = append(buf, `{"id":"`...)
+	buf = append(buf, id...)
+	buf = append(buf, `","seq":`...)
+	buf = strconv.AppendInt(buf, seq, 10)
+	return append(buf, ',')
+}
+
+// messageTail is m's body as renderMessage makes it, but for its beginning (id
+// and seq): what the messages of one notification payload share.
+func messageTail(m inbox.Message) []byte {
+	body := renderMessage(m)
+	body.ID, body.Seq = "", 0
+	encoded, err := json.Marshal(body)
+	if err != nil || !bytes.HasPrefix(encoded, []byte(messageHeadZero)) {
+		return []byte(`"type":null}`) // unreachable: a plain struct whose first fields are id and seq
+	}
+	return encoded[len(messageHeadZero):]
 }
 
 // appendEvent adds a server-sent event to buf; data is JSON, on one line.
