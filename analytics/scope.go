@@ -126,6 +126,23 @@ func (p *PostgresScopes) ScopeSensors(ctx context.Context, scope Scope) ([]strin
 	return ids, nil
 }
 
+// RegisteredSensors implements SensorChecker: which of ids are registered.
+func (p *PostgresScopes) RegisteredSensors(ctx context.Context, ids []string) (map[string]bool, error) {
+	rows, err := p.pool.Query(ctx, `SELECT id FROM sensors WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("checking ranked sensors: %w", storage.MapError(err))
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("checking ranked sensors: %w", storage.MapError(err))
+	}
+	out := make(map[string]bool, len(found))
+	for _, id := range found {
+		out[id] = true
+	}
+	return out, nil
+}
+
 // CountSensors implements SensorCounter: how many sensors are registered.
 func (p *PostgresScopes) CountSensors(ctx context.Context) (int, error) {
 	var n int

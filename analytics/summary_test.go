@@ -248,6 +248,20 @@ func TestTopIsExact(t *testing.T) {
 			t.Errorf("source %d: fleet top 1 by lost_seconds = %v, %v; want sC", src, items, err)
 		}
 	}
+	// A sensor that history holds and the registry does not (deleted since)
+	// is not ranked, though it lost the whole range: the fleet's query
+	// filters on no sensor, and the rows it ranked are checked.
+	ghost := storage.HistoryEvent{ID: "ghost-1", Type: "connection_lost", SensorID: "sGhost", At: rangeFrom}
+	if err := history.NewClickHouseStore(stores.ClickHouse).InsertEvents(ctx, []storage.HistoryEvent{ghost}); err != nil {
+		t.Fatal(err)
+	}
+	sealAll(t, stores)
+	st := analytics.New(stores.ClickHouse.Conn(), analytics.NewPostgresScopes(stores.Postgres.Pool()), analytics.WithClock(afterScript))
+	items, err := st.Top(ctx, analytics.TopQuery{Scope: analytics.Scope{Kind: analytics.ScopeFleet}, From: rangeFrom,
+		To: rangeTo, By: "lost_seconds", Limit: 2})
+	if err != nil || len(items) != 2 || items[0].SensorID != "sC" || items[1].SensorID != "sB" {
+		t.Errorf("fleet top 2 by lost_seconds with a deleted sensor's loss = %v, %v; want sC, sB", items, err)
+	}
 }
 
 // checkTop checks site yard's top lists by each figure over the range

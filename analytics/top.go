@@ -55,14 +55,14 @@ func (s *Store) Top(ctx context.Context, q TopQuery) ([]TopItem, error) {
 	if !from.Before(to) {
 		return nil, fmt.Errorf("%w: from must be before to", ErrBadQuery)
 	}
+	if s.source != SourceRaw {
+		return s.topFromLevels(ctx, q.Scope, from.Unix(), to.Unix(), q.By, q.Limit)
+	}
 	ids, err := s.scopeSensors(ctx, q.Scope)
 	if err != nil || len(ids) == 0 {
 		return []TopItem{}, err
 	}
 	sc := scopeSet{ids: ids, fleet: q.Scope.Kind == ScopeFleet}
-	if s.source != SourceRaw {
-		return s.topFromLevels(ctx, sc, from.Unix(), to.Unix(), q.By, q.Limit)
-	}
 	untrusted, err := s.untrusted(ctx, to.Unix())
 	if err != nil {
 		return nil, err

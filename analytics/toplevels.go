@@ -33,7 +33,11 @@ var rankSums = map[string]rankSum{
 // with end = min(to, max(from, now)) as combine counts it,
 // carry·(end−from) + end·Σδ − Σδ·t over the range, which is
 // end·Pδ(to) − Pδt(to) − from·Pδ(from) + Pδt(from).
-func (s *Store) topFromLevels(ctx context.Context, sc scopeSet, from, to int64, by string, limit int) ([]TopItem, error) {
+func (s *Store) topFromLevels(ctx context.Context, scope Scope, from, to int64, by string, limit int) ([]TopItem, error) {
+	sel, err := s.topSelection(ctx, scope)
+	if err != nil || sel.empty {
+		return []TopItem{}, err
+	}
 	untrusted, err := s.untrustedLevels(ctx, to+levels[len(levels)-1].width)
 	if err != nil {
 		return nil, err
@@ -46,30 +50,30 @@ func (s *Store) topFromLevels(ctx context.Context, sc scopeSet, from, to int64, 
 		parts = []weighting{{lp.prefix(to), end, -1}, {lp.prefix(from), -from, 1}}
 	}
 	ws := merge(parts)
-	registered := make(map[string]bool, len(sc.ids))
-	for _, id := range sc.ids {
-		registered[id] = true
-	}
 	var pos, neg []TopItem
 	if len(ws) > 0 {
-		if pos, err = s.rankRows(ctx, sc, ws, sum, "> 0", limit, registered); err != nil {
+		if pos, err = s.rankRows(ctx, sel, ws, sum, "> 0", limit); err != nil {
 			return nil, err
 		}
 	}
 	zeros := limit - len(pos)
 	if zeros > 0 && len(ws) > 0 {
-		if neg, err = s.rankRows(ctx, sc, ws, sum, "< 0", limit, registered); err != nil {
+		if neg, err = s.rankRows(ctx, sel, ws, sum, "< 0", limit); err != nil {
 			return nil, err
 		}
 	}
-	out := pos
+	out := append([]TopItem{}, pos...)
 	if zeros > 0 {
+		ids, err := sel.all(ctx)
+		if err != nil {
+			return nil, err
+		}
 		nonzero := make(map[string]bool, len(pos)+len(neg))
 		for _, it := range append(pos, neg...) {
 			nonzero[it.SensorID] = true
 		}
 		var z []string
-		for _, id := range sc.ids {
+		for _, id := range ids {
 			if !nonzero[id] {
 				z = append(z, id)
 			}
@@ -83,29 +87,81 @@ func (s *Store) topFromLevels(ctx context.Context, sc scopeSet, from, to int64, 
 	return out[:min(len(out), limit)], nil
 }
 
+// SensorChecker is what a Scopes may also do: say which of some sensor ids
+// are registered. A fleet top list then checks the rows it ranked instead of
+// listing the fleet (100,000 ids from Postgres for 20 rows).
+type SensorChecker interface {
+	RegisteredSensors(ctx context.Context, ids []string) (map[string]bool, error)
+}
+
+// topSelection is the scope of a top list as its queries filter it (sc), how
+// ranked rows are checked against the registry, and how the scope's sensors
+// are listed when zeros must fill the list.
+type topSelection struct {
+	sc         scopeSet
+	empty      bool
+	registered func(ctx context.Context, ids []string) (map[string]bool, error)
+	all        func(ctx context.Context) ([]string, error)
+}
+
+// topSelection resolves scope: the fleet unfiltered and checked row by row
+// when the resolver can (SensorChecker), any other scope by its list.
+func (s *Store) topSelection(ctx context.Context, scope Scope) (topSelection, error) {
+	if c, ok := s.scopes.(SensorChecker); ok && scope.Kind == ScopeFleet {
+		return topSelection{sc: scopeSet{fleet: true}, registered: c.RegisteredSensors,
+			all: func(ctx context.Context) ([]string, error) { return s.scopeSensors(ctx, scope) }}, nil
+	}
+	ids, err := s.scopeSensors(ctx, scope)
+	if err != nil || len(ids) == 0 {
+		return topSelection{empty: true}, err
+	}
+	known := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		known[id] = true
+	}
+	return topSelection{
+		sc:         scopeSet{ids: ids, fleet: scope.Kind == ScopeFleet},
+		registered: func(context.Context, []string) (map[string]bool, error) { return known, nil },
+		all:        func(context.Context) ([]string, error) { return ids, nil },
+	}, nil
+}
+
 // rankRows returns up to limit registered sensors whose figure satisfies
 // cond (> 0, < 0), largest first, ties by id. The fleet's query filters on
 // no sensor (history may hold sensors deleted since): it asks for more rows
 // until limit registered ones are found or none are left.
-func (s *Store) rankRows(ctx context.Context, sc scopeSet, ws []weighted, sum rankSum, cond string, limit int, registered map[string]bool) ([]TopItem, error) {
-	sql, args := rankSQL(sc, ws, sum)
+func (s *Store) rankRows(ctx context.Context, sel topSelection, ws []weighted, sum rankSum, cond string, limit int) ([]TopItem, error) {
+	sql, args := rankSQL(sel.sc, ws, sum)
 	for ask := limit; ; ask *= 4 {
-		var out []TopItem
-		got := 0
-		err := s.query(ctx, sc, sql+fmt.Sprintf(`
+		var got []TopItem
+		err := s.query(ctx, sel.sc, sql+fmt.Sprintf(`
 			HAVING total %s ORDER BY total DESC, k LIMIT %d`, cond, ask), args, func(scan func(...any) error) error {
 			var it TopItem
 			if err := scan(&it.SensorID, &it.Value); err != nil {
 				return err
 			}
-			got++
-			if registered[it.SensorID] && len(out) < limit {
-				out = append(out, it)
-			}
+			got = append(got, it)
 			return nil
 		})
-		if err != nil || len(out) == limit || got < ask {
-			return out, err
+		if err != nil || len(got) == 0 {
+			return nil, err
+		}
+		ids := make([]string, len(got))
+		for i, it := range got {
+			ids[i] = it.SensorID
+		}
+		known, err := sel.registered(ctx, ids)
+		if err != nil {
+			return nil, err
+		}
+		var out []TopItem
+		for _, it := range got {
+			if known[it.SensorID] && len(out) < limit {
+				out = append(out, it)
+			}
+		}
+		if len(out) == limit || len(got) < ask {
+			return out, nil
 		}
 	}
 }

@@ -27,16 +27,18 @@ func WithRollupRepair(r Rollups) Option {
 	}
 }
 
-// repairRollups seals the hours that ended before now. The hour in progress
-// is left: rows still arrive in it, each unsealing it again.
+// repairRollups seals the hours that ended before now, and the analytics
+// levels' buckets that did. The hour in progress is left: rows still arrive
+// in it, each unsealing it again. Level corrections are logged, not counted
+// in RollupRowsCorrected (the hourly rollups' rows).
 func (mt *Maintainer) repairRollups(ctx context.Context, now time.Time, rep *Report) error {
 	sealed, err := mt.rollups.SealRollups(ctx, now.Truncate(time.Hour))
 	rep.RollupHoursSealed += sealed.Hours
 	rep.RollupRowsCorrected += sealed.Corrected
 	mt.m.rollupCorrections.Add(float64(sealed.Corrected))
-	if sealed.Corrected > 0 {
+	if sealed.Corrected > 0 || sealed.LevelCorrected > 0 {
 		mt.logger.WarnContext(ctx, "analytics rollups differed from the raw history (a replayed batch): corrected",
-			"hours", sealed.Hours, "rows", sealed.Corrected)
+			"hours", sealed.Hours, "rows", sealed.Corrected, "level_buckets", sealed.LevelBuckets, "level_rows", sealed.LevelCorrected)
 	}
 	return err
 }
