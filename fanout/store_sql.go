@@ -94,16 +94,3 @@ const createNotificationsSQL = `
 				SELECT d.client_id::text, d.sensor_id, d.event_type, d.channel, d.target,
 				       d.event_at, d.notification_id::text, n.event_id, d.id::text, d.state
 				FROM d JOIN n ON n.id = d.notification_id) AS r ON true`
-
-// ClaimDeliveries takes up to limit due deliveries (SCHEDULED, PENDING or RETRY
-// with NextAttemptAt at or before now), oldest due first, for this caller alone:
-// they become IN_FLIGHT until now+lease with Attempts one higher. Rows another
-// claimer holds are skipped, not waited for, so any number of retriers share the
-// outbox. With channels given, only deliveries on those channels are claimed.
-//
-// Deliveries of one (client, sensor, channel, target) go out in event order: a
-// delivery is not claimed while an older one of the same key is PENDING, RETRY or
-// IN_FLIGHT (even one not due yet), so a retrying delivery holds back the newer
-// ones behind it. The check reads the small index of open deliveries.
-// Deliveries resumed when their endpoint was enabled (see EnableEndpoint) keep
-// the order of their client and channel as a whole: one is not claimed while an
