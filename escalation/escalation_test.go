@@ -156,37 +156,37 @@ func TestRoundDigestAtDigestTimes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The digest time is two hours after the real now in Paris (the
+	// message is written at the database's now): the only time of day of
+	// that name between the message and the rounds below is nine itself,
+	// whatever the hour the test runs at. A fixed "09:00" failed when run
+	// between 08:00 and 09:00 Paris: that day's 09:00 fell between.
+	nine := time.Now().In(paris).Add(2 * time.Hour).Truncate(time.Minute)
+	digestAt := nine.Format("15:04")
 	hana := f.member(t, c.ID, "hana", func(m *registry.Member) {
-		m.Timezone, m.Preferences.Email, m.Preferences.DigestTimes = "Europe/Paris", "digest", []string{"09:00"}
+		m.Timezone, m.Preferences.Email, m.Preferences.DigestTimes = "Europe/Paris", "digest", []string{digestAt}
 		m.PushTargets = nil
 	})
+	// ivan's digest comes at the same instant, named in UTC.
 	ivan := f.member(t, c.ID, "ivan", func(m *registry.Member) {
-		m.Preferences.Email, m.Preferences.DigestTimes = "digest", []string{"09:00"}
+		m.Preferences.Email, m.Preferences.DigestTimes = "digest", []string{nine.UTC().Format("15:04")}
 		m.PushTargets = nil
 	})
 	f.markAll(t, ivan.ID, inbox.ActionSeen)
-	// The first 09:00 in Paris at least an hour ahead: no other 09:00 Paris
-	// falls between the message and the round just before it, whatever the
-	// hour the test runs at.
-	p := time.Now().In(paris)
-	nine := time.Date(p.Year(), p.Month(), p.Day(), 9, 0, 0, 0, paris)
-	for nine.Before(p.Add(time.Hour)) {
-		nine = nine.AddDate(0, 0, 1)
-	}
 	now := nine.Add(-time.Minute)
 	e := f.escalator(t, &now)
 	f.flip(t, "state_changed", 1, "door1")
 	f.markAll(t, ivan.ID, inbox.ActionSeen) // ivan has nothing unseen
 
 	if res := f.round(t, e); res.Digests != 0 {
-		t.Fatalf("before 09:00 Paris: %+v", res)
+		t.Fatalf("before %s Paris: %+v", digestAt, res)
 	}
 	now = nine.Add(time.Second)
 	if res := f.round(t, e); res.Digests != 1 || res.DigestMembers < 1 {
-		t.Fatalf("at 09:00 Paris: %+v, want one digest (hana)", res)
+		t.Fatalf("at %s Paris: %+v, want one digest (hana)", digestAt, res)
 	}
 	if res := f.round(t, e); res.Digests != 0 {
-		t.Fatalf("again at 09:00: %+v, want none", res)
+		t.Fatalf("again at %s: %+v, want none", digestAt, res)
 	}
 	ds := f.escalations(t, c.ID)
 	digests := byTarget(ds)
