@@ -20,9 +20,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockstream/lockstream/domain"
-	"github.com/lockstream/lockstream/inbox/live"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/webapi/live"
 )
 
 // Defaults of Config.

@@ -17,10 +17,10 @@ import (
 	"time"
 
 	"github.com/lockstream/lockstream/inbox"
-	"github.com/lockstream/lockstream/inbox/live"
 	"github.com/lockstream/lockstream/internal/httpapi"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
+	"github.com/lockstream/lockstream/webapi/live"
 )
 
 // Defaults of InboxConfig, and the contract's fixed values.
