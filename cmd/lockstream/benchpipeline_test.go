@@ -23,23 +23,8 @@ import (
 // clients' figures must be there and positive.
 func TestBenchPipelineSmall(t *testing.T) {
 	t.Parallel()
-	base := storagetest.NewPostgresDatabase(t)
-	chBase := storagetest.NewClickHouseDatabase(t)
-	var out, errOut bytes.Buffer
-	code := run(context.Background(), []string{"bench", "pipeline",
-		"--pg-url", base, "--clickhouse-url", chBase,
-		"--redis-url", storagetest.RedisURL(t), "--redis-prefix", storagetest.NewRedisPrefix(t),
-		"--kafka-brokers", "", "--kafka-partitions", "3", "--log-level", "warn",
-		"--sensors", "1000", "--linked", "300", "--readings", "20000", "--change-rate", "0.02",
-		"--latency-rate", "100", "--latency-duration", "2s", "--timeout", "3m",
-		"--clients", "3", "--failing-clients", "1"}, &out, &errOut)
-	if code != 0 {
-		t.Fatalf("bench pipeline exited %d:\n%s\n%s", code, errOut.String(), out.String())
-	}
-	var res bench.PipelineResult
-	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
-		t.Fatalf("decoding the report: %v\n%s", err, out.String())
-	}
+	res, out := smallPipeline(t, "--readings", "20000", "--change-rate", "0.02",
+		"--clients", "3", "--failing-clients", "1")
 	if res.Duplicates != 0 || res.BadSignatures != 0 {
 		t.Errorf("duplicates %d, bad signatures %d; want 0 and 0", res.Duplicates, res.BadSignatures)
 	}
@@ -69,7 +54,7 @@ func TestBenchPipelineSmall(t *testing.T) {
 		if !(v > 0) {
 			t.Errorf("%s = %v, want a positive figure", name, v)
 		}
-		if !strings.Contains(out.String(), `"`+name+`"`) {
+		if !strings.Contains(out, `"`+name+`"`) {
 			t.Errorf("the report has no %s", name)
 		}
 	}
@@ -79,7 +64,7 @@ func TestBenchPipelineSmall(t *testing.T) {
 	if res.HealthyWebhooks != 200 {
 		t.Errorf("second webhook phase: %d webhooks at the healthy clients, want their 200 sensors'", res.HealthyWebhooks)
 	}
-	t.Logf("report (speed figures are not checked here):\n%s", out.String())
+	t.Logf("report (speed figures are not checked here):\n%s", out)
 }
 
 // TestBenchPipelinePostsSmall runs `lockstream bench pipeline --posts` small:
@@ -89,22 +74,7 @@ func TestBenchPipelineSmall(t *testing.T) {
 // arrived once, signed, and the latency figures are there.
 func TestBenchPipelinePostsSmall(t *testing.T) {
 	t.Parallel()
-	base := storagetest.NewPostgresDatabase(t)
-	chBase := storagetest.NewClickHouseDatabase(t)
-	var out, errOut bytes.Buffer
-	code := run(context.Background(), []string{"bench", "pipeline",
-		"--pg-url", base, "--clickhouse-url", chBase,
-		"--redis-url", storagetest.RedisURL(t), "--redis-prefix", storagetest.NewRedisPrefix(t),
-		"--kafka-brokers", "", "--kafka-partitions", "3", "--log-level", "warn",
-		"--sensors", "1000", "--linked", "300", "--posts", "--history", "1000",
-		"--latency-rate", "100", "--latency-duration", "2s", "--timeout", "3m"}, &out, &errOut)
-	if code != 0 {
-		t.Fatalf("bench pipeline --posts exited %d:\n%s\n%s", code, errOut.String(), out.String())
-	}
-	var res bench.PipelineResult
-	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
-		t.Fatalf("decoding the report: %v\n%s", err, out.String())
-	}
+	res, out := smallPipeline(t, "--posts", "--history", "1000")
 	if res.Duplicates != 0 || res.BadSignatures != 0 {
 		t.Errorf("duplicates %d, bad signatures %d; want 0 and 0", res.Duplicates, res.BadSignatures)
 	}
@@ -117,5 +87,27 @@ func TestBenchPipelinePostsSmall(t *testing.T) {
 	if !(res.PostP50Ms > 0 && res.PostP99Ms >= res.PostP50Ms && res.PostAnswerP99Ms > 0) {
 		t.Errorf("post latency p50 %v, p99 %v, answer p99 %v: want positive figures", res.PostP50Ms, res.PostP99Ms, res.PostAnswerP99Ms)
 	}
-	t.Logf("report (speed figures are not checked here):\n%s", out.String())
+	t.Logf("report (speed figures are not checked here):\n%s", out)
+}
+
+// smallPipeline runs `lockstream bench pipeline` small (1,000 sensors, 300
+// linked, 100 changes a second for 2 s) on private stores and kfake, with args
+// added, and returns its decoded report and the report as printed.
+func smallPipeline(t *testing.T, args ...string) (bench.PipelineResult, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), append([]string{"bench", "pipeline",
+		"--pg-url", storagetest.NewPostgresDatabase(t), "--clickhouse-url", storagetest.NewClickHouseDatabase(t),
+		"--redis-url", storagetest.RedisURL(t), "--redis-prefix", storagetest.NewRedisPrefix(t),
+		"--kafka-brokers", "", "--kafka-partitions", "3", "--log-level", "warn",
+		"--sensors", "1000", "--linked", "300",
+		"--latency-rate", "100", "--latency-duration", "2s", "--timeout", "3m"}, args...), &out, &errOut)
+	if code != 0 {
+		t.Fatalf("bench pipeline %v exited %d:\n%s\n%s", args, code, errOut.String(), out.String())
+	}
+	var res bench.PipelineResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("decoding the report: %v\n%s", err, out.String())
+	}
+	return res, out.String()
 }
