@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockstream/lockstream/escalation"
+	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
@@ -456,5 +457,45 @@ func TestRoundOneEmailPerMemberListsEveryEpisode(t *testing.T) {
 		if n != 1 {
 			t.Fatalf("%s: escalated %d times", k, n)
 		}
+	}
+}
+
+// A fan-out that died after its commit, before it wrote its members' copies
+// of a shared message, leaves them to whoever comes next: the round writes
+// them first, so the member's unseen message is escalated all the same.
+func TestRoundEscalatesSharedMessagesACrashLeftUncopied(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "door1")
+	c := f.client(t, "door1")
+	alice := f.member(t, c.ID, "alice", func(m *registry.Member) { m.Preferences.Push = false; m.PushTargets = nil })
+	data := 1
+	events := []storage.NotificationInput{{EventID: "ev-crash", Type: "state_changed", SensorID: "door1", Data: &data,
+		At: time.Now()}}
+	died := func() (r any) {
+		defer func() { r = recover() }()
+		_, _ = fanout.NewPostgresStore(f.pg).CreateNotificationsClaiming(f.ctx, events, fanout.Claim{
+			Committed: func([]storage.Delivery, map[string]storage.DeliveryTarget) {
+				panic("the fan-out died after its commit")
+			}})
+		return nil
+	}()
+	if died == nil {
+		t.Fatal("the fan-out's write did not reach its commit callback")
+	}
+	var waiting int
+	if err := f.pg.Pool().QueryRow(f.ctx, `SELECT count(*) FROM inbox_shared`).Scan(&waiting); err != nil {
+		t.Fatal(err)
+	}
+	if waiting == 0 {
+		t.Fatal("no shared message waits for its copies: the crash was not reproduced")
+	}
+
+	now := time.Now().Add(16 * time.Minute)
+	e := f.escalator(t, &now)
+	if res := f.round(t, e); res.Emails != 1 {
+		t.Fatalf("after the email wait: %+v, want alice's email", res)
+	}
+	if got := byTarget(f.escalations(t, c.ID)); got["unseen member:"+alice.ID] != 1 || len(got) != 1 {
+		t.Fatalf("escalations %v, want one email for alice", got)
 	}
 }
