@@ -249,7 +249,7 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) 
 		logger:       logger.With("component", "consumer"),
 		metrics:      m,
 	}
-	c.writer = &stateWriter{c: c, queue: make(chan stateWrite, stateQueue)}
+	c.writer = newStateWriter(c)
 	c.group, err = stream.NewGroup(stream.GroupConfig{
 		Stream:         cfg.Stream,
 		Group:          cfg.Group,

@@ -3,12 +3,18 @@ package consumer
 import (
 	"context"
 	"time"
+
+	"golang.org/x/sync/semaphore"
 )
 
-// stateQueue bounds the batches whose changes wait for the state writer; a
-// worker whose batch finds it full waits, so memory stays bounded while
-// Postgres is slow.
-const stateQueue = 64
+// stateQueue bounds the batches whose changes wait for the state writer, and
+// stateQueueChanges (times MaxPollRecords, a batch's most) the changes they
+// hold; a worker whose batch finds either full waits, so memory stays bounded
+// while Postgres is slow.
+const (
+	stateQueue        = 64
+	stateQueueChanges = 2
+)
 
 // stateWrite is a batch's state changes handed to the state writer: done is
 // closed once they are stored, after stored ran.
@@ -28,6 +34,15 @@ type stateWrite struct {
 type stateWriter struct {
 	c     *Consumer
 	queue chan stateWrite
+	// room holds a unit per change that may wait in queue (the writer takes
+	// at most 2 × MaxPollRecords more out of it: a statement's, and the batch
+	// that did not fit in it).
+	room *semaphore.Weighted
+}
+
+func newStateWriter(c *Consumer) *stateWriter {
+	return &stateWriter{c: c, queue: make(chan stateWrite, stateQueue),
+		room: semaphore.NewWeighted(int64(stateQueueChanges * c.cfg.MaxPollRecords))}
 }
 
 // run stores the queued changes until ctx is cancelled; changes not stored
@@ -39,6 +54,7 @@ func (s *stateWriter) run(ctx context.Context) {
 		if first == nil {
 			select {
 			case w := <-s.queue:
+				s.room.Release(int64(len(w.changes)))
 				first = &w
 			case <-ctx.Done():
 				return
@@ -71,6 +87,7 @@ func (s *stateWriter) gather(first stateWrite) (writes []stateWrite, next *state
 	for {
 		select {
 		case w := <-s.queue:
+			s.room.Release(int64(len(w.changes)))
 			if n+len(w.changes) > s.c.cfg.MaxPollRecords {
 				return writes, &w
 			}
@@ -111,15 +128,19 @@ func (s *stateWriter) store(ctx context.Context, changes []StateChange) error {
 	}
 }
 
-// hand queues a batch's changes for the writer and returns what closes once
-// they are stored (stored having run); it waits while the queue is full, and
-// returns ctx's error if ctx ends first.
+// hand queues a batch's changes (at most MaxPollRecords) for the writer and
+// returns what closes once they are stored (stored having run); it waits while
+// the queue is full, and returns ctx's error if ctx ends first.
 func (s *stateWriter) hand(ctx context.Context, changes []StateChange, stored func()) (chan struct{}, error) {
+	if err := s.room.Acquire(ctx, int64(len(changes))); err != nil {
+		return nil, err
+	}
 	w := stateWrite{changes: changes, stored: stored, done: make(chan struct{})}
 	select {
 	case s.queue <- w:
 		return w.done, nil
 	case <-ctx.Done():
+		s.room.Release(int64(len(changes)))
 		return nil, ctx.Err()
 	}
 }

@@ -54,10 +54,11 @@ func (g *gatedStates) sensorsOfCalls() [][]string {
 }
 
 // TestStateWriterStoresWhatQueuedInOneStatement: while a statement is in
-// flight, the batches handed over queue up and go in the next statement, in
-// the order they came, up to MaxPollRecords changes (the one that does not fit
-// leads the statement after); a failed statement is retried before anything
-// after it; each batch is counted (stored) before its Pending closes, in order.
+// flight, the batches handed over queue up (at most 2 × MaxPollRecords changes)
+// and go in the next statement, in the order they came, up to MaxPollRecords
+// changes (the one that does not fit leads the statement after); a failed
+// statement is retried before anything after it; each batch is counted
+// (stored) before its Pending closes, in order.
 func TestStateWriterStoresWhatQueuedInOneStatement(t *testing.T) {
 	t.Parallel()
 	states := &gatedStates{gate: make(chan error)}
@@ -67,7 +68,7 @@ func TestStateWriterStoresWhatQueuedInOneStatement(t *testing.T) {
 	}
 	cfg := Config{MaxPollRecords: 3, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond}.WithDefaults()
 	c := &Consumer{cfg: cfg, states: states, metrics: m, logger: slog.New(slog.DiscardHandler)}
-	w := &stateWriter{c: c, queue: make(chan stateWrite, stateQueue)}
+	w := newStateWriter(c)
 	ctx, cancel := context.WithCancel(context.Background())
 	var running sync.WaitGroup
 	running.Go(func() { w.run(ctx) })
@@ -105,6 +106,11 @@ func TestStateWriterStoresWhatQueuedInOneStatement(t *testing.T) {
 	// Queued behind the statement in flight: b and c fit in one statement
 	// with d, e does not (MaxPollRecords 3); an empty batch goes along.
 	later := []chan struct{}{hand("b", "c"), hand(), hand("d"), hand("e")}
+	// The queue holds 2 × MaxPollRecords changes: 4 wait, room for 2 more.
+	if w.room.TryAcquire(3) || !w.room.TryAcquire(2) {
+		t.Fatal("the queue's room is not 6 changes less the 4 waiting")
+	}
+	w.room.Release(2)
 	states.gate <- errors.New("postgres is away")
 	runtest.WaitFor(t, calls(2)) // the retry of a, alone
 	for _, done := range append([]chan struct{}{first}, later...) {
@@ -125,6 +131,9 @@ func TestStateWriterStoresWhatQueuedInOneStatement(t *testing.T) {
 	states.gate <- nil
 	<-later[3]
 
+	if !w.room.TryAcquire(6) {
+		t.Error("the queue's room was not given back")
+	}
 	want := [][]string{{"a"}, {"a"}, {"b", "c", "d"}, {"e"}}
 	if got := states.sensorsOfCalls(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("statements %v, want %v", got, want)

@@ -61,7 +61,10 @@ func TestEventsDoNotWaitForStates(t *testing.T) {
 	stores := storagetest.New(t)
 	cfg := streamtest.Config(t, 1)
 	var inputs []input
-	for i := range 10 {
+	// Three batches of two: while the first batch's states wait, the other two
+	// batches' wait in the queue (2 × MaxPollRecords changes) after their
+	// events were produced.
+	for i := range 6 {
 		id := fmt.Sprintf("s%d", i)
 		if _, err := stores.Registry.CreateSensor(ctx, registry.Sensor{ID: id, Address: "here"}); err != nil {
 			t.Fatal(err)
