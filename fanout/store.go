@@ -283,12 +283,14 @@ func (fb fanoutBatch) scanCreated(rows pgx.Rows, created *NotificationsCreated, 
 		}
 		k.client = *client
 		created.Deliveries[storage.Channel(k.channel)]++
-		months[at.UTC().Format("200601")]++
 		switch storage.DeliveryState(state) {
-		case storage.DeliveryInFlight:
+		case storage.DeliveryInFlight: // in webhooks_in_flight, not in the outbox's partitions
 			r.claimed = append(r.claimed, fb.claimedDelivery(deliveryID, notificationID, eventID, k, at))
 		case storage.DeliveryPending:
 			r.pending[storage.Channel(k.channel)]++
+			months[at.UTC().Format("200601")]++
+		default:
+			months[at.UTC().Format("200601")]++
 		}
 		if eventType == string(event.StateChanged) && at.After(r.newest[k]) {
 			r.newest[k] = at

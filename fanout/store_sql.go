@@ -44,8 +44,8 @@ const createNotificationsSQL = `
 				ON CONFLICT (event_id, client_id, event_at) DO NOTHING
 				RETURNING id, event_id, client_id, sensor_id, type, event_at
 			), dd AS (
-				SELECT n.id AS notification_id, n.client_id, n.sensor_id, n.type, ch.channel, ch.target, n.event_at,
-				       ev.ord,
+				SELECT n.id AS notification_id, n.event_id, n.client_id, n.sensor_id, n.type, ch.channel, ch.target,
+				       n.event_at, ev.ord,
 				       -- A disabled endpoint's deliveries are kept, not attempted.
 				       ch.channel = 'webhook' AND c.endpoint_disabled_at IS NOT NULL AS paused,
 				       -- A webhook the sender in this process may take at once (Claim):
@@ -57,7 +57,11 @@ const createNotificationsSQL = `
 				           SELECT 1 FROM deliveries o
 				           WHERE o.client_id = n.client_id AND o.sensor_id = n.sensor_id
 				             AND o.channel = ch.channel AND o.target = ch.target
-				             AND o.state IN ('PENDING', 'RETRY', 'IN_FLIGHT') AND o.event_at <= n.event_at) AS claimable
+				             AND o.state IN ('PENDING', 'RETRY', 'IN_FLIGHT') AND o.event_at <= n.event_at)
+				       -- nor one of its key handed over and still in flight.
+				       AND NOT EXISTS (
+				           SELECT 1 FROM webhooks_in_flight h
+				           WHERE h.client_id = n.client_id AND h.sensor_id = n.sensor_id) AS claimable
 				FROM n JOIN ev ON ev.event_id = n.event_id JOIN clients c ON c.id = n.client_id
 				CROSS JOIN LATERAL (
 					SELECT 'webhook'::text, ''::text
@@ -71,19 +75,24 @@ const createNotificationsSQL = `
 				FROM dd
 			), d AS (
 				INSERT INTO deliveries (id, notification_id, client_id, sensor_id, event_type, channel, target,
-				                        state, attempts, leased_until, next_attempt_at, event_at)
+				                        state, next_attempt_at, event_at)
 				SELECT lockstream_uuid_v7(), dc.notification_id, dc.client_id, dc.sensor_id, dc.type, dc.channel,
-				       dc.target,
-				       CASE WHEN dc.paused THEN 'PAUSED' WHEN dc.claimed THEN 'IN_FLIGHT' ELSE 'PENDING' END,
-				       -- A claimed delivery is on its first attempt, leased as a claim leases it.
-				       CASE WHEN dc.claimed THEN 1 ELSE 0 END, CASE WHEN dc.claimed THEN $11::timestamptz END,
-				       now(), dc.event_at
-				FROM dc
+				       dc.target, CASE WHEN dc.paused THEN 'PAUSED' ELSE 'PENDING' END, now(), dc.event_at
+				FROM dc WHERE NOT dc.claimed
 				-- Inserted in the events' order, so seq (the column default) follows it.
 				-- No conflict is possible: n holds only the notifications just
 				-- inserted (migration 00141).
 				ORDER BY dc.ord
 				RETURNING id, notification_id, client_id, sensor_id, event_type, channel, target, event_at, state
+			), h AS (
+				-- A claimed webhook gets no delivery row: the row of its attempt in
+				-- flight, leased as a claim leases it (migration 00240).
+				INSERT INTO webhooks_in_flight (id, notification_id, client_id, sensor_id, event_id, event_type,
+				                                event_at, leased_until)
+				SELECT lockstream_uuid_v7(), dc.notification_id, dc.client_id, dc.sensor_id, dc.event_id, dc.type,
+				       dc.event_at, $11::timestamptz
+				FROM dc WHERE dc.claimed
+				RETURNING id, notification_id, client_id, sensor_id, event_id, event_type, event_at
 			)
 			SELECT (SELECT count(*) FROM n), (SELECT count(*) FROM linked WHERE NOT subscribed),
 			       r.client_id, coalesce(r.sensor_id, ''), coalesce(r.event_type, ''), coalesce(r.channel, ''),
@@ -93,4 +102,8 @@ const createNotificationsSQL = `
 			FROM (SELECT 1) AS one LEFT JOIN (
 				SELECT d.client_id::text, d.sensor_id, d.event_type, d.channel, d.target,
 				       d.event_at, d.notification_id::text, n.event_id, d.id::text, d.state
-				FROM d JOIN n ON n.id = d.notification_id) AS r ON true`
+				FROM d JOIN n ON n.id = d.notification_id
+				UNION ALL
+				SELECT h.client_id::text, h.sensor_id, h.event_type, 'webhook', '', h.event_at,
+				       h.notification_id::text, h.event_id, h.id::text, 'IN_FLIGHT'
+				FROM h) AS r ON true`
