@@ -36,13 +36,38 @@ const createNotificationsSQL = `
 					WHERE s.site = ev.site
 				) cs ON true
 				JOIN clients c ON c.id = cs.client_id
+			), fresh AS (
+				-- The (event, client) pairs not notified before: a replay adds
+				-- nothing. A replay committed by another writer after this
+				-- statement began fails the insert on the unique key instead, and the
+				-- batch is written again (Fanout.write), so no seq is taken for it.
+				SELECT l.* FROM linked l
+				WHERE l.subscribed AND NOT EXISTS (
+					SELECT 1 FROM notifications x
+					WHERE x.event_id = l.event_id AND x.client_id = l.client_id AND x.event_at = l.at)
+			), locked AS (
+				-- The clients before their seq counters, in id order, as DeleteClient
+				-- takes them (storage.QueueClientLocks).
+				SELECT c.id FROM clients c WHERE c.id IN (SELECT client_id FROM fresh) ORDER BY c.id FOR KEY SHARE
+			), counted AS (
+				SELECT client_id, count(*) AS n FROM fresh GROUP BY client_id
+			), bumped AS (
+				-- Each client's next seqs, in the insert itself, so a notification is
+				-- written once (an UPDATE of its seq moved every index entry). The
+				-- counter's row lock is held to commit: seqs commit in order, none
+				-- skipped or taken twice (storage.QueueClientSeqs).
+				INSERT INTO client_event_seq AS q (client_id, last_seq)
+				SELECT client_id, n FROM counted WHERE client_id IN (SELECT id FROM locked) ORDER BY client_id
+				ON CONFLICT (client_id) DO UPDATE SET last_seq = q.last_seq + excluded.last_seq
+				RETURNING q.client_id, q.last_seq
 			), n AS (
-				INSERT INTO notifications (id, event_id, client_id, sensor_id, type, data, previous, event_at, lost_since)
-				SELECT lockstream_uuid_v7(), l.event_id, l.client_id, l.sensor_id, l.type, l.data, l.previous, l.at,
-				       l.lost_since
-				FROM linked l WHERE l.subscribed
-				ON CONFLICT (event_id, client_id, event_at) DO NOTHING
-				RETURNING id, event_id, client_id, sensor_id, type, event_at
+				INSERT INTO notifications (id, event_id, client_id, sensor_id, type, data, previous, event_at, lost_since,
+				                           client_seq)
+				SELECT lockstream_uuid_v7(), f.event_id, f.client_id, f.sensor_id, f.type, f.data, f.previous, f.at,
+				       f.lost_since,
+				       b.last_seq - k.n + row_number() OVER (PARTITION BY f.client_id ORDER BY f.ord)
+				FROM fresh f JOIN bumped b ON b.client_id = f.client_id JOIN counted k ON k.client_id = f.client_id
+				RETURNING id, event_id, client_id, sensor_id, type, event_at, client_seq
 			), dd AS (
 				SELECT n.id AS notification_id, n.event_id, n.client_id, n.sensor_id, n.type, ch.channel, ch.target,
 				       n.event_at, ev.ord,
@@ -97,13 +122,13 @@ const createNotificationsSQL = `
 			SELECT (SELECT count(*) FROM n), (SELECT count(*) FROM linked WHERE NOT subscribed),
 			       r.client_id, coalesce(r.sensor_id, ''), coalesce(r.event_type, ''), coalesce(r.channel, ''),
 			       coalesce(r.target, ''), coalesce(r.event_at, 'epoch'), coalesce(r.notification_id, ''),
-			       coalesce(r.event_id, ''), coalesce(r.id, ''), coalesce(r.state, '')
+			       coalesce(r.event_id, ''), coalesce(r.id, ''), coalesce(r.state, ''), coalesce(r.client_seq, 0)
 			-- One row at least, so the filtered count arrives when nothing was created.
 			FROM (SELECT 1) AS one LEFT JOIN (
 				SELECT d.client_id::text, d.sensor_id, d.event_type, d.channel, d.target,
-				       d.event_at, d.notification_id::text, n.event_id, d.id::text, d.state
+				       d.event_at, d.notification_id::text, n.event_id, d.id::text, d.state, n.client_seq
 				FROM d JOIN n ON n.id = d.notification_id
 				UNION ALL
 				SELECT h.client_id::text, h.sensor_id, h.event_type, 'webhook', '', h.event_at,
-				       h.notification_id::text, h.event_id, h.id::text, 'IN_FLIGHT'
-				FROM h) AS r ON true`
+				       h.notification_id::text, h.event_id, h.id::text, 'IN_FLIGHT', n.client_seq
+				FROM h JOIN n ON n.id = h.notification_id) AS r ON true`
