@@ -1,6 +1,7 @@
 package fanout_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -83,6 +84,9 @@ func TestHandedOverWebhookLeavesARowOnlyWhenItFails(t *testing.T) {
 	if d, err := f.pg.GetDelivery(f.ctx, e1.ID); err != nil || d.State != storage.DeliverySent || d.Attempts != 1 ||
 		d.EventID != "e1" || d.Seq != e1.Seq || d.ClientID != a.ID {
 		t.Fatalf("GetDelivery(e1) = %+v, %v; want SENT from its attempt", d, err)
+	}
+	if _, err := f.pg.RetryDelivery(f.ctx, e1.ID); !errors.Is(err, storage.ErrConflict) {
+		t.Fatalf("retrying the sent e1 = %v, want a conflict", err)
 	}
 	sent, err := f.pg.ListClientDeliveries(f.ctx, a.ID, storage.DeliveryFilter{State: storage.DeliverySent}, storage.Page{Limit: 10})
 	if err != nil || len(sent) != 1 || sent[0].ID != e1.ID {

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -559,13 +560,21 @@ func (p *Postgres) RetryDelivery(ctx context.Context, id string) (Delivery, erro
 	}
 	var prior DeliveryState
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT state FROM deliveries WHERE id = $1 FOR UPDATE`, id).Scan(&prior); err != nil {
+		err := tx.QueryRow(ctx, `SELECT state FROM deliveries WHERE id = $1 FOR UPDATE`, id).Scan(&prior)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// A handed-over webhook in flight or delivered has no row.
+			d, getErr := p.GetDelivery(ctx, id)
+			if getErr != nil {
+				return getErr
+			}
+			prior = d.State
+		} else if err != nil {
 			return pgutil.MapError(err)
 		}
 		if prior != DeliveryFailed && prior != DeliveryGivenUp {
 			return fmt.Errorf("%w: the delivery is %s; only FAILED and GIVEN_UP ones are retried", ErrConflict, prior)
 		}
-		_, err := tx.Exec(ctx, `
+		_, err = tx.Exec(ctx, `
 			UPDATE deliveries SET state = 'PENDING', attempts = 0, next_attempt_at = now(), leased_until = NULL,
 			       updated_at = now()
 			WHERE id = $1`, id)
