@@ -55,6 +55,9 @@ type Hub struct {
 	stopped bool
 	wake    chan struct{}
 	running atomic.Bool
+	// writes takes runs of writes at once to the hub's writer goroutines
+	// (GOMAXPROCS of them, while Run runs).
+	writes chan []immediate
 }
 
 // Subscriber is one connected stream.
@@ -105,9 +108,9 @@ type immediate struct {
 	m   *inbox.Message
 }
 
-// parallelWrites is the number of writes at once from which a notification's
-// are shared out among GOMAXPROCS goroutines.
-const parallelWrites = 64
+// writeRunLen is the most writes at once handed to a writer goroutine in one
+// run: short runs share the work out evenly whichever writer the OS lets run.
+const writeRunLen = 16
 
 // NewHub returns a hub reading from store; Run starts it.
 func NewHub(store Store, cfg HubConfig, metrics *HubMetrics, logger *slog.Logger) *Hub {
@@ -116,6 +119,7 @@ func NewHub(store Store, cfg HubConfig, metrics *HubMetrics, logger *slog.Logger
 		streams: map[string]map[*Subscriber]struct{}{},
 		dirty:   map[*Subscriber]struct{}{},
 		wake:    make(chan struct{}, 1),
+		writes:  make(chan []immediate, 1024),
 	}
 }
 
@@ -210,9 +214,10 @@ func (h *Hub) Drained(sub *Subscriber) {
 // right away is written at once or queued (direct delivery, no read); a
 // pointer, or a message after a gap (the stream is still replaying, or missed
 // something) or for a full buffer, marks the stream for the fetch loop to read.
-// The writes at once are made once the hub's lock is released, each holding its
-// stream's write lock (taken under the hub's: a message queued meanwhile waits
-// for it).
+// The writes at once are made by the hub's writer goroutines, in runs, after
+// the hub's lock is released, each holding its stream's write lock (taken under
+// the hub's: a message queued meanwhile, by this or a later notice or a read,
+// waits for it).
 func (h *Hub) notice(news inbox.News) {
 	marked := false
 	var now []immediate
@@ -243,28 +248,18 @@ func (h *Hub) notice(news inbox.News) {
 		}
 	}
 	h.mu.Unlock()
-	writeAll(now)
+	for len(now) > 0 {
+		n := min(len(now), writeRunLen)
+		h.writes <- now[:n]
+		now = now[n:]
+	}
 	if marked {
 		h.signal()
 	}
 }
 
-// writeAll makes the writes at once, in order, or shared out in runs among
-// GOMAXPROCS goroutines when there are many, and releases their streams' write
-// locks.
-func writeAll(now []immediate) {
-	workers := min(runtime.GOMAXPROCS(0), len(now)/parallelWrites+1)
-	per := (len(now) + workers - 1) / max(workers, 1)
-	var wg sync.WaitGroup
-	for len(now) > per {
-		part := now[:per]
-		wg.Go(func() { writeRun(part) })
-		now = now[per:]
-	}
-	writeRun(now)
-	wg.Wait()
-}
-
+// writeRun makes a run of writes at once, in order, releasing each stream's
+// write lock.
 func writeRun(now []immediate) {
 	for _, w := range now {
 		w.sub.write(w.sub, w.m)
@@ -306,8 +301,19 @@ func (h *Hub) Run(ctx context.Context) error {
 	if !h.running.CompareAndSwap(false, true) {
 		return errors.New("inbox: the hub is already running")
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() { h.listen(ctx) })
+	var wg, writers sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		writers.Go(func() {
+			for run := range h.writes {
+				writeRun(run)
+			}
+		})
+	}
+	wg.Go(func() {
+		h.listen(ctx)
+		close(h.writes) // only listen hands writes out
+		writers.Wait()
+	})
 	h.fetchLoop(ctx)
 	wg.Wait()
 
