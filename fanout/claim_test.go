@@ -59,10 +59,19 @@ func TestCreateNotificationsClaimsWhatAClaimWould(t *testing.T) {
 		tg.SensorAddress != "addr of s1" || tg.EndpointDisabled || len(got.ClaimedTargets) != 1 {
 		t.Fatalf("claimed targets = %+v, want e1's, read as DeliveryTargets reads it", got.ClaimedTargets)
 	}
+	// The handed-over webhook has no delivery row, only its row in flight,
+	// which the delivery's readers show as IN_FLIGHT on its first attempt.
+	var rows int
+	if err := f.pg.Pool().QueryRow(f.ctx, `SELECT count(*) FROM deliveries WHERE id = $1`, c.ID).Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("e1's webhook has %d delivery rows (err %v), want none while in flight", rows, err)
+	}
 	webhooks := f.byEvent(t, a.ID, storage.ChannelWebhook)
 	if d := webhooks["e1"]; d.ID != c.ID || d.State != storage.DeliveryInFlight || d.Attempts != 1 || d.LeasedUntil.IsZero() ||
 		d.Seq != c.Seq {
-		t.Fatalf("stored e1 webhook = %+v, handed over %+v", d, c)
+		t.Fatalf("listed e1 webhook = %+v, handed over %+v", d, c)
+	}
+	if d, err := f.pg.GetDelivery(f.ctx, c.ID); err != nil || d.State != storage.DeliveryInFlight || d.Seq != c.Seq || d.EventID != "e1" {
+		t.Fatalf("GetDelivery(e1's webhook) = %+v, %v", d, err)
 	}
 	for _, id := range []string{"e2", "e3"} {
 		if d := webhooks[id]; d.State != storage.DeliveryPending || d.Attempts != 0 {

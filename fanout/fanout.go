@@ -85,16 +85,16 @@ type Config struct {
 // Handoff is a sender in the fan-out's process that takes deliveries the
 // fan-out created claimed (retrier.Retrier).
 type Handoff interface {
-	// Reserve takes up to n of the sender's free workers for deliveries about
-	// to be created claimed, and says when their lease is to end; 0 when it
-	// has none free or is stopping. Every reserved worker is given back by
-	// Deliver or Release.
+	// Reserve takes up to n of the sender's places (free workers and a
+	// backlog waiting for them) for deliveries about to be created claimed,
+	// and says when their lease is to end; 0 when it has none or is
+	// stopping. Every reserved place is given back by Deliver or Release.
 	Reserve(n int) (int, time.Time)
-	// Release gives back n reserved workers the transaction did not use, or
+	// Release gives back n reserved places the transaction did not use, or
 	// whose transaction failed.
 	Release(n int)
 	// Deliver starts the attempts of committed claimed deliveries, one
-	// reserved worker each, with their targets as the transaction read them.
+	// reserved place each, with their targets as the transaction read them.
 	// It does not block on the attempts.
 	Deliver(claimed []storage.Delivery, targets map[string]storage.DeliveryTarget)
 }

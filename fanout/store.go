@@ -161,12 +161,11 @@ type supersedeKey struct{ client, sensor, channel, target string }
 
 // fanoutRows is what createNotificationsSQL created: for each key, its newest
 // state_changed (whose older undelivered ones it supersedes), and the new
-// notifications, for their inbox messages and client seqs.
+// notifications, for their inbox messages.
 type fanoutRows struct {
 	newest    map[supersedeKey]time.Time
 	newNotifs []storage.NewNotification
-	// claimed are the deliveries created claimed, but for their seq (read
-	// later in the transaction).
+	// claimed are the webhooks created claimed, handed over in flight.
 	claimed []storage.Delivery
 	// pending counts the new deliveries others may claim, by channel: those
 	// the NOTIFY tells the retriers of.
@@ -174,10 +173,11 @@ type fanoutRows struct {
 }
 
 // writeFanout writes the batch in one transaction of three round trips: BEGIN
-// with the outbox insert; then, pipelined, the clients' locks, the site
-// annotations, the shared inbox messages and their members' seqs, the other
-// inbox messages, the retriers' wake-up, the superseding and the client seqs
-// (last: its counter lock is held to commit); then COMMIT. When members got
+// with the outbox insert (which locks the clients, takes their seqs and writes
+// the notifications with them); then, pipelined, the site annotations, the
+// shared inbox messages and their members' seqs, the other inbox messages, the
+// retriers' wake-up, the superseding and the handed-over webhooks' targets;
+// then COMMIT. When members got
 // messages, their NOTIFY (built from the rows read) takes one more round trip
 // before the COMMIT. After it, the members' copies of the shared messages are
 // written in a transaction of their own (inbox.MaterializeShared).
@@ -210,21 +210,17 @@ func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, claim C
 		pending       bool
 	)
 	then := &pgx.Batch{}
-	storage.QueueClientLocks(then, r.newNotifs)
 	queueSiteAnnotations(then, fb.unique)
 	queueSharedMessages(then, fb.unique, r.newNotifs, &shared)
 	queueEventMessages(then, fb.unique, r.newNotifs, &added)
 	inbox.QueueSharedPending(then, &pending)
 	queueOutboxNotify(then, r.pending)
 	queueSupersede(then, r.newest, created.Superseded)
-	var seqs map[string]int64
 	var targets map[string]storage.DeliveryTarget
 	if len(r.claimed) > 0 {
-		seqs = make(map[string]int64, len(r.newNotifs))
 		targets = make(map[string]storage.DeliveryTarget, len(r.claimed))
 		s.pg.QueueDeliveryTargets(then, r.claimed, targets)
 	}
-	storage.QueueClientSeqsInto(then, fb.unique, r.newNotifs, seqs)
 	if then.Len() > 0 {
 		if err := tx.SendBatch(ctx, then).Close(); err != nil {
 			return err
@@ -236,9 +232,6 @@ func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, claim C
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return err
-	}
-	for i := range r.claimed {
-		r.claimed[i].Seq = seqs[r.claimed[i].NotificationID]
 	}
 	created.Claimed, created.ClaimedTargets = r.claimed, targets
 	// The claimed deliveries go to their sender now, not after what follows.
@@ -272,9 +265,10 @@ func (fb fanoutBatch) scanCreated(rows pgx.Rows, created *NotificationsCreated, 
 			notificationID, eventID string
 			deliveryID, state       string
 			client                  *string
+			seq                     int64
 		)
 		if err := rows.Scan(&count, &filtered, &client, &k.sensor, &eventType, &k.channel, &k.target, &at,
-			&notificationID, &eventID, &deliveryID, &state); err != nil {
+			&notificationID, &eventID, &deliveryID, &state, &seq); err != nil {
 			return fanoutRows{}, err
 		}
 		created.Notifications, created.Filtered = count, filtered
@@ -283,12 +277,14 @@ func (fb fanoutBatch) scanCreated(rows pgx.Rows, created *NotificationsCreated, 
 		}
 		k.client = *client
 		created.Deliveries[storage.Channel(k.channel)]++
-		months[at.UTC().Format("200601")]++
 		switch storage.DeliveryState(state) {
-		case storage.DeliveryInFlight:
-			r.claimed = append(r.claimed, fb.claimedDelivery(deliveryID, notificationID, eventID, k, at))
+		case storage.DeliveryInFlight: // in webhooks_in_flight, not in the outbox's partitions
+			r.claimed = append(r.claimed, fb.claimedDelivery(deliveryID, notificationID, eventID, k, at, seq))
 		case storage.DeliveryPending:
 			r.pending[storage.Channel(k.channel)]++
+			months[at.UTC().Format("200601")]++
+		default:
+			months[at.UTC().Format("200601")]++
 		}
 		if eventType == string(event.StateChanged) && at.After(r.newest[k]) {
 			r.newest[k] = at
@@ -302,12 +298,12 @@ func (fb fanoutBatch) scanCreated(rows pgx.Rows, created *NotificationsCreated, 
 }
 
 // claimedDelivery is a delivery createNotificationsSQL created claimed, as a
-// claim returns it, but for its Seq (read later in the transaction), its
+// claim returns it, with the seq its notification was written with, but for its
 // NextAttemptAt (the event's time: due from then, it sorts as the claim
 // sorts) and its LeasedUntil (the sender does not read it).
-func (fb fanoutBatch) claimedDelivery(id, notificationID, eventID string, k supersedeKey, at time.Time) storage.Delivery {
+func (fb fanoutBatch) claimedDelivery(id, notificationID, eventID string, k supersedeKey, at time.Time, seq int64) storage.Delivery {
 	e := fb.unique[fb.eventIndex[eventID]]
-	return storage.Delivery{ID: id, NotificationID: notificationID, ClientID: k.client, SensorID: k.sensor,
+	return storage.Delivery{ID: id, NotificationID: notificationID, ClientID: k.client, SensorID: k.sensor, Seq: seq,
 		Channel: storage.Channel(k.channel), Target: k.target, State: storage.DeliveryInFlight, Attempts: 1,
 		NextAttemptAt: at, EventID: eventID, EventType: e.Type, Data: e.Data, Previous: e.Previous, EventAt: at,
 		Site: e.Site, Sensors: e.Sensors, LostSince: e.LostSince}

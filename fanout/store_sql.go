@@ -36,16 +36,41 @@ const createNotificationsSQL = `
 					WHERE s.site = ev.site
 				) cs ON true
 				JOIN clients c ON c.id = cs.client_id
+			), fresh AS (
+				-- The (event, client) pairs not notified before: a replay adds
+				-- nothing. A replay committed by another writer after this
+				-- statement began fails the insert on the unique key instead, and the
+				-- batch is written again (Fanout.write), so no seq is taken for it.
+				SELECT l.* FROM linked l
+				WHERE l.subscribed AND NOT EXISTS (
+					SELECT 1 FROM notifications x
+					WHERE x.event_id = l.event_id AND x.client_id = l.client_id AND x.event_at = l.at)
+			), locked AS (
+				-- The clients before their seq counters, in id order, as DeleteClient
+				-- takes them (storage.QueueClientLocks).
+				SELECT c.id FROM clients c WHERE c.id IN (SELECT client_id FROM fresh) ORDER BY c.id FOR KEY SHARE
+			), counted AS (
+				SELECT client_id, count(*) AS n FROM fresh GROUP BY client_id
+			), bumped AS (
+				-- Each client's next seqs, in the insert itself, so a notification is
+				-- written once (an UPDATE of its seq moved every index entry). The
+				-- counter's row lock is held to commit: seqs commit in order, none
+				-- skipped or taken twice (storage.QueueClientSeqs).
+				INSERT INTO client_event_seq AS q (client_id, last_seq)
+				SELECT client_id, n FROM counted WHERE client_id IN (SELECT id FROM locked) ORDER BY client_id
+				ON CONFLICT (client_id) DO UPDATE SET last_seq = q.last_seq + excluded.last_seq
+				RETURNING q.client_id, q.last_seq
 			), n AS (
-				INSERT INTO notifications (id, event_id, client_id, sensor_id, type, data, previous, event_at, lost_since)
-				SELECT lockstream_uuid_v7(), l.event_id, l.client_id, l.sensor_id, l.type, l.data, l.previous, l.at,
-				       l.lost_since
-				FROM linked l WHERE l.subscribed
-				ON CONFLICT (event_id, client_id, event_at) DO NOTHING
-				RETURNING id, event_id, client_id, sensor_id, type, event_at
+				INSERT INTO notifications (id, event_id, client_id, sensor_id, type, data, previous, event_at, lost_since,
+				                           client_seq)
+				SELECT lockstream_uuid_v7(), f.event_id, f.client_id, f.sensor_id, f.type, f.data, f.previous, f.at,
+				       f.lost_since,
+				       b.last_seq - k.n + row_number() OVER (PARTITION BY f.client_id ORDER BY f.ord)
+				FROM fresh f JOIN bumped b ON b.client_id = f.client_id JOIN counted k ON k.client_id = f.client_id
+				RETURNING id, event_id, client_id, sensor_id, type, event_at, client_seq
 			), dd AS (
-				SELECT n.id AS notification_id, n.client_id, n.sensor_id, n.type, ch.channel, ch.target, n.event_at,
-				       ev.ord,
+				SELECT n.id AS notification_id, n.event_id, n.client_id, n.sensor_id, n.type, ch.channel, ch.target,
+				       n.event_at, ev.ord,
 				       -- A disabled endpoint's deliveries are kept, not attempted.
 				       ch.channel = 'webhook' AND c.endpoint_disabled_at IS NOT NULL AS paused,
 				       -- A webhook the sender in this process may take at once (Claim):
@@ -57,7 +82,11 @@ const createNotificationsSQL = `
 				           SELECT 1 FROM deliveries o
 				           WHERE o.client_id = n.client_id AND o.sensor_id = n.sensor_id
 				             AND o.channel = ch.channel AND o.target = ch.target
-				             AND o.state IN ('PENDING', 'RETRY', 'IN_FLIGHT') AND o.event_at <= n.event_at) AS claimable
+				             AND o.state IN ('PENDING', 'RETRY', 'IN_FLIGHT') AND o.event_at <= n.event_at)
+				       -- nor one of its key handed over and still in flight.
+				       AND NOT EXISTS (
+				           SELECT 1 FROM webhooks_in_flight h
+				           WHERE h.client_id = n.client_id AND h.sensor_id = n.sensor_id) AS claimable
 				FROM n JOIN ev ON ev.event_id = n.event_id JOIN clients c ON c.id = n.client_id
 				CROSS JOIN LATERAL (
 					SELECT 'webhook'::text, ''::text
@@ -71,26 +100,35 @@ const createNotificationsSQL = `
 				FROM dd
 			), d AS (
 				INSERT INTO deliveries (id, notification_id, client_id, sensor_id, event_type, channel, target,
-				                        state, attempts, leased_until, next_attempt_at, event_at)
+				                        state, next_attempt_at, event_at)
 				SELECT lockstream_uuid_v7(), dc.notification_id, dc.client_id, dc.sensor_id, dc.type, dc.channel,
-				       dc.target,
-				       CASE WHEN dc.paused THEN 'PAUSED' WHEN dc.claimed THEN 'IN_FLIGHT' ELSE 'PENDING' END,
-				       -- A claimed delivery is on its first attempt, leased as a claim leases it.
-				       CASE WHEN dc.claimed THEN 1 ELSE 0 END, CASE WHEN dc.claimed THEN $11::timestamptz END,
-				       now(), dc.event_at
-				FROM dc
+				       dc.target, CASE WHEN dc.paused THEN 'PAUSED' ELSE 'PENDING' END, now(), dc.event_at
+				FROM dc WHERE NOT dc.claimed
 				-- Inserted in the events' order, so seq (the column default) follows it.
 				-- No conflict is possible: n holds only the notifications just
 				-- inserted (migration 00141).
 				ORDER BY dc.ord
 				RETURNING id, notification_id, client_id, sensor_id, event_type, channel, target, event_at, state
+			), h AS (
+				-- A claimed webhook gets no delivery row: the row of its attempt in
+				-- flight, leased as a claim leases it (migration 00240).
+				INSERT INTO webhooks_in_flight (id, notification_id, client_id, sensor_id, event_id, event_type,
+				                                event_at, leased_until)
+				SELECT lockstream_uuid_v7(), dc.notification_id, dc.client_id, dc.sensor_id, dc.event_id, dc.type,
+				       dc.event_at, $11::timestamptz
+				FROM dc WHERE dc.claimed
+				RETURNING id, notification_id, client_id, sensor_id, event_id, event_type, event_at
 			)
 			SELECT (SELECT count(*) FROM n), (SELECT count(*) FROM linked WHERE NOT subscribed),
 			       r.client_id, coalesce(r.sensor_id, ''), coalesce(r.event_type, ''), coalesce(r.channel, ''),
 			       coalesce(r.target, ''), coalesce(r.event_at, 'epoch'), coalesce(r.notification_id, ''),
-			       coalesce(r.event_id, ''), coalesce(r.id, ''), coalesce(r.state, '')
+			       coalesce(r.event_id, ''), coalesce(r.id, ''), coalesce(r.state, ''), coalesce(r.client_seq, 0)
 			-- One row at least, so the filtered count arrives when nothing was created.
 			FROM (SELECT 1) AS one LEFT JOIN (
 				SELECT d.client_id::text, d.sensor_id, d.event_type, d.channel, d.target,
-				       d.event_at, d.notification_id::text, n.event_id, d.id::text, d.state
-				FROM d JOIN n ON n.id = d.notification_id) AS r ON true`
+				       d.event_at, d.notification_id::text, n.event_id, d.id::text, d.state, n.client_seq
+				FROM d JOIN n ON n.id = d.notification_id
+				UNION ALL
+				SELECT h.client_id::text, h.sensor_id, h.event_type, 'webhook', '', h.event_at,
+				       h.notification_id::text, h.event_id, h.id::text, 'IN_FLIGHT', n.client_seq
+				FROM h JOIN n ON n.id = h.notification_id) AS r ON true`

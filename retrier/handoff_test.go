@@ -1,12 +1,16 @@
 package retrier_test
 
 import (
+	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/notifier/webhook"
+	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/retrier"
 	"github.com/lockstream/lockstream/storage"
 )
@@ -105,5 +109,77 @@ func TestHandoffAfterStopGivesBack(t *testing.T) {
 	}
 	if s.count() != 0 {
 		t.Fatalf("sink got %d webhooks from a stopped retrier", s.count())
+	}
+}
+
+// TestHandoffBacklogWaitsForASender: the hand-over takes four times the
+// lane's workers beyond its free ones; those wait in memory for a sender, so
+// the sink never has more than Workers attempts at once, and every one is
+// sent and recorded once a sender frees, with no delivery row.
+func TestHandoffBacklogWaitsForASender(t *testing.T) {
+	t.Parallel()
+	// A sink that counts the attempts it holds at once, and holds every one
+	// until hold closes.
+	hold := make(chan struct{})
+	var inFlight, most, got atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		now := inFlight.Add(1)
+		for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
+		}
+		got.Add(1)
+		<-hold
+		inFlight.Add(-1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	b := setup(t, setupOpts{sinkURL: srv.URL, noRetrier: true})
+	const workers = 2
+	r := b.newRetrier(retrier.Config{Workers: workers, FallbackPollInterval: time.Hour}, b.reg)
+	b.run(r)
+	sensors := make([]string, 10)
+	for i := range sensors {
+		sensors[i] = fmt.Sprintf("Backlog%d", i)
+		if _, err := b.registry.CreateSensor(b.ctx, registry.Sensor{ID: sensors[i], Address: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.registry.LinkSensor(b.ctx, b.client.ID, sensors[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n int
+	var until time.Time
+	waitFor(t, "the retrier to reserve its workers and backlog", func() bool {
+		n, until = r.Reserve(100)
+		if n > 0 && n < 10 {
+			r.Release(n)
+		}
+		return n == 10
+	})
+	if again, _ := r.Reserve(1); again != 0 {
+		t.Fatalf("reserved %d more beyond Workers + 4×Workers", again)
+	}
+	data, prev := 1, 0
+	events := make([]storage.NotificationInput, len(sensors))
+	for i, id := range sensors {
+		events[i] = storage.NotificationInput{EventID: "backlog-e-" + id, Type: "state_changed", SensorID: id,
+			Data: &data, Previous: &prev, At: time.Now()}
+	}
+	created, err := fanout.NewPostgresStore(b.pg).CreateNotificationsClaiming(b.ctx, events,
+		fanout.Claim{Max: n, LeasedUntil: until})
+	if err != nil || len(created.Claimed) != 10 {
+		t.Fatalf("created %d claimed (err %v), want 10", len(created.Claimed), err)
+	}
+	r.Deliver(created.Claimed, created.ClaimedTargets)
+	waitFor(t, "the first attempts to reach the sink", func() bool { return got.Load() >= workers })
+	close(hold)
+	for _, d := range created.Claimed {
+		b.waitState(d.ID, storage.DeliverySent, 1)
+	}
+	if got.Load() != 10 || most.Load() > workers {
+		t.Fatalf("sink got %d webhooks, at most %d at once; want 10, at most %d at once", got.Load(), most.Load(), workers)
+	}
+	var rows int
+	if err := b.pg.Pool().QueryRow(b.ctx, `SELECT count(*) FROM deliveries`).Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("%d delivery rows (err %v), want none: every first attempt succeeded", rows, err)
 	}
 }

@@ -179,8 +179,14 @@ type lane struct {
 	// refill is how many free workers wake the claim loop of a full lane: one
 	// claim then fills them together, rather than one claim per freed worker.
 	refill int
-	busy   atomic.Int64  // attempts in flight
+	busy   atomic.Int64  // attempts in flight or waiting for a sender
 	wake   chan struct{} // asks the claim loop to look again at once
+	// sending holds a token per attempt being started or sent: at most
+	// workers at once. Claims take only free workers, so theirs rarely wait
+	// for one; the hand-over may take handoffBacklog times more (Reserve),
+	// which wait their turn in memory rather than as PENDING rows that a
+	// claim must find, lock and update again.
+	sending chan struct{}
 
 	alarmMu sync.Mutex
 	// alarms wake the claim loop when deliveries held back come due, by the
@@ -189,7 +195,7 @@ type lane struct {
 }
 
 func newLane(name string, channels []storage.Channel, workers, batchSize int) *lane {
-	return &lane{name: name, channels: channels, workers: workers,
+	return &lane{name: name, channels: channels, workers: workers, sending: make(chan struct{}, workers),
 		refill: max(1, min(batchSize, workers/4)), wake: make(chan struct{}, 1), alarms: map[int64]*time.Timer{}}
 }
 
@@ -477,7 +483,12 @@ func (r *Retrier) start(ctx, work context.Context, l *lane, claimed []storage.De
 		if !reserved {
 			l.busy.Add(1)
 		}
+		// A sender's token, taken here so that attempts waiting for one (the
+		// hand-over's backlog) wait in order, without a goroutine each.
+		l.sending <- struct{}{}
+		release := sync.OnceFunc(func() { <-l.sending })
 		r.workers.Go(func() {
+			defer release()
 			var res notifier.Result
 			notSent := false
 			start := time.Now()
@@ -511,6 +522,7 @@ func (r *Retrier) start(ctx, work context.Context, l *lane, claimed []storage.De
 					res = r.send(actx, d, target, found)
 				}
 				cancel()
+				release()
 				r.webhookAnswered(work, d, res)
 			}
 			if res.Duration == 0 {

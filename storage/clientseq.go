@@ -19,9 +19,9 @@ type NewNotification struct {
 	Event        int // index in the batch's events, which orders the messages
 }
 
-// QueueClientSeqs queues the statement that gives each notification a
-// fan-out batch created its client's next seq, in the batch's event order,
-// inside the fan-out's transaction. The statement moves each client's counter
+// QueueClientSeqs queues the statement that gives each notification an
+// endpoint-notice batch created its client's next seq, in the batch's event order,
+// inside its transaction (the fan-out numbers in its insert). The statement moves each client's counter
 // (client_event_seq) on by its count with an upsert, clients in id order so
 // concurrent fan-outs never deadlock; the row lock is held to commit, so a
 // later transaction's seqs commit after this one's: a reader never sees a seq
@@ -30,14 +30,6 @@ type NewNotification struct {
 // batch created (its INSERT … ON CONFLICT DO NOTHING returned them) get one,
 // so a replayed event takes no seq.
 func QueueClientSeqs(b *pgx.Batch, events []NotificationInput, created []NewNotification) {
-	QueueClientSeqsInto(b, events, created, nil)
-}
-
-// QueueClientSeqsInto is QueueClientSeqs that also puts each numbered
-// notification's seq into seqs, by notification id, when the batch's results
-// arrive (nil seqs: not read back): the fan-out hands the deliveries it
-// claimed to the sender with their seq, without reading them again.
-func QueueClientSeqsInto(b *pgx.Batch, events []NotificationInput, created []NewNotification, seqs map[string]int64) {
 	if len(created) == 0 {
 		return
 	}
@@ -48,21 +40,8 @@ func QueueClientSeqsInto(b *pgx.Batch, events []NotificationInput, created []New
 	for i, n := range created {
 		ids[i], clients[i], ords[i], times[i] = n.ID, n.ClientID, n.Event, events[n.Event].At
 	}
-	what := fmt.Sprintf("numbering %d notifications per client", len(created))
-	args := []any{ids, clients, times, ords}
-	if seqs == nil {
-		queueExec(b, what, clientSeqsSQL, args...)
-		return
-	}
-	queueQuery(b, what, clientSeqsSQL+` RETURNING n.id::text, n.client_seq`, func(rows pgx.Rows) error {
-		var id string
-		var seq int64
-		_, err := pgx.ForEachRow(rows, []any{&id, &seq}, func() error {
-			seqs[id] = seq
-			return nil
-		})
-		return err
-	}, args...)
+	queueExec(b, fmt.Sprintf("numbering %d notifications per client", len(created)), clientSeqsSQL,
+		ids, clients, times, ords)
 }
 
 // clientSeqsSQL is QueueClientSeqs' statement: $1-$4 the new notifications

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -351,12 +352,47 @@ func (p *Postgres) FinishDeliveries(ctx context.Context, finishes []DeliveryFini
 }
 
 // finishDeliveriesSQL is FinishDeliveries' statement: $1-$12 the outcomes.
+// An outcome of a webhook handed over in flight (migration 00240) deletes its
+// row in flight (h) and makes a delivery row only when the attempt did not
+// succeed (hd); the others update their delivery (locked, u).
 const finishDeliveriesSQL = `
 		WITH f AS (
 			SELECT * FROM unnest($1::uuid[], $2::int4[], $3::text[], $4::timestamptz[], $5::text[], $6::int4[],
 			                     $7::text[], $8::int4[], $9::text[], $10::int4[], $11::timestamptz[], $12::bool[])
 				AS f (id, attempt, state, next_attempt_at, error, http_status,
 				      error_type, answer_code, answer_message, duration_ms, at, not_sent)
+		), h AS (
+			DELETE FROM webhooks_in_flight w USING f WHERE w.id = f.id
+			RETURNING w.id, w.notification_id, w.client_id, w.sensor_id, w.event_id, w.event_type, w.event_at,
+			          w.created_at, f.attempt, f.state, f.next_attempt_at, f.error, f.http_status, f.error_type,
+			          f.answer_code, f.answer_message, f.duration_ms, f.at, f.not_sent
+		), hd AS (
+			-- A handed-over webhook's attempt that did not succeed: now it needs
+			-- a delivery row, in the state the attempt left it.
+			INSERT INTO deliveries (id, notification_id, client_id, sensor_id, event_type, channel, target, state,
+			                        attempts, next_attempt_at, last_error, last_http_status, event_at, created_at)
+			SELECT h.id, h.notification_id, h.client_id, h.sensor_id, h.event_type, 'webhook', '',
+			       CASE WHEN h.state IN ('RETRY', 'GIVEN_UP') AND h.event_type = 'state_changed' AND EXISTS (
+			                SELECT 1 FROM deliveries o
+			                WHERE o.client_id = h.client_id AND o.sensor_id = h.sensor_id
+			                  AND o.channel = 'webhook' AND o.target = ''
+			                  AND o.state IN ('SCHEDULED', 'PENDING', 'RETRY', 'IN_FLIGHT')
+			                  AND o.event_type = 'state_changed' AND o.event_at > h.event_at)
+			            THEN 'SUPERSEDED' ELSE h.state END,
+			       CASE WHEN h.not_sent THEN greatest(h.attempt - 1, 0) ELSE h.attempt END,
+			       coalesce(h.next_attempt_at, h.at), h.error, nullif(h.http_status, 0), h.event_at, h.created_at
+			FROM h WHERE h.state <> 'SENT'
+			RETURNING id, state
+		), ho AS (
+			-- Every handed-over outcome, and whether a webhook of its key waits
+			-- for it (the claim holds those back while it is in flight).
+			SELECT h.id, coalesce(hd.state, h.state) AS state,
+			       coalesce(hd.state, h.state) <> 'RETRY' AND EXISTS (
+			           SELECT 1 FROM deliveries o
+			           WHERE o.client_id = h.client_id AND o.sensor_id = h.sensor_id
+			             AND o.channel = 'webhook' AND o.target = ''
+			             AND o.state IN ('SCHEDULED', 'PENDING', 'RETRY') AND o.event_at >= h.event_at) AS frees
+			FROM h LEFT JOIN hd ON hd.id = h.id
 		), locked AS (
 			-- The outcome with its delivery, locked. Each step carries the
 			-- outcome along rather than joining f again: the planner takes an
@@ -366,6 +402,7 @@ const finishDeliveriesSQL = `
 			SELECT d.id AS delivery_id, d.event_at AS delivery_at, f.*
 			FROM f JOIN deliveries d ON d.id = f.id
 			WHERE d.attempts = f.attempt AND d.state IN ('IN_FLIGHT', 'PENDING')
+			  AND f.id NOT IN (SELECT id FROM h)
 			ORDER BY d.id
 			FOR UPDATE OF d
 		), u AS (
@@ -397,30 +434,38 @@ const finishDeliveriesSQL = `
 			                AND o.state IN ('SCHEDULED', 'PENDING', 'RETRY')
 			                AND (o.event_at, o.seq) > (d.event_at, d.seq))) AS frees
 		), tried AS (
-			-- Every attempt sent: recorded (in u), or fenced off (the delivery
-			-- moved on; d is read as of the statement's start, which is all the
-			-- log needs of it).
-			SELECT u.id, u.client_id, u.sensor_id, u.notification_id, u.event_at, u.channel, u.attempt,
-			       u.state, true AS recorded, u.http_status, u.error_type, u.error, u.answer_code,
+			-- Every attempt sent: recorded (in u or ho), or fenced off (the
+			-- delivery moved on; d is read as of the statement's start, which is
+			-- all the log needs of it).
+			SELECT u.id, u.client_id, u.sensor_id, u.notification_id, u.event_at, NULL::text AS event_id, u.channel,
+			       u.attempt, u.state, true AS recorded, u.http_status, u.error_type, u.error, u.answer_code,
 			       u.answer_message, u.duration_ms, u.at
 			FROM u WHERE NOT u.not_sent
 			UNION ALL
-			SELECT f.id, d.client_id, d.sensor_id, d.notification_id, d.event_at, d.channel, f.attempt,
+			SELECT h.id, h.client_id, h.sensor_id, h.notification_id, h.event_at, h.event_id, 'webhook',
+			       h.attempt, ho.state, true, h.http_status, h.error_type, h.error, h.answer_code,
+			       h.answer_message, h.duration_ms, h.at
+			FROM h JOIN ho ON ho.id = h.id WHERE NOT h.not_sent
+			UNION ALL
+			SELECT f.id, d.client_id, d.sensor_id, d.notification_id, d.event_at, NULL, d.channel, f.attempt,
 			       f.state, false, f.http_status, f.error_type, f.error, f.answer_code,
 			       f.answer_message, f.duration_ms, f.at
 			FROM f JOIN deliveries d ON d.id = f.id
-			WHERE NOT f.not_sent AND f.id NOT IN (SELECT id FROM u)
+			WHERE NOT f.not_sent AND f.id NOT IN (SELECT id FROM u) AND f.id NOT IN (SELECT id FROM h)
 		), logged AS (
 			INSERT INTO delivery_attempts (delivery_id, client_id, sensor_id, event_id, channel, attempt, status,
 			                               recorded, http_status, error_type, error, answer_code, answer_message,
 			                               duration_ms, at)
-			SELECT t.id, t.client_id, t.sensor_id, n.event_id, t.channel, t.attempt, t.state,
+			SELECT t.id, t.client_id, t.sensor_id, coalesce(t.event_id, n.event_id), t.channel, t.attempt, t.state,
 			       t.recorded, t.http_status, t.error_type, t.error, t.answer_code, t.answer_message,
 			       t.duration_ms, t.at
-			FROM tried t LEFT JOIN notifications n ON n.id = t.notification_id AND n.event_at = t.event_at
+			FROM tried t LEFT JOIN notifications n
+			     ON t.event_id IS NULL AND n.id = t.notification_id AND n.event_at = t.event_at
 			ORDER BY t.at, t.id
 		)
-		SELECT id::text, channel, state, frees FROM u`
+		SELECT id::text, channel, state, frees FROM u
+		UNION ALL
+		SELECT id::text, 'webhook', state, frees FROM ho`
 
 func collectFinished(rows pgx.Rows) ([]FinishedDelivery, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (FinishedDelivery, error) {
@@ -458,6 +503,26 @@ func (p *Postgres) RequeueExpiredLeases(ctx context.Context, now time.Time) ([]F
 			FROM expired
 			WHERE d.id = expired.id AND d.event_at = expired.event_at
 			RETURNING d.id, d.client_id, d.sensor_id, d.notification_id, d.event_at, d.channel, d.attempts, d.state
+		), gone AS (
+			-- Handed-over webhooks in flight (migration 00240) whose lease ran
+			-- out: each becomes a delivery, as an expired claim would be left.
+			DELETE FROM webhooks_in_flight w
+			WHERE w.id IN (SELECT id FROM webhooks_in_flight WHERE leased_until < $1 FOR UPDATE SKIP LOCKED)
+			RETURNING w.*
+		), gd AS (
+			INSERT INTO deliveries (id, notification_id, client_id, sensor_id, event_type, channel, target, state,
+			                        attempts, next_attempt_at, last_error, event_at, created_at)
+			SELECT g.id, g.notification_id, g.client_id, g.sensor_id, g.event_type, 'webhook', '',
+			       CASE WHEN g.event_type = 'state_changed' AND EXISTS (
+			                SELECT 1 FROM deliveries o
+			                WHERE o.client_id = g.client_id AND o.sensor_id = g.sensor_id
+			                  AND o.channel = 'webhook' AND o.target = ''
+			                  AND o.state IN ('SCHEDULED', 'PENDING', 'RETRY', 'IN_FLIGHT')
+			                  AND o.event_type = 'state_changed' AND o.event_at > g.event_at)
+			            THEN 'SUPERSEDED' ELSE 'PENDING' END,
+			       1, $1, $2, g.event_at, g.created_at
+			FROM gone g
+			RETURNING id, channel, state
 		), logged AS (
 			-- The attempt the lease covered: its outcome never came, and whether
 			-- it reached the receiver is unknown, but it happened (a claim is an
@@ -468,8 +533,13 @@ func (p *Postgres) RequeueExpiredLeases(ctx context.Context, now time.Time) ([]F
 			       true, $3, $2, $1
 			FROM u LEFT JOIN notifications n ON n.id = u.notification_id AND n.event_at = u.event_at
 			WHERE u.attempts > 0
+			UNION ALL
+			SELECT g.id, g.client_id, g.sensor_id, g.event_id, 'webhook', 1, gd.state, true, $3, $2, $1
+			FROM gone g JOIN gd ON gd.id = g.id
 		)
-		SELECT id::text, channel, state, false FROM u`, now, leaseExpiredError, ErrorTypeLeaseExpired)
+		SELECT id::text, channel, state, false FROM u
+		UNION ALL
+		SELECT id::text, channel, state, false FROM gd`, now, leaseExpiredError, ErrorTypeLeaseExpired)
 	if err != nil {
 		return nil, fmt.Errorf("requeueing expired leases: %w", err)
 	}
@@ -490,13 +560,21 @@ func (p *Postgres) RetryDelivery(ctx context.Context, id string) (Delivery, erro
 	}
 	var prior DeliveryState
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT state FROM deliveries WHERE id = $1 FOR UPDATE`, id).Scan(&prior); err != nil {
+		err := tx.QueryRow(ctx, `SELECT state FROM deliveries WHERE id = $1 FOR UPDATE`, id).Scan(&prior)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// A handed-over webhook in flight or delivered has no row.
+			d, getErr := p.GetDelivery(ctx, id)
+			if getErr != nil {
+				return getErr
+			}
+			prior = d.State
+		} else if err != nil {
 			return pgutil.MapError(err)
 		}
 		if prior != DeliveryFailed && prior != DeliveryGivenUp {
 			return fmt.Errorf("%w: the delivery is %s; only FAILED and GIVEN_UP ones are retried", ErrConflict, prior)
 		}
-		_, err := tx.Exec(ctx, `
+		_, err = tx.Exec(ctx, `
 			UPDATE deliveries SET state = 'PENDING', attempts = 0, next_attempt_at = now(), leased_until = NULL,
 			       updated_at = now()
 			WHERE id = $1`, id)
@@ -508,18 +586,41 @@ func (p *Postgres) RetryDelivery(ctx context.Context, id string) (Delivery, erro
 	return p.GetDelivery(ctx, id)
 }
 
-// GetDelivery returns the delivery, or ErrNotFound.
+// GetDelivery returns the delivery, or ErrNotFound. A webhook handed over by
+// the fan-out has no delivery row while its first attempt is in flight, nor
+// after it succeeded (migration 00240): it is read from its row in flight
+// (IN_FLIGHT), or from its attempt (SENT, attempt 1).
 func (p *Postgres) GetDelivery(ctx context.Context, id string) (Delivery, error) {
 	if uuid.Validate(id) != nil {
 		return Delivery{}, fmt.Errorf("getting delivery %s: %w", id, ErrNotFound)
 	}
 	d, err := scanDelivery(p.pool.QueryRow(ctx, `SELECT `+deliveryColumns+`
-		FROM deliveries d LEFT JOIN notifications n ON n.id = d.notification_id AND n.event_at = d.event_at WHERE d.id = $1`, id))
+		FROM (`+anyDeliverySQL+`) d
+		LEFT JOIN notifications n ON n.id = d.notification_id AND n.event_at = d.event_at`, id))
 	if err != nil {
 		return Delivery{}, fmt.Errorf("getting delivery %s: %w", id, pgutil.MapError(err))
 	}
 	return d, nil
 }
+
+// anyDeliverySQL finds delivery $1 wherever it is: its row, its row in flight
+// (a handed-over webhook on its first attempt), or the attempt that delivered
+// it (a handed-over webhook whose first attempt succeeded), in that order.
+const anyDeliverySQL = `
+		SELECT * FROM (
+			SELECT id, notification_id, client_id, sensor_id, channel, target, state, attempts, next_attempt_at,
+			       leased_until, last_error, last_http_status, event_type, event_at, created_at, updated_at, 1 AS source
+			FROM deliveries WHERE id = $1
+			UNION ALL
+			SELECT id, notification_id, client_id, sensor_id, 'webhook', '', 'IN_FLIGHT', 1, event_at,
+			       leased_until, '', NULL, event_type, event_at, created_at, created_at, 2
+			FROM webhooks_in_flight WHERE id = $1
+			UNION ALL
+			SELECT a.delivery_id, n.id, a.client_id, a.sensor_id, 'webhook', '', a.status, a.attempt, n.event_at,
+			       NULL, a.error, nullif(a.http_status, 0), n.type, n.event_at, n.created_at, a.at, 3
+			FROM delivery_attempts a JOIN notifications n ON n.event_id = a.event_id AND n.client_id = a.client_id
+			WHERE a.delivery_id = $1 AND a.channel = 'webhook' AND a.status = 'SENT' AND a.recorded
+		) x ORDER BY source LIMIT 1`
 
 // DeliveryFilter narrows a client's delivery history.
 type DeliveryFilter struct {
@@ -713,7 +814,14 @@ const deliveryTargetsSQL = `
 		               WHERE me.delivery_id = d.id AND me.event_at = d.event_at AND x.severity = 'critical')
 		           ELSE false END
 		FROM unnest($1::uuid[], $2::timestamptz[]) AS k (id, at)
-		JOIN deliveries d ON d.id = k.id AND (k.at IS NULL OR d.event_at = k.at)
+		JOIN (
+			SELECT id, notification_id, client_id, sensor_id, channel, target, event_type, event_at
+			FROM deliveries
+			UNION ALL
+			-- Handed-over webhooks in flight (migration 00240).
+			SELECT id, notification_id, client_id, sensor_id, 'webhook', '', event_type, event_at
+			FROM webhooks_in_flight
+		) d ON d.id = k.id AND (k.at IS NULL OR d.event_at = k.at)
 		LEFT JOIN clients c ON c.id = d.client_id
 		LEFT JOIN client_sensors l ON l.client_id = d.client_id AND l.sensor_id = d.sensor_id
 		LEFT JOIN sensors s ON s.id = d.sensor_id
@@ -788,7 +896,10 @@ func (p *Postgres) OutboxStats(ctx context.Context, now time.Time) (OutboxStats,
 		SELECT state, count(*), min(next_attempt_at) FILTER (WHERE state <> 'IN_FLIGHT' AND next_attempt_at <= $1)
 		FROM deliveries
 		WHERE state IN ('SCHEDULED', 'PENDING', 'RETRY', 'IN_FLIGHT')
-		GROUP BY state`, now)
+		GROUP BY state
+		UNION ALL
+		-- Handed-over webhooks on their first attempt (migration 00240).
+		SELECT 'IN_FLIGHT', count(*), NULL FROM webhooks_in_flight`, now)
 	if err != nil {
 		return OutboxStats{}, fmt.Errorf("reading outbox stats: %w", err)
 	}
@@ -802,7 +913,7 @@ func (p *Postgres) OutboxStats(ctx context.Context, now time.Time) (OutboxStats,
 		if err := rows.Scan(&state, &count, &oldest); err != nil {
 			return OutboxStats{}, fmt.Errorf("reading outbox stats: %w", err)
 		}
-		stats.Depth[state] = count
+		stats.Depth[state] += count
 		if oldest != nil && (stats.OldestDue.IsZero() || oldest.Before(stats.OldestDue)) {
 			stats.OldestDue = *oldest
 		}

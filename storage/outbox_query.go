@@ -54,17 +54,39 @@ func (p *Postgres) clientDeliveries(ctx context.Context, clientID string, f Deli
 	if !f.To.IsZero() {
 		to = &f.To
 	}
-	past, order := `d.id > $2`, `d.id`
+	past, order := `> $2`, `id`
 	if newestFirst {
-		past, order = `d.id < $2`, `d.id DESC`
+		past, order = `< $2`, `id DESC`
 	}
+	// Three sources, each read in id order and limited: the outbox's rows,
+	// handed-over webhooks in flight, and handed-over webhooks delivered at the
+	// first attempt, which have no row but their attempt (migration 00240).
 	rows, err := p.pool.Query(ctx, `SELECT `+deliveryColumns+`
-		FROM deliveries d LEFT JOIN notifications n ON n.id = d.notification_id AND n.event_at = d.event_at
-		WHERE d.client_id = $1 AND `+past+`
-		  AND ($3::timestamptz IS NULL OR d.event_at >= $3)
-		  AND ($4::timestamptz IS NULL OR d.event_at < $4)
-		  AND ($5 = '' OR d.state = $5)
-		ORDER BY `+order+` LIMIT $6`,
+		FROM (
+			(SELECT id, notification_id, client_id, sensor_id, channel, target, state, attempts, next_attempt_at,
+			        leased_until, last_error, last_http_status, event_type, event_at, created_at, updated_at
+			 FROM deliveries
+			 WHERE client_id = $1 AND id `+past+` AND ($5 = '' OR state = $5)
+			   AND ($3::timestamptz IS NULL OR event_at >= $3) AND ($4::timestamptz IS NULL OR event_at < $4)
+			 ORDER BY `+order+` LIMIT $6)
+			UNION ALL
+			(SELECT id, notification_id, client_id, sensor_id, 'webhook', '', 'IN_FLIGHT', 1, event_at,
+			        leased_until, '', NULL, event_type, event_at, created_at, created_at
+			 FROM webhooks_in_flight
+			 WHERE client_id = $1 AND id `+past+` AND $5 IN ('', 'IN_FLIGHT')
+			   AND ($3::timestamptz IS NULL OR event_at >= $3) AND ($4::timestamptz IS NULL OR event_at < $4))
+			UNION ALL
+			(SELECT a.delivery_id, n.id, a.client_id, a.sensor_id, 'webhook', '', 'SENT', 1, n.event_at,
+			        NULL, a.error, nullif(a.http_status, 0), n.type, n.event_at, n.created_at, a.at
+			 FROM delivery_attempts a
+			 JOIN notifications n ON n.event_id = a.event_id AND n.client_id = a.client_id
+			 WHERE a.client_id = $1 AND a.channel = 'webhook' AND a.attempt = 1 AND a.status = 'SENT'
+			   AND a.recorded AND a.delivery_id `+past+` AND $5 IN ('', 'SENT')
+			   AND ($3::timestamptz IS NULL OR n.event_at >= $3) AND ($4::timestamptz IS NULL OR n.event_at < $4)
+			   AND NOT EXISTS (SELECT 1 FROM deliveries x WHERE x.id = a.delivery_id)
+			 ORDER BY a.delivery_`+order+` LIMIT $6)
+		) d LEFT JOIN notifications n ON n.id = d.notification_id AND n.event_at = d.event_at
+		ORDER BY d.`+order+` LIMIT $6`,
 		clientID, cursor, from, to, string(f.State), limit)
 	if err != nil {
 		return nil, fmt.Errorf("listing deliveries of client %s: %w", clientID, err)
