@@ -210,9 +210,15 @@ const defaultStreamCount = 10_000
 // members' 10,000 copies), and reports the time from the start of that write
 // until the first and the last stream received its message, and the api
 // process's memory per connected stream (resident set and Go heap+stacks, read
-// from its /metrics, before and after connecting).
+// from its /metrics, before and after connecting). It logs when its own LISTEN
+// heard the event's NOTIFY, the spread of the streams' arrivals, and the CPU
+// time the api process, this process (the streams' client) and the database's
+// Postgres backends used until the last stream had its message.
 //
 //	go test -run '^$' -bench StreamFanout -benchtime 1x -timeout 30m ./bench/
+//
+// LOCKSTREAM_BENCH_PERF_DIR=<folder> records the event's window with `perf
+// record -a -g` (perf must be installed) in <folder>/perf.data.
 func BenchmarkStreamFanout(b *testing.B) {
 	streamCount := defaultStreamCount
 	if n, err := strconv.Atoi(os.Getenv("LOCKSTREAM_BENCH_STREAMS")); err == nil && n > 0 {
@@ -238,7 +244,7 @@ func BenchmarkStreamFanout(b *testing.B) {
 	}
 	seedMembers(ctx, b, conn, client.ID, streamCount, 0)
 
-	api, _ := startAPIProcess(b, stores)
+	api, apiPID := startAPIProcess(b, stores)
 	before := apiMemory(b, api)
 
 	// Connect every stream; each records when its first message arrives.
@@ -249,6 +255,7 @@ func BenchmarkStreamFanout(b *testing.B) {
 		lastNano  atomic.Int64
 		firstNano atomic.Int64
 		failures  atomic.Int64
+		arrivals  = make([]atomic.Int64, streamCount) // unix nanos, by stream
 	)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -271,6 +278,7 @@ func BenchmarkStreamFanout(b *testing.B) {
 			}
 			if err := readOneMessage(sctx, streamClient, api, ticket, hellos.Done, func(at time.Time) {
 				received.Add(1)
+				arrivals[i].Store(at.UnixNano())
 				firstNano.CompareAndSwap(0, at.UnixNano())
 				for {
 					last := lastNano.Load()
@@ -299,15 +307,24 @@ func BenchmarkStreamFanout(b *testing.B) {
 	after := apiMemory(b, api)
 
 	readsBefore := scrape(b, api)["lockstream_stream_fetch_duration_seconds_count"]
+	heard := listenInbox(ctx, b, stores.PostgresURL)
+	stopWindow := recordWindow(b)
+	apiCPU, benchCPU, pgCPU := cpuOf(apiPID), cpuOf(os.Getpid()), backendsCPU(ctx, b, conn)
 	start := time.Now()
 	data := 1
-	created, err := fanout.NewPostgresStore(pg).CreateNotifications(ctx, []storage.NotificationInput{{EventID: "bench-event", Type: "state_changed",
-		SensorID: "benchdoor", Data: &data, At: start}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	committed := time.Now()
-	written := committed.Sub(start)
+	// The write runs beside the wait: the CPU times are read when the last
+	// stream has its message, which may come before the call returns.
+	var (
+		created   fanout.NotificationsCreated
+		committed time.Time
+		writeErr  error
+		writing   sync.WaitGroup
+	)
+	writing.Go(func() {
+		created, writeErr = fanout.NewPostgresStore(pg).CreateNotifications(ctx, []storage.NotificationInput{{EventID: "bench-event",
+			Type: "state_changed", SensorID: "benchdoor", Data: &data, At: start}})
+		committed = time.Now()
+	})
 	deadline := time.Now().Add(2 * time.Minute)
 	for received.Load() < int64(streamCount) {
 		if time.Now().After(deadline) {
@@ -315,6 +332,14 @@ func BenchmarkStreamFanout(b *testing.B) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+	apiCPU, benchCPU = cpuOf(apiPID)-apiCPU, cpuOf(os.Getpid())-benchCPU
+	pgUsed := cpuSince(pgCPU, backendsCPU(ctx, b, conn))
+	writing.Wait()
+	if writeErr != nil {
+		b.Fatal(writeErr)
+	}
+	written := committed.Sub(start)
+	stopWindow()
 	lastAt := time.Unix(0, lastNano.Load())
 	last := lastAt.Sub(start)
 	first := time.Unix(0, firstNano.Load()).Sub(start)
@@ -324,6 +349,21 @@ func BenchmarkStreamFanout(b *testing.B) {
 		readsBefore, m["lockstream_stream_fetch_duration_seconds_count"]-readsBefore)
 	cancel()
 	wg.Wait()
+	spread := make([]time.Duration, streamCount)
+	for i := range arrivals {
+		spread[i] = time.Unix(0, arrivals[i].Load()).Sub(start)
+	}
+	at := percentiles(spread)
+	firstHeard, lastHeard := heard()
+	b.Logf("the benchmark's own LISTEN heard the first of the event's NOTIFY payloads %v after the write began, the last %v; "+
+		"streams had the message: p10 %.0f ms, p50 %.0f ms, p90 %.0f ms, max %.0f ms",
+		firstHeard.Sub(start).Round(time.Millisecond), lastHeard.Sub(start).Round(time.Millisecond), at(0.1), at(0.5), at(0.9), at(1))
+	b.ReportMetric(float64(apiCPU)/float64(time.Microsecond)/float64(streamCount), "api-cpu-µs/stream")
+	b.Logf("CPU time from the write's start until the last stream had its message (in 10 ms ticks): the api process %v "+
+		"(%.1f µs per stream), the benchmark process %v (its streams' reads, the fan-out's write as a client of Postgres, "+
+		"a LISTEN), this database's Postgres backends %v (the write, then its members' copies)",
+		apiCPU.Round(time.Millisecond), float64(apiCPU)/float64(time.Microsecond)/float64(streamCount),
+		benchCPU.Round(time.Millisecond), pgUsed.Round(time.Millisecond))
 
 	perStreamRSS := float64(after.rss-before.rss) / float64(streamCount) / 1024
 	perStreamGo := float64(after.goBytes-before.goBytes) / float64(streamCount) / 1024
@@ -336,6 +376,98 @@ func BenchmarkStreamFanout(b *testing.B) {
 		created.InboxMessages, written.Round(time.Millisecond), streamCount, first.Round(time.Millisecond), last.Round(time.Millisecond),
 		lastAt.Sub(committed).Round(time.Millisecond),
 		perStreamRSS, perStreamGo, float64(after.stack-before.stack)/float64(streamCount)/1024, before.goroutines, after.goroutines)
+}
+
+// recordWindow starts `perf record -a -g` of the whole machine (every process:
+// the api, this one, Postgres; the kernel's part included) for 1.2 s, when
+// LOCKSTREAM_BENCH_PERF_DIR names a folder for its perf.data, and returns once
+// it records (the event's write begins 0.3 s into it); the function it returns
+// waits for perf to end.
+func recordWindow(b *testing.B) func() {
+	b.Helper()
+	dir := os.Getenv("LOCKSTREAM_BENCH_PERF_DIR")
+	if dir == "" {
+		return func() {}
+	}
+	cmd := exec.Command("perf", "record", "-a", "-g", "-F", "2999", "-o", filepath.Join(dir, "perf.data"), "--", "sleep", "1.2")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	return func() { _ = cmd.Wait() }
+}
+
+// listenInbox listens on inbox.Channel on a connection of its own, as the api
+// process's hub does, and returns a function that stops it and reports when
+// the first and the last payload arrived (the event's commit as a listener
+// sees it).
+func listenInbox(ctx context.Context, b *testing.B, pgURL string) func() (first, last time.Time) {
+	b.Helper()
+	conn, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+inbox.Channel); err != nil {
+		b.Fatal(err)
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	var firstAt, lastAt time.Time
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			if _, err := conn.WaitForNotification(lctx); err != nil {
+				return
+			}
+			lastAt = time.Now()
+			if firstAt.IsZero() {
+				firstAt = lastAt
+			}
+		}
+	}()
+	return func() (time.Time, time.Time) {
+		cancel()
+		<-done
+		_ = conn.Close(ctx)
+		return firstAt, lastAt
+	}
+}
+
+// cpuOf is the CPU time (user and system) process pid has used so far, from
+// /proc (in clock ticks of 10 ms); zero when it is gone.
+func cpuOf(pid int) time.Duration {
+	t, _ := processCPU(pid)
+	return t
+}
+
+// backendsCPU is the CPU time each Postgres backend of conn's database has used
+// so far, by pid.
+func backendsCPU(ctx context.Context, b *testing.B, conn *pgx.Conn) map[int]time.Duration {
+	b.Helper()
+	rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[int]time.Duration{}
+	for _, pid := range pids {
+		out[int(pid)] = cpuOf(int(pid))
+	}
+	return out
+}
+
+// cpuSince is what the backends of after used since before (a backend that
+// started since counts from zero).
+func cpuSince(before, after map[int]time.Duration) time.Duration {
+	var d time.Duration
+	for pid, t := range after {
+		d += t - before[pid]
+	}
+	return d
 }
 
 // startAPIProcess builds lockstream and runs `lockstream api` on the stores,

@@ -355,6 +355,8 @@ type Server struct {
 	inboxCfg      InboxConfig
 	hub           *live.Hub
 	streamMetrics *streamMetrics
+	// frames lends buffers (*[]byte) to the hub's writes at once to streams.
+	frames sync.Pool
 }
 
 // New builds the server. checks names the stores GET /readyz pings (for instance

@@ -14,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/lockstream/lockstream/inbox"
@@ -291,11 +292,12 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, member stri
 			_ = conn.Close()
 			return nil // the client left before hello; nothing to report
 		}
-		sub := s.hub.Subscribe(member, pos, state.LastSeq)
+		now := s.newNowWriter(conn)
+		sub := s.hub.Subscribe(member, pos, state.LastSeq, now.writer())
 		go func() {
 			defer func() { _ = conn.Close() }()
 			defer s.hub.Unsubscribe(sub)
-			s.pump(sub, sink, member, nil)
+			s.pump(sub, sink, member, nil, now)
 		}()
 		return nil
 	}
@@ -315,16 +317,18 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, member stri
 	if err := sink.send(head); err != nil {
 		return nil
 	}
-	sub := s.hub.Subscribe(member, pos, state.LastSeq)
+	sub := s.hub.Subscribe(member, pos, state.LastSeq, nil)
 	defer s.hub.Unsubscribe(sub)
-	s.pump(sub, sink, member, r.Context().Done())
+	s.pump(sub, sink, member, r.Context().Done(), nil)
 	return nil
 }
 
-// pump writes what the hub queues for sub, and a ping every StreamPing, until
-// the hub drops the stream, done closes or a write fails (a write that times out
-// cuts a slow reader off). Each round goes out in one write.
-func (s *Server) pump(sub *live.Subscriber, sink streamSink, member string, done <-chan struct{}) {
+// pump writes what the hub queues for sub, what the hub's writes at once left
+// unwritten (now, nil when the hub makes none), and a ping every StreamPing,
+// until the hub drops the stream, done closes or a write fails (a write that
+// times out cuts a slow reader off). Each round goes out in one write, made
+// holding the stream's write lock.
+func (s *Server) pump(sub *live.Subscriber, sink streamSink, member string, done <-chan struct{}, now *nowWriter) {
 	defer func() {
 		// Off the handler's goroutine a panic would end the process.
 		if v := recover(); v != nil {
@@ -333,24 +337,30 @@ func (s *Server) pump(sub *live.Subscriber, sink streamSink, member string, done
 	}()
 	ping := time.NewTicker(s.inboxCfg.StreamPing)
 	defer ping.Stop()
+	var kick <-chan struct{}
+	if now != nil {
+		kick = now.kick
+	}
 	for {
 		var buf []byte
+		taken := 0
 		select {
 		case m := <-sub.Messages():
 			buf = s.appendMessage(buf, sub, m)
-			for n := len(sub.Messages()); n > 0; n-- {
+			for taken = 1; len(sub.Messages()) > 0; taken++ {
 				buf = s.appendMessage(buf, sub, <-sub.Messages())
 			}
 			s.hub.Drained(sub)
 		case <-ping.C:
 			buf = append(buf, ": ping\n\n"...)
+		case <-kick:
 		case <-sub.Gone():
 			s.streamMetrics.cutoffs.WithLabelValues("shutdown").Inc()
 			return
 		case <-done:
 			return
 		}
-		if err := sink.send(buf); err != nil {
+		if err := s.sendLocked(sub, sink, now, buf, taken); err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				s.streamMetrics.cutoffs.WithLabelValues("slow").Inc()
 				s.logger.Info("cut off a stream that does not read", "member", member,
@@ -359,6 +369,123 @@ func (s *Server) pump(sub *live.Subscriber, sink streamSink, member string, done
 			return
 		}
 	}
+}
+
+// sendLocked writes buf, after what the hub's writes at once left unwritten,
+// holding the stream's write lock, and tells the hub the taken messages it held
+// are written. It fails when a write at once found the connection broken.
+func (s *Server) sendLocked(sub *live.Subscriber, sink streamSink, now *nowWriter, buf []byte, taken int) error {
+	sub.Lock()
+	defer sub.Unlock()
+	if now != nil {
+		if now.err != nil {
+			return now.err
+		}
+		if len(now.carry) > 0 {
+			buf, now.carry = append(now.carry, buf...), nil
+		}
+	}
+	if len(buf) > 0 {
+		if err := sink.send(buf); err != nil {
+			return err
+		}
+	}
+	sub.Wrote(taken)
+	return nil
+}
+
+// nowWriter makes the hub's writes at once (live.Writer) to a stream's
+// connection taken over from net/http: each message in one write(2) on the
+// non-blocking socket, with no wake-up of the stream's goroutine and no
+// deadline to set. What the socket does not take (its buffer is full: a slow
+// reader) is kept in carry for the stream's writer (pump), woken by kick, to
+// send first, within the write timeout; so is a failure.
+type nowWriter struct {
+	s    *Server
+	conn syscall.RawConn
+	kick chan struct{}
+
+	// Guarded by the stream's write lock (live.Subscriber.Lock).
+	carry []byte
+	err   error
+}
+
+// newNowWriter returns the writer at once of a TCP connection; nil for any
+// other (a TLS connection's bytes cannot be written to its socket).
+func (s *Server) newNowWriter(conn net.Conn) *nowWriter {
+	tcp, ok := conn.(*net.TCPConn)
+	if !ok {
+		return nil
+	}
+	raw, err := tcp.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return &nowWriter{s: s, conn: raw, kick: make(chan struct{}, 1)}
+}
+
+// writer is w's live.Writer; nil for a nil w.
+func (w *nowWriter) writer() live.Writer {
+	if w == nil {
+		return nil
+	}
+	return w.write
+}
+
+func (w *nowWriter) write(sub *live.Subscriber, m *inbox.Message) {
+	if w.err != nil {
+		return // the stream is ending; its client resumes by replay
+	}
+	scratch, _ := w.s.frames.Get().(*[]byte)
+	if scratch == nil {
+		scratch = new([]byte)
+	}
+	buf := w.s.appendMessage((*scratch)[:0], sub, m)
+	*scratch = buf
+	defer w.s.frames.Put(scratch)
+	if len(w.carry) > 0 { // the writer has yet to send what came before
+		w.carry = append(w.carry, buf...)
+		w.wake()
+		return
+	}
+	n, err := writeNonBlocking(w.conn, buf)
+	switch {
+	case n == len(buf):
+	case err == nil || errors.Is(err, syscall.EAGAIN):
+		w.carry = append(w.carry, buf[n:]...)
+		w.s.streamMetrics.unfinished.Inc()
+		w.wake()
+	default:
+		w.err = fmt.Errorf("writing to a stream: %w", err)
+		w.wake()
+	}
+}
+
+func (w *nowWriter) wake() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// writeNonBlocking makes one write(2) of p to the socket (non-blocking, as Go
+// opens them) and returns how much it took.
+func writeNonBlocking(conn syscall.RawConn, p []byte) (int, error) {
+	var (
+		n    int
+		werr error
+	)
+	if err := conn.Control(func(fd uintptr) {
+		for {
+			n, werr = syscall.Write(int(fd), p)
+			if !errors.Is(werr, syscall.EINTR) {
+				return
+			}
+		}
+	}); err != nil {
+		return 0, err
+	}
+	return max(n, 0), werr
 }
 
 // appendMessage adds one message event to buf. A message that came whole in a

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,7 +29,13 @@ import (
 // the fetch loop reads what each marked stream is missing ("stored after its
 // position, in seq order"), in one query per batch of streams.
 //
-// Both paths queue only the seq right after the stream's position, so a stream
+// A stream whose handler gave a Writer, and that has nothing queued or being
+// written, is not even queued: the hub writes such a message to its connection
+// itself, at once and without blocking (Writer), so a notification for
+// thousands of idle streams wakes none of their goroutines; what a connection
+// cannot take at once its stream's own writer finishes.
+//
+// Every path hands on only the seq right after the stream's position, so a stream
 // gets no gap and no duplicate whatever the timing of notifications and reads,
 // and a missed notification (the listening connection broke) costs only a
 // re-read of every stream. The hub never blocks on a stream: it reads for a stream only
@@ -48,6 +55,9 @@ type Hub struct {
 	stopped bool
 	wake    chan struct{}
 	running atomic.Bool
+	// writes takes runs of writes at once to the hub's writer goroutines
+	// (GOMAXPROCS of them, while Run runs).
+	writes chan []immediate
 }
 
 // Subscriber is one connected stream.
@@ -67,10 +77,40 @@ type Subscriber struct {
 	// are replayed, later ones direct.
 	replayUpTo int64
 
+	// write, when set, writes a message to the stream's connection at once; the
+	// hub calls it holding wmu, outside its own lock.
+	write Writer
+	// wmu is held by whoever writes to the stream's connection: its writer
+	// (Lock) or the hub writing a message at once.
+	wmu sync.Mutex
+	// unwritten counts the messages queued in out that the stream's writer has
+	// not written yet (Wrote): the hub writes at once only when there are none.
+	unwritten atomic.Int64
+
 	// Guarded by hub.mu.
-	pos int64  // the seq of the last message queued
+	pos int64  // the seq of the last message queued or written
 	gen uint64 // moves on with every notice, so a read that raced one is redone
 }
+
+// Writer writes m to a stream's connection at once, without blocking: the hub
+// calls it (with the stream's write lock held, see Subscriber.Lock) for a new
+// message that follows everything the stream was given, when nothing queued is
+// left unwritten. What the connection does not take at once the Writer keeps
+// and has the stream's own writer send first, under the same lock; m counts as
+// the stream's either way. It may be called from several goroutines at once,
+// for different streams.
+type Writer func(sub *Subscriber, m *inbox.Message)
+
+// immediate is a message the hub writes to a stream at once; it holds the
+// stream's write lock.
+type immediate struct {
+	sub *Subscriber
+	m   *inbox.Message
+}
+
+// writeRunLen is the most writes at once handed to a writer goroutine in one
+// run: short runs share the work out evenly whichever writer the OS lets run.
+const writeRunLen = 16
 
 // NewHub returns a hub reading from store; Run starts it.
 func NewHub(store Store, cfg HubConfig, metrics *HubMetrics, logger *slog.Logger) *Hub {
@@ -79,14 +119,17 @@ func NewHub(store Store, cfg HubConfig, metrics *HubMetrics, logger *slog.Logger
 		streams: map[string]map[*Subscriber]struct{}{},
 		dirty:   map[*Subscriber]struct{}{},
 		wake:    make(chan struct{}, 1),
+		writes:  make(chan []immediate, 1024),
 	}
 }
 
 // Subscribe registers a stream of member positioned after seq pos; the hub
-// replays what follows at once.
-func (h *Hub) Subscribe(member string, pos, replayUpTo int64) *Subscriber {
+// replays what follows at once. With write, the hub writes new messages to the
+// stream's connection itself when the stream has nothing else pending (see
+// Writer); nil queues them all.
+func (h *Hub) Subscribe(member string, pos, replayUpTo int64, write Writer) *Subscriber {
 	sub := &Subscriber{member: member, out: make(chan *inbox.Message, h.cfg.Buffer),
-		gone: make(chan struct{}), replayUpTo: replayUpTo, pos: pos}
+		gone: make(chan struct{}), replayUpTo: replayUpTo, pos: pos, write: write}
 	h.mu.Lock()
 	if h.stopped {
 		h.mu.Unlock()
@@ -129,6 +172,17 @@ func (sub *Subscriber) Gone() <-chan struct{} { return sub.gone }
 // Replayed reports whether m was stored before the stream connected.
 func (sub *Subscriber) Replayed(m *inbox.Message) bool { return m.Seq <= sub.replayUpTo }
 
+// Lock takes the stream's write lock: its writer holds it while it writes to
+// the connection, which the hub's writes at once (Writer) then leave alone.
+func (sub *Subscriber) Lock() { sub.wmu.Lock() }
+
+// Unlock releases the stream's write lock.
+func (sub *Subscriber) Unlock() { sub.wmu.Unlock() }
+
+// Wrote tells the hub that the stream's writer wrote n of the messages it took
+// from Messages.
+func (sub *Subscriber) Wrote(n int) { sub.unwritten.Add(-int64(n)) }
+
 // Running reports whether Run is feeding the streams.
 func (h *Hub) Running() bool { return h.running.Load() }
 
@@ -157,17 +211,25 @@ func (h *Hub) Drained(sub *Subscriber) {
 }
 
 // notice serves news from Postgres. A message that follows a stream's position
-// right away is queued at once (direct delivery, no read); a pointer, or a
-// message after a gap (the stream is still replaying, or missed something) or
-// for a full buffer, marks the stream for the fetch loop to read.
+// right away is written at once or queued (direct delivery, no read); a
+// pointer, or a message after a gap (the stream is still replaying, or missed
+// something) or for a full buffer, marks the stream for the fetch loop to read.
+// The writes at once are made by the hub's writer goroutines, in runs, after
+// the hub's lock is released, each holding its stream's write lock (taken under
+// the hub's: a message queued meanwhile, by this or a later notice or a read,
+// waits for it).
 func (h *Hub) notice(news inbox.News) {
 	marked := false
+	var now []immediate
 	h.mu.Lock()
 	for i := range news.Messages {
 		m := &news.Messages[i]
 		for sub := range h.streams[m.MemberID] {
 			switch {
 			case m.Seq <= sub.pos:
+			case m.Seq == sub.pos+1 && sub.write != nil && sub.unwritten.Load() == 0 && sub.wmu.TryLock():
+				sub.pos = m.Seq
+				now = append(now, immediate{sub: sub, m: m})
 			case m.Seq == sub.pos+1 && h.queue(sub, m):
 			default:
 				sub.gen++
@@ -186,18 +248,34 @@ func (h *Hub) notice(news inbox.News) {
 		}
 	}
 	h.mu.Unlock()
+	for len(now) > 0 {
+		n := min(len(now), writeRunLen)
+		h.writes <- now[:n]
+		now = now[n:]
+	}
 	if marked {
 		h.signal()
 	}
 }
 
+// writeRun makes a run of writes at once, in order, releasing each stream's
+// write lock.
+func writeRun(now []immediate) {
+	for _, w := range now {
+		w.sub.write(w.sub, w.m)
+		w.sub.wmu.Unlock()
+	}
+}
+
 // queue puts m in sub's buffer unless it is full; h.mu is held.
 func (h *Hub) queue(sub *Subscriber, m *inbox.Message) bool {
+	sub.unwritten.Add(1)
 	select {
 	case sub.out <- m:
 		sub.pos = m.Seq
 		return true
 	default:
+		sub.unwritten.Add(-1)
 		sub.stalled.Store(true)
 		h.metrics.stalls.Inc()
 		return false
@@ -223,8 +301,19 @@ func (h *Hub) Run(ctx context.Context) error {
 	if !h.running.CompareAndSwap(false, true) {
 		return errors.New("inbox: the hub is already running")
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() { h.listen(ctx) })
+	var wg, writers sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		writers.Go(func() {
+			for run := range h.writes {
+				writeRun(run)
+			}
+		})
+	}
+	wg.Go(func() {
+		h.listen(ctx)
+		close(h.writes) // only listen hands writes out
+		writers.Wait()
+	})
 	h.fetchLoop(ctx)
 	wg.Wait()
 
