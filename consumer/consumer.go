@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -213,6 +214,7 @@ func (c Config) Validate() error {
 type Consumer struct {
 	cfg          Config
 	states       StateStore
+	writer       *stateWriter
 	sightings    Sightings
 	unregistered UnregisteredStore
 	summary      *summary
@@ -247,6 +249,7 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) 
 		logger:       logger.With("component", "consumer"),
 		metrics:      m,
 	}
+	c.writer = newStateWriter(c)
 	c.group, err = stream.NewGroup(stream.GroupConfig{
 		Stream:         cfg.Stream,
 		Group:          cfg.Group,
@@ -261,10 +264,19 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) 
 	return c, nil
 }
 
-// Run consumes until ctx is cancelled, then finishes the batches in flight,
-// commits their offsets and leaves the group, returning nil. It returns an error
-// when Kafka cannot be reached at start. Run may be called once.
+// Run consumes until ctx is cancelled, then finishes the batches in flight
+// (their states stored on a context that is not cancelled, within
+// ShutdownTimeout), commits their offsets and leaves the group, returning nil.
+// It returns an error when Kafka cannot be reached at start. Run may be called
+// once.
 func (c *Consumer) Run(ctx context.Context) error {
+	// The state writer outlives the group: the group's shutdown waits for the
+	// batches it handed over.
+	writerCtx, stopWriter := context.WithCancel(context.WithoutCancel(ctx))
+	var writer sync.WaitGroup
+	writer.Go(func() { c.writer.run(writerCtx) })
+	defer writer.Wait()
+	defer stopWriter()
 	if c.unregistered == nil {
 		return c.group.Run(ctx)
 	}

@@ -46,6 +46,15 @@ type StateChange struct {
 	UnstableSince time.Time
 }
 
+// supersedes reports whether c is newer than b, a change of the same sensor,
+// as ApplyStateChanges judges a change against the stored state.
+func (c StateChange) supersedes(b StateChange) bool {
+	if c.TopicID == b.TopicID && c.Partition == b.Partition {
+		return c.Offset > b.Offset
+	}
+	return !c.ChangedAt.Before(b.ChangedAt)
+}
+
 // SensorLookup is what the consumer needs to know about a sensor it has no cached
 // state for.
 type SensorLookup struct {
@@ -187,14 +196,15 @@ func idArray(ids []string) (string, any) {
 // time: on the same partition of the same topic (same topic id), newer means a
 // higher offset; otherwise (the topic gained partitions and the sensor moved, or
 // it was deleted and created again), a later ChangedAt. When changes repeat a
-// sensor, the one with the highest offset is kept.
+// sensor (several batches' changes, stored at once), the newest by the same
+// rule is kept.
 func (p *PostgresStore) ApplyStateChanges(ctx context.Context, changes []StateChange) error {
 	if len(changes) == 0 {
 		return nil
 	}
 	latest := make(map[string]int, len(changes))
 	for i, c := range changes {
-		if j, ok := latest[c.SensorID]; !ok || changes[j].Offset < c.Offset {
+		if j, ok := latest[c.SensorID]; !ok || c.supersedes(changes[j]) {
 			latest[c.SensorID] = i
 		}
 	}

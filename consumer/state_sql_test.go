@@ -86,19 +86,26 @@ func TestStateChangesNeverGoBackwards(t *testing.T) {
 	want("reg1", 1, 3, 40)
 	apply(consumer.StateChange{SensorID: "reg1", Data: 0, ChangedAt: t0.Add(time.Minute), Partition: 4, Offset: 1})
 	want("reg1", 0, 4, 1)
+	// Several batches' changes stored at once, a sensor's from two partitions
+	// (it moved): time decides among them too, not the offset.
+	apply(
+		consumer.StateChange{SensorID: "reg1", Data: 1, ChangedAt: t0.Add(3 * time.Minute), Partition: 6, Offset: 2},
+		consumer.StateChange{SensorID: "reg1", Data: 0, ChangedAt: t0.Add(2 * time.Minute), Partition: 4, Offset: 50},
+	)
+	want("reg1", 1, 6, 2)
 
 	got, err = pg.LookupSensors(ctx, []string{"reg1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := got[0].State; !s.ChangedAt.Equal(t0.Add(time.Minute)) {
-		t.Fatalf("changed_at = %v, want %v", s.ChangedAt, t0.Add(time.Minute))
+	if s := got[0].State; !s.ChangedAt.Equal(t0.Add(3 * time.Minute)) {
+		t.Fatalf("changed_at = %v, want %v", s.ChangedAt, t0.Add(3*time.Minute))
 	}
 	sensor, err := stores.Registry.GetSensor(ctx, "reg1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sensor.State == nil || sensor.State.Data != 0 {
-		t.Fatalf("GetSensor state = %+v, want data 0", sensor.State)
+	if sensor.State == nil || sensor.State.Data != 1 {
+		t.Fatalf("GetSensor state = %+v, want data 1", sensor.State)
 	}
 }

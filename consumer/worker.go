@@ -41,22 +41,40 @@ type worker struct {
 	changed   []int32
 	undo      []undoEntry
 	seen      []int32
+	// stored closes once the state writer has stored the changes of the last
+	// batch handed to it, and so of every earlier one.
+	stored <-chan struct{}
 }
 
 func newWorker(c *Consumer, client *kgo.Client, partition int32) *worker {
+	stored := make(chan struct{})
+	close(stored)
 	return &worker{c: c, client: client, partition: partition, label: partitionLabel(partition), cache: newSensorCache(),
-		missIdx: map[sensorKey]int32{}, unreg: map[sensorKey]seenCount{}}
+		missIdx: map[sensorKey]int32{}, unreg: map[sensorKey]seenCount{}, stored: stored}
 }
 
-// Handle applies a batch, retrying with back-off until it succeeds or ctx ends
-// (the partition is revoked or the consumer stops: nothing is marked, and the
-// batch is consumed again by whoever owns the partition next). An attempt in
-// progress is not cancelled; it has its own deadline, BatchTimeout.
+// Handle applies a batch up to its events, retrying with back-off until that
+// succeeds or ctx ends (the partition is revoked or the consumer stops:
+// nothing is marked, and the batch is consumed again by whoever owns the
+// partition next), then hands its state changes to the state writer and
+// returns what closes once they are stored. An attempt in progress is not
+// cancelled; it has its own deadline, BatchTimeout.
 func (w *worker) Handle(ctx context.Context, b stream.Batch) (stream.Pending, error) {
 	c := w.c
 	recs := b.Records
 	c.metrics.lag.WithLabelValues(w.label).Set(float64(b.HighWatermark - recs[len(recs)-1].Offset - 1))
 	w.topic = w.topicIndex(b.TopicID)
+	if w.cache.len() > c.cfg.CacheSize {
+		// The cache starts over from Postgres, so Postgres must first hold
+		// every state the cache changed.
+		select {
+		case <-w.stored:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		w.cache.reset()
+	}
+	start := time.Now()
 	backoff := c.cfg.MinBackoff
 	// Events Sightings returned in a failed attempt: asking again may not return
 	// them, so they are carried into the next attempt.
@@ -67,7 +85,7 @@ func (w *worker) Handle(ctx context.Context, b stream.Batch) (stream.Pending, er
 		err := w.process(actx, recs, &carried, dlqMax)
 		cancel()
 		if err == nil {
-			return nil, nil
+			return w.handStates(ctx, len(recs), start)
 		}
 		if errors.Is(err, kerr.MessageTooLarge) {
 			// The DLQ topic takes less than DLQMaxBytes: cut harder.
@@ -85,6 +103,34 @@ func (w *worker) Handle(ctx context.Context, b stream.Batch) (stream.Pending, er
 		}
 		backoff = min(2*backoff, c.cfg.MaxBackoff)
 	}
+}
+
+// handStates hands the batch's state changes (none, possibly) to the state
+// writer, which counts the batch consumed once they are stored: the Pending
+// closes then.
+func (w *worker) handStates(ctx context.Context, records int, start time.Time) (stream.Pending, error) {
+	changes := make([]StateChange, len(w.changed))
+	for i, slot := range w.changed {
+		s := w.cache.at(slot)
+		changes[i] = StateChange{SensorID: s.key.String(), Data: int(s.data),
+			ChangedAt: time.Unix(0, s.changedAt), TopicID: w.topics[s.topic], Partition: s.partition, Offset: s.offset}
+		if s.unstableSince != 0 {
+			changes[i].UnstableSince = time.Unix(0, s.unstableSince)
+		}
+	}
+	m := w.c.metrics
+	done, err := w.c.writer.hand(ctx, changes, func() {
+		m.batchSize.Observe(float64(records))
+		m.batchDuration.Observe(time.Since(start).Seconds())
+		// Last, so that whoever sees a batch consumed also sees its other
+		// counts and its states stored.
+		m.consumed.Add(float64(records))
+	})
+	if err != nil {
+		return nil, err
+	}
+	w.stored = done
+	return done, nil
 }
 
 // Close forgets the partition: its cache goes with the worker, since the
@@ -124,16 +170,16 @@ type rejects struct {
 	byReason map[string]int
 }
 
-// process applies one batch: parse, compare with the cached state, then the
-// effects (sightings, events and DLQ records produced, states stored). Each
-// step is one round trip per batch, not per record, and a record costs one
-// cache lookup and no allocation unless it is rejected or changes its
+// process applies one batch up to its events: parse, compare with the cached
+// state, then the effects (sightings recorded, events and DLQ records
+// produced); the slots changed are left in w.changed for the state writer.
+// Each step is one round trip per batch, not per record, and a record costs
+// one cache lookup and no allocation unless it is rejected or changes its
 // sensor's state.
 //
 // The comparison updates the cache in place; if a later step fails, the slots it
 // changed are put back, so the retry finds the same changes again.
 func (w *worker) process(ctx context.Context, recs []*kgo.Record, carried *[]event.Event, dlqMax int) (err error) {
-	start := time.Now()
 	w.batch++
 	rej, err := w.parse(recs, dlqMax)
 	if err != nil {
@@ -154,9 +200,6 @@ func (w *worker) process(ctx context.Context, recs []*kgo.Record, carried *[]eve
 	events, unknowns := w.compare()
 	if err := w.effects(ctx, rej.dlq, events, carried); err != nil {
 		return err
-	}
-	if w.cache.len() > w.c.cfg.CacheSize {
-		w.cache.reset()
 	}
 	if len(w.unreg) > 0 && w.c.unregistered != nil {
 		w.c.summary.add(w.c.cfg.Now(), w.unreg)
@@ -182,10 +225,6 @@ func (w *worker) process(ctx context.Context, recs []*kgo.Record, carried *[]eve
 	m.unstable.Add(float64(unstable))
 	m.held.Add(float64(held))
 	m.unknown.Add(float64(unknowns))
-	m.batchSize.Observe(float64(len(recs)))
-	m.batchDuration.Observe(time.Since(start).Seconds())
-	// Last, so that whoever sees a batch consumed also sees its other counts.
-	m.consumed.Add(float64(len(recs)))
 	return nil
 }
 
@@ -318,10 +357,11 @@ func (w *worker) judgeFlapping(s *cached, e event.Event, events []event.Event) [
 	return events
 }
 
-// effects makes the batch durable: sightings recorded (their events carried
-// into retries), events and DLQ records produced, then the changed states
-// stored; an event is produced before its state is stored, so a crash between
-// the two replays the reading and produces the same event (same id) again.
+// effects makes the batch's events durable: sightings recorded (their events
+// carried into retries), then events and DLQ records produced. The changed
+// states are stored after it, by the state writer: an event is produced before
+// its state is stored, so a crash between the two replays the reading and
+// produces the same event (same id) again.
 func (w *worker) effects(ctx context.Context, dlq []*kgo.Record, events []event.Event, carried *[]event.Event) error {
 	c := w.c
 	if c.sightings != nil && len(w.seen) > 0 {
@@ -348,21 +388,6 @@ func (w *worker) effects(ctx context.Context, dlq []*kgo.Record, events []event.
 		if err := w.client.ProduceSync(ctx, out...).FirstErr(); err != nil {
 			return fmt.Errorf("producing %d events and %d rejects: %w", len(out)-len(dlq), len(dlq), err)
 		}
-	}
-	if len(w.changed) == 0 {
-		return nil
-	}
-	changes := make([]StateChange, len(w.changed))
-	for i, slot := range w.changed {
-		s := w.cache.at(slot)
-		changes[i] = StateChange{SensorID: s.key.String(), Data: int(s.data),
-			ChangedAt: time.Unix(0, s.changedAt), TopicID: w.topics[s.topic], Partition: s.partition, Offset: s.offset}
-		if s.unstableSince != 0 {
-			changes[i].UnstableSince = time.Unix(0, s.unstableSince)
-		}
-	}
-	if err := c.states.ApplyStateChanges(ctx, changes); err != nil {
-		return fmt.Errorf("storing states: %w", err)
 	}
 	return nil
 }
