@@ -112,8 +112,9 @@ func TestHandoffAfterStopGivesBack(t *testing.T) {
 	}
 }
 
-// TestHandoffBacklogWaitsForASender: the hand-over takes four times the
-// lane's workers beyond its free ones; those wait in memory for a sender, so
+// TestHandoffBacklogWaitsForASender: the hand-over takes up to four times
+// the lane's workers beyond its free ones (as many AttemptTimeouts as fit in
+// the lease after one); those wait in memory for a sender, so
 // the sink never has more than Workers attempts at once, and every one is
 // sent and recorded once a sender frees, with no delivery row.
 func TestHandoffBacklogWaitsForASender(t *testing.T) {
@@ -134,7 +135,9 @@ func TestHandoffBacklogWaitsForASender(t *testing.T) {
 	t.Cleanup(srv.Close)
 	b := setup(t, setupOpts{sinkURL: srv.URL, noRetrier: true})
 	const workers = 2
-	r := b.newRetrier(retrier.Config{Workers: workers, FallbackPollInterval: time.Hour}, b.reg)
+	// Four AttemptTimeouts fit in the lease after one: the backlog is 4×Workers.
+	r := b.newRetrier(retrier.Config{Workers: workers, FallbackPollInterval: time.Hour,
+		AttemptTimeout: time.Minute, Lease: 5 * time.Minute}, b.reg)
 	b.run(r)
 	sensors := make([]string, 10)
 	for i := range sensors {

@@ -183,7 +183,7 @@ type lane struct {
 	wake   chan struct{} // asks the claim loop to look again at once
 	// sending holds a token per attempt being started or sent: at most
 	// workers at once. Claims take only free workers, so theirs rarely wait
-	// for one; the hand-over may take handoffBacklog times more (Reserve),
+	// for one; the hand-over may take handoffBacklog() times more (Reserve),
 	// which wait their turn in memory rather than as PENDING rows that a
 	// claim must find, lock and update again.
 	sending chan struct{}
