@@ -33,30 +33,18 @@ type handoffRun struct {
 	outcomes chan<- outcome
 }
 
-// maxHandoffBacklog bounds how many times its Workers a lane takes handed
-// over beyond its free workers (handoffBacklog).
-const maxHandoffBacklog = 4
-
 // handoffBacklog is how many times its Workers the webhook lane takes handed
 // over beyond its free workers: they wait in memory for a sender
 // (lane.sending) instead of becoming PENDING rows that a claim must find,
-// lock and update again. A waiting attempt must still end within its lease
-// even if every attempt ahead of it runs to AttemptTimeout: Workers × k wait
-// at most k × AttemptTimeout, so k is the whole AttemptTimeouts that fit in
-// Lease − AttemptTimeout, at most maxHandoffBacklog (1 with the defaults,
-// 2 min and 1 min).
-func (r *Retrier) handoffBacklog() int {
-	if r.cfg.AttemptTimeout <= 0 {
-		return 0
-	}
-	return max(0, min(maxHandoffBacklog, int((r.cfg.Lease-r.cfg.AttemptTimeout)/r.cfg.AttemptTimeout)))
-}
+// lock and update again. One that gets its sender too late to finish within
+// its lease is given back instead of sent (tooLateToSend).
+const handoffBacklog = 4
 
 // Reserve takes up to n places in the webhook lane for deliveries the fan-out
 // is about to create claimed, and returns how many it took and when their
 // lease ends (now + Lease); 0 when the retrier has no webhook sender, is not
 // running, is stopping or has no place (fanout.Handoff). A lane has a place
-// per free worker and handoffBacklog() × Workers more. Claims run meanwhile
+// per free worker and handoffBacklog × Workers more. Claims run meanwhile
 // see the places as busy.
 func (r *Retrier) Reserve(n int) (int, time.Time) {
 	h := &r.handoff
@@ -65,7 +53,7 @@ func (r *Retrier) Reserve(n int) (int, time.Time) {
 	if h.run == nil || h.stopping || n <= 0 {
 		return 0, time.Time{}
 	}
-	take := min(n, h.run.lane.free()+r.handoffBacklog()*h.run.lane.workers)
+	take := min(n, h.run.lane.free()+handoffBacklog*h.run.lane.workers)
 	if take <= 0 {
 		return 0, time.Time{}
 	}
