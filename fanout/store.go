@@ -233,6 +233,9 @@ func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, claim C
 	if err := tx.Commit(ctx); err != nil {
 		return err
 	}
+	for i := range r.claimed {
+		r.claimed[i].LeasedUntil = claim.LeasedUntil // the sender gives back what it cannot send in time
+	}
 	created.Claimed, created.ClaimedTargets = r.claimed, targets
 	// The claimed deliveries go to their sender now, not after what follows.
 	if claim.Committed != nil {
@@ -300,7 +303,7 @@ func (fb fanoutBatch) scanCreated(rows pgx.Rows, created *NotificationsCreated, 
 // claimedDelivery is a delivery createNotificationsSQL created claimed, as a
 // claim returns it, with the seq its notification was written with, but for its
 // NextAttemptAt (the event's time: due from then, it sorts as the claim
-// sorts) and its LeasedUntil (the sender does not read it).
+// sorts) and its LeasedUntil (set after the commit).
 func (fb fanoutBatch) claimedDelivery(id, notificationID, eventID string, k supersedeKey, at time.Time, seq int64) storage.Delivery {
 	e := fb.unique[fb.eventIndex[eventID]]
 	return storage.Delivery{ID: id, NotificationID: notificationID, ClientID: k.client, SensorID: k.sensor, Seq: seq,

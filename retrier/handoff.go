@@ -33,19 +33,19 @@ type handoffRun struct {
 	outcomes chan<- outcome
 }
 
-// handoffBacklog is how many times its Workers a lane takes handed over
-// beyond its free workers: they wait in memory for a sender (lane.sending)
-// instead of becoming PENDING rows that a claim must find, lock and update
-// again. Four: a backlog of 4×256 at the slowest sends (every attempt timing
-// out, 256 per AttemptTimeout) waits 40 s, well within the 2 min lease.
+// handoffBacklog is how many times its Workers the webhook lane takes handed
+// over beyond its free workers: they wait in memory for a sender
+// (lane.sending) instead of becoming PENDING rows that a claim must find,
+// lock and update again. One that gets its sender too late to finish within
+// its lease is given back instead of sent (tooLateToSend).
 const handoffBacklog = 4
 
 // Reserve takes up to n places in the webhook lane for deliveries the fan-out
 // is about to create claimed, and returns how many it took and when their
 // lease ends (now + Lease); 0 when the retrier has no webhook sender, is not
 // running, is stopping or has no place (fanout.Handoff). A lane has a place
-// per free worker and handoffBacklog×Workers more. Claims run meanwhile see
-// the places as busy.
+// per free worker and handoffBacklog × Workers more. Claims run meanwhile
+// see the places as busy.
 func (r *Retrier) Reserve(n int) (int, time.Time) {
 	h := &r.handoff
 	h.mu.Lock()

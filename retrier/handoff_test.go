@@ -112,8 +112,9 @@ func TestHandoffAfterStopGivesBack(t *testing.T) {
 	}
 }
 
-// TestHandoffBacklogWaitsForASender: the hand-over takes four times the
-// lane's workers beyond its free ones; those wait in memory for a sender, so
+// TestHandoffBacklogWaitsForASender: the hand-over takes up to four times
+// the lane's workers beyond its free ones (as many AttemptTimeouts as fit in
+// the lease after one); those wait in memory for a sender, so
 // the sink never has more than Workers attempts at once, and every one is
 // sent and recorded once a sender frees, with no delivery row.
 func TestHandoffBacklogWaitsForASender(t *testing.T) {
@@ -134,7 +135,9 @@ func TestHandoffBacklogWaitsForASender(t *testing.T) {
 	t.Cleanup(srv.Close)
 	b := setup(t, setupOpts{sinkURL: srv.URL, noRetrier: true})
 	const workers = 2
-	r := b.newRetrier(retrier.Config{Workers: workers, FallbackPollInterval: time.Hour}, b.reg)
+	// Four AttemptTimeouts fit in the lease after one: the backlog is 4×Workers.
+	r := b.newRetrier(retrier.Config{Workers: workers, FallbackPollInterval: time.Hour,
+		AttemptTimeout: time.Minute, Lease: 5 * time.Minute}, b.reg)
 	b.run(r)
 	sensors := make([]string, 10)
 	for i := range sensors {
@@ -181,5 +184,34 @@ func TestHandoffBacklogWaitsForASender(t *testing.T) {
 	var rows int
 	if err := b.pg.Pool().QueryRow(b.ctx, `SELECT count(*) FROM deliveries`).Scan(&rows); err != nil || rows != 0 {
 		t.Fatalf("%d delivery rows (err %v), want none: every first attempt succeeded", rows, err)
+	}
+}
+
+// TestHandoffTooLateForItsLeaseIsGivenBack: a handed-over webhook whose lease
+// ends before an attempt started now could time out (it waited in the
+// backlog) is given back unsent, due at once, its attempt given back, rather
+// than sent while the lease sweep may give it to another retrier.
+func TestHandoffTooLateForItsLeaseIsGivenBack(t *testing.T) {
+	t.Parallel()
+	s := newSink(t, http.StatusNoContent)
+	b := setup(t, setupOpts{sinkURL: s.srv.URL, noRetrier: true})
+	r := b.newRetrier(retrier.Config{FallbackPollInterval: time.Hour}, b.reg)
+	b.run(r)
+	n, _ := reserve(t, r)
+	// testConfig's AttemptTimeout is 20 s: a lease ending in 10 s is too short.
+	created := handOver(t, b, r, "late-lease-1", n, b.clock.Now().Add(10*time.Second))
+	if len(created.Claimed) != 1 {
+		t.Fatalf("created %d claimed, want 1", len(created.Claimed))
+	}
+	r.Deliver(created.Claimed, created.ClaimedTargets)
+	d := b.waitState(created.Claimed[0].ID, storage.DeliveryRetry, 0)
+	if d.NextAttemptAt.After(b.clock.Now()) || d.LastError == "" {
+		t.Fatalf("given back = %+v, want RETRY due at once with why", d)
+	}
+	if s.count() != 0 {
+		t.Fatalf("sink got %d webhooks, want none", s.count())
+	}
+	if as, err := b.pg.DeliveryAttempts(b.ctx, d.ID); err != nil || len(as) != 0 {
+		t.Fatalf("attempts = %+v, %v; want none logged for an attempt not made", as, err)
 	}
 }

@@ -137,6 +137,10 @@ const (
 	ErrorTypeNoAddress = "NO_ADDRESS"
 	// ErrorTypeStore: the client's current address could not be read; retried.
 	ErrorTypeStore = "STORE"
+	// ErrorTypeLeaseShort is the error type of an attempt given back unsent
+	// because it waited for a sender (the hand-over's backlog) until its
+	// lease could not cover an attempt: it is due again at once.
+	ErrorTypeLeaseShort = "LEASE_SHORT"
 	// ErrorTypeUnsupported: the delivery carries nothing this retrier can send.
 	ErrorTypeUnsupported = "UNSUPPORTED"
 	// ErrorTypeNoOutcome: the channel returned a result without an outcome; retried.
@@ -492,7 +496,12 @@ func (r *Retrier) start(ctx, work context.Context, l *lane, claimed []storage.De
 			var res notifier.Result
 			notSent := false
 			start := time.Now()
+			late := r.tooLateToSend(d)
 			switch {
+			case late:
+				res = notifier.Result{Outcome: notifier.Retry, ErrorType: ErrorTypeLeaseShort,
+					Err: errors.New("waited for a sender until too little of its lease was left for an attempt")}
+				notSent = true
 			case targetErr != nil:
 				res = notifier.Result{Outcome: notifier.Retry, ErrorType: ErrorTypeStore,
 					Err: fmt.Errorf("reading the client's current address: %w", targetErr)}
@@ -529,6 +538,9 @@ func (r *Retrier) start(ctx, work context.Context, l *lane, claimed []storage.De
 				res.Duration = time.Since(start)
 			}
 			o := r.settle(d, res, notSent)
+			if late {
+				o.next = o.at // nothing is wrong with the receiver: due at once
+			}
 			if isPush {
 				// A scheduled push waited for its window on purpose.
 				o.since = push.WindowAt
@@ -728,6 +740,13 @@ func failed(errorType string, err error) notifier.Result {
 // settle turns an attempt's result into the state it asks for. An attempt not
 // sent is retried after the base back-off whatever the attempts so far: it
 // used none up.
+// tooLateToSend reports whether a delivery's lease ends before an attempt
+// started now could time out: sending it could outlive the lease, and the
+// lease sweep would give it to another retrier while it is being sent.
+func (r *Retrier) tooLateToSend(d storage.Delivery) bool {
+	return !d.LeasedUntil.IsZero() && r.cfg.Now().After(d.LeasedUntil.Add(-r.cfg.AttemptTimeout))
+}
+
 func (r *Retrier) settle(d storage.Delivery, res notifier.Result, notSent bool) outcome {
 	o := outcome{d: d, res: res, at: r.cfg.Now(), since: d.EventAt, notSent: notSent}
 	if notSent {

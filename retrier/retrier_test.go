@@ -205,8 +205,8 @@ func (b *bundle) testConfig(cfg retrier.Config) retrier.Config {
 	cfg.AttemptFlushInterval = 10 * time.Millisecond
 	cfg.LeaseSweepInterval = cmp.Or(cfg.LeaseSweepInterval, time.Hour)
 	cfg.StatsInterval = cmp.Or(cfg.StatsInterval, time.Hour)
-	cfg.AttemptTimeout = 20 * time.Second
-	cfg.Lease = time.Minute
+	cfg.AttemptTimeout = cmp.Or(cfg.AttemptTimeout, 20*time.Second)
+	cfg.Lease = cmp.Or(cfg.Lease, time.Minute)
 	return cfg
 }
 

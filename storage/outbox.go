@@ -724,25 +724,41 @@ func (p *Postgres) deliveryTargets(ctx context.Context, ids []string, ats []*tim
 	return out, nil
 }
 
-// QueueDeliveryTargets queues in b the read of the deliveries' targets that
-// DeliveryTargets makes, filling out when the batch's results arrive: the
-// fan-out reads the targets of the webhooks it creates claimed in its own
-// transaction's pipelined batch, and hands them over with them, so the
-// sender need not read them again (one round trip fewer).
-func (p *Postgres) QueueDeliveryTargets(b *pgx.Batch, claimed []Delivery, out map[string]DeliveryTarget) {
-	ids, ats := make([]string, 0, len(claimed)), make([]*time.Time, 0, len(claimed))
-	for i, d := range claimed {
-		if uuid.Validate(d.ID) == nil {
-			ids, ats = append(ids, d.ID), append(ats, &claimed[i].EventAt)
+// QueueDeliveryTargets queues in b the read of the targets of webhooks the
+// fan-out hands over (created in flight, each of a notification), filling out
+// when the batch's results arrive: the fan-out reads them in its own
+// transaction's pipelined batch and hands them over with them, so the sender
+// need not read them again (one round trip fewer). It reads what a webhook's
+// attempt needs, as DeliveryTargets does, straight from the client, link and
+// sensor (handedTargetsSQL): a handed-over webhook has no delivery row, and no
+// quiet hours or push target to look up.
+func (p *Postgres) QueueDeliveryTargets(b *pgx.Batch, handed []Delivery, out map[string]DeliveryTarget) {
+	ids, clients, sensors := make([]string, 0, len(handed)), make([]string, 0, len(handed)), make([]string, 0, len(handed))
+	for _, d := range handed {
+		if uuid.Validate(d.ID) == nil && uuid.Validate(d.ClientID) == nil {
+			ids, clients, sensors = append(ids, d.ID), append(clients, d.ClientID), append(sensors, d.SensorID)
 		}
 	}
 	if len(ids) == 0 {
 		return
 	}
-	queueQuery(b, "reading delivery targets", deliveryTargetsSQL, func(rows pgx.Rows) error {
+	queueQuery(b, "reading handed-over webhooks' targets", handedTargetsSQL, func(rows pgx.Rows) error {
 		return p.scanTargets(rows, out)
-	}, ids, ats)
+	}, ids, clients, sensors)
 }
+
+// handedTargetsSQL reads handed-over webhooks' targets in deliveryTargetsSQL's
+// columns: $1 their ids, $2 their clients, $3 their sensors.
+const handedTargetsSQL = `
+		SELECT k.id::text, c.id::text, l.client_id IS NOT NULL, true, coalesce(c.webhook_url, ''),
+		       coalesce(c.secret, ''),
+		       CASE WHEN c.previous_secret_until IS NOT NULL THEN coalesce(c.previous_secret, '') ELSE '' END,
+		       c.previous_secret_until, coalesce(c.email, ''), false, coalesce(s.address, ''),
+		       coalesce(c.rate_limit, 0), c.endpoint_disabled_at IS NOT NULL, '', '', '', false
+		FROM unnest($1::uuid[], $2::uuid[], $3::text[]) AS k (id, client_id, sensor_id)
+		JOIN clients c ON c.id = k.client_id
+		LEFT JOIN client_sensors l ON l.client_id = k.client_id AND l.sensor_id = k.sensor_id
+		LEFT JOIN sensors s ON s.id = k.sensor_id`
 
 // scanTargets reads deliveryTargetsSQL's rows into out, by delivery id, with
 // their secrets decrypted.
