@@ -603,21 +603,29 @@ func (p *Postgres) GetDelivery(ctx context.Context, id string) (Delivery, error)
 	return d, nil
 }
 
+// The three places a delivery is, as the same columns (deliveryColumns reads
+// them as d): its row; a handed-over webhook's row in flight (IN_FLIGHT on its
+// first attempt); and a handed-over webhook's SENT attempt a (it has no other
+// row), joined to its notification n (migration 00240).
+const (
+	deliveryRowColumns = `id, notification_id, client_id, sensor_id, channel, target, state, attempts,
+		next_attempt_at, leased_until, last_error, last_http_status, event_type, event_at, created_at, updated_at`
+	inFlightDeliveryColumns = `id, notification_id, client_id, sensor_id, 'webhook', '', 'IN_FLIGHT', 1,
+		event_at, leased_until, '', NULL, event_type, event_at, created_at, created_at`
+	sentAttemptDeliveryColumns = `a.delivery_id, n.id, a.client_id, a.sensor_id, 'webhook', '', 'SENT', a.attempt,
+		n.event_at, NULL, a.error, nullif(a.http_status, 0), n.type, n.event_at, n.created_at, a.at`
+)
+
 // anyDeliverySQL finds delivery $1 wherever it is: its row, its row in flight
 // (a handed-over webhook on its first attempt), or the attempt that delivered
 // it (a handed-over webhook whose first attempt succeeded), in that order.
 const anyDeliverySQL = `
 		SELECT * FROM (
-			SELECT id, notification_id, client_id, sensor_id, channel, target, state, attempts, next_attempt_at,
-			       leased_until, last_error, last_http_status, event_type, event_at, created_at, updated_at, 1 AS source
-			FROM deliveries WHERE id = $1
+			SELECT ` + deliveryRowColumns + `, 1 AS source FROM deliveries WHERE id = $1
 			UNION ALL
-			SELECT id, notification_id, client_id, sensor_id, 'webhook', '', 'IN_FLIGHT', 1, event_at,
-			       leased_until, '', NULL, event_type, event_at, created_at, created_at, 2
-			FROM webhooks_in_flight WHERE id = $1
+			SELECT ` + inFlightDeliveryColumns + `, 2 FROM webhooks_in_flight WHERE id = $1
 			UNION ALL
-			SELECT a.delivery_id, n.id, a.client_id, a.sensor_id, 'webhook', '', a.status, a.attempt, n.event_at,
-			       NULL, a.error, nullif(a.http_status, 0), n.type, n.event_at, n.created_at, a.at, 3
+			SELECT ` + sentAttemptDeliveryColumns + `, 3
 			FROM delivery_attempts a JOIN notifications n ON n.event_id = a.event_id AND n.client_id = a.client_id
 			WHERE a.delivery_id = $1 AND a.channel = 'webhook' AND a.status = 'SENT' AND a.recorded
 		) x ORDER BY source LIMIT 1`

@@ -63,21 +63,18 @@ func (p *Postgres) clientDeliveries(ctx context.Context, clientID string, f Deli
 	// first attempt, which have no row but their attempt (migration 00240).
 	rows, err := p.pool.Query(ctx, `SELECT `+deliveryColumns+`
 		FROM (
-			(SELECT id, notification_id, client_id, sensor_id, channel, target, state, attempts, next_attempt_at,
-			        leased_until, last_error, last_http_status, event_type, event_at, created_at, updated_at
+			(SELECT `+deliveryRowColumns+`
 			 FROM deliveries
 			 WHERE client_id = $1 AND id `+past+` AND ($5 = '' OR state = $5)
 			   AND ($3::timestamptz IS NULL OR event_at >= $3) AND ($4::timestamptz IS NULL OR event_at < $4)
 			 ORDER BY `+order+` LIMIT $6)
 			UNION ALL
-			(SELECT id, notification_id, client_id, sensor_id, 'webhook', '', 'IN_FLIGHT', 1, event_at,
-			        leased_until, '', NULL, event_type, event_at, created_at, created_at
+			(SELECT `+inFlightDeliveryColumns+`
 			 FROM webhooks_in_flight
 			 WHERE client_id = $1 AND id `+past+` AND $5 IN ('', 'IN_FLIGHT')
 			   AND ($3::timestamptz IS NULL OR event_at >= $3) AND ($4::timestamptz IS NULL OR event_at < $4))
 			UNION ALL
-			(SELECT a.delivery_id, n.id, a.client_id, a.sensor_id, 'webhook', '', 'SENT', 1, n.event_at,
-			        NULL, a.error, nullif(a.http_status, 0), n.type, n.event_at, n.created_at, a.at
+			(SELECT `+sentAttemptDeliveryColumns+`
 			 FROM delivery_attempts a
 			 JOIN notifications n ON n.event_id = a.event_id AND n.client_id = a.client_id
 			 WHERE a.client_id = $1 AND a.channel = 'webhook' AND a.attempt = 1 AND a.status = 'SENT'
