@@ -27,7 +27,11 @@ import (
 // reads for the stalled stream.
 func TestStreamReaderFallingBehindGetsEveryMessageInOrder(t *testing.T) {
 	t.Parallel()
-	a := newInboxAPI(t, webapi.InboxConfig{StreamBuffer: 4})
+	// The reader reads nothing while the 1,700 messages are recorded, which
+	// takes longer than the default write timeout (10 s) on a loaded machine,
+	// and a stream whose reader does not read for that long is dropped (a
+	// promise of its own): here the reader is slow, not gone.
+	a := newInboxAPI(t, webapi.InboxConfig{StreamBuffer: 4, StreamWriteTimeout: time.Hour})
 	c := a.createClient("acme")
 	m := a.createMember(c.ID, map[string]any{"name": "Behind"})
 	var ticket struct {
