@@ -20,7 +20,7 @@ const OutboxAnalyzeRows = 1_000
 // deliveries (issue 21: no ANALYZE burst on the hot path).
 const OutboxAnalyzeMaxRows = 16_000
 
-// outboxAnalyzer counts the deliveries PostgresStore.CreateNotifications
+// outboxAnalyzer counts the deliveries (handed over or not) PostgresStore.CreateNotifications
 // created per month partition, and says when a partition has grown enough
 // since its last ANALYZE by this process that its statistics may be missing or
 // stale. A burst into a partition autovacuum has not analyzed yet (its first

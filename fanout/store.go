@@ -255,7 +255,7 @@ func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, claim C
 }
 
 // scanCreated reads createNotificationsSQL's rows into created (counts) and
-// months (new deliveries per month partition), and returns what the rest of
+// months (new deliveries per month, handed over or not), and returns what the rest of
 // the transaction needs of them.
 func (fb fanoutBatch) scanCreated(rows pgx.Rows, created *NotificationsCreated, months map[string]int) (fanoutRows, error) {
 	r := fanoutRows{newest: map[supersedeKey]time.Time{}, pending: map[storage.Channel]int{}}
@@ -280,14 +280,15 @@ func (fb fanoutBatch) scanCreated(rows pgx.Rows, created *NotificationsCreated, 
 		}
 		k.client = *client
 		created.Deliveries[storage.Channel(k.channel)]++
+		// Counted whether it has a delivery row or not: a webhook handed over
+		// has none, but its notification, and its attempt, fill the month's
+		// partitions all the same, and the plans that probe them need to know.
+		months[at.UTC().Format("200601")]++
 		switch storage.DeliveryState(state) {
 		case storage.DeliveryInFlight: // in webhooks_in_flight, not in the outbox's partitions
 			r.claimed = append(r.claimed, fb.claimedDelivery(deliveryID, notificationID, eventID, k, at, seq))
 		case storage.DeliveryPending:
 			r.pending[storage.Channel(k.channel)]++
-			months[at.UTC().Format("200601")]++
-		default:
-			months[at.UTC().Format("200601")]++
 		}
 		if eventType == string(event.StateChanged) && at.After(r.newest[k]) {
 			r.newest[k] = at

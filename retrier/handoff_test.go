@@ -112,9 +112,9 @@ func TestHandoffAfterStopGivesBack(t *testing.T) {
 	}
 }
 
-// TestHandoffBacklogWaitsForASender: the hand-over takes up to four times
-// the lane's workers beyond its free ones (as many AttemptTimeouts as fit in
-// the lease after one); those wait in memory for a sender, so
+// TestHandoffBacklogWaitsForASender: the hand-over takes up to
+// HandoffBacklog times the lane's workers beyond its free ones; those wait in
+// memory for a sender, so
 // the sink never has more than Workers attempts at once, and every one is
 // sent and recorded once a sender frees, with no delivery row.
 func TestHandoffBacklogWaitsForASender(t *testing.T) {
@@ -135,11 +135,11 @@ func TestHandoffBacklogWaitsForASender(t *testing.T) {
 	t.Cleanup(srv.Close)
 	b := setup(t, setupOpts{sinkURL: srv.URL, noRetrier: true})
 	const workers = 2
-	// Four AttemptTimeouts fit in the lease after one: the backlog is 4×Workers.
+	places := workers * (1 + retrier.HandoffBacklog)
 	r := b.newRetrier(retrier.Config{Workers: workers, FallbackPollInterval: time.Hour,
 		AttemptTimeout: time.Minute, Lease: 5 * time.Minute}, b.reg)
 	b.run(r)
-	sensors := make([]string, 10)
+	sensors := make([]string, places)
 	for i := range sensors {
 		sensors[i] = fmt.Sprintf("Backlog%d", i)
 		if _, err := b.registry.CreateSensor(b.ctx, registry.Sensor{ID: sensors[i], Address: "a"}); err != nil {
@@ -153,13 +153,13 @@ func TestHandoffBacklogWaitsForASender(t *testing.T) {
 	var until time.Time
 	waitFor(t, "the retrier to reserve its workers and backlog", func() bool {
 		n, until = r.Reserve(100)
-		if n > 0 && n < 10 {
+		if n > 0 && n < places {
 			r.Release(n)
 		}
-		return n == 10
+		return n == places
 	})
 	if again, _ := r.Reserve(1); again != 0 {
-		t.Fatalf("reserved %d more beyond Workers + 4×Workers", again)
+		t.Fatalf("reserved %d more beyond Workers + HandoffBacklog×Workers", again)
 	}
 	data, prev := 1, 0
 	events := make([]storage.NotificationInput, len(sensors))
@@ -169,8 +169,8 @@ func TestHandoffBacklogWaitsForASender(t *testing.T) {
 	}
 	created, err := fanout.NewPostgresStore(b.pg).CreateNotificationsClaiming(b.ctx, events,
 		fanout.Claim{Max: n, LeasedUntil: until})
-	if err != nil || len(created.Claimed) != 10 {
-		t.Fatalf("created %d claimed (err %v), want 10", len(created.Claimed), err)
+	if err != nil || len(created.Claimed) != places {
+		t.Fatalf("created %d claimed (err %v), want %d", len(created.Claimed), err, places)
 	}
 	r.Deliver(created.Claimed, created.ClaimedTargets)
 	waitFor(t, "the first attempts to reach the sink", func() bool { return got.Load() >= workers })
@@ -178,8 +178,8 @@ func TestHandoffBacklogWaitsForASender(t *testing.T) {
 	for _, d := range created.Claimed {
 		b.waitState(d.ID, storage.DeliverySent, 1)
 	}
-	if got.Load() != 10 || most.Load() > workers {
-		t.Fatalf("sink got %d webhooks, at most %d at once; want 10, at most %d at once", got.Load(), most.Load(), workers)
+	if got.Load() != int64(places) || most.Load() > workers {
+		t.Fatalf("sink got %d webhooks, at most %d at once; want %d, at most %d at once", got.Load(), most.Load(), places, workers)
 	}
 	var rows int
 	if err := b.pg.Pool().QueryRow(b.ctx, `SELECT count(*) FROM deliveries`).Scan(&rows); err != nil || rows != 0 {

@@ -1,0 +1,4 @@
+package retrier
+
+// HandoffBacklog is handoffBacklog, for the tests of the hand-over's places.
+const HandoffBacklog = handoffBacklog
