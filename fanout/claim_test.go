@@ -101,3 +101,61 @@ func TestCreateNotificationsClaimsWhatAClaimWould(t *testing.T) {
 		t.Fatalf("claimed %+v with Max 0", got.Claimed)
 	}
 }
+
+// With a sender that also sends emails (Claim.Email), an email a claim would
+// take at once is created claimed too: a delivery row IN_FLIGHT on its first
+// attempt, under the lease, handed over with its target; an email with an
+// older open one of its key is not; and its outcome is recorded on its row.
+func TestCreateNotificationsHandsOverEmailsItsSenderSends(t *testing.T) {
+	t.Parallel()
+	f := newOutboxFixture(t, "s1", "s2")
+	a := f.Client(t, registry.Client{Name: "a", Email: "a@example.com"}, "s1", "s2")
+	lease := time.Now().Add(time.Minute).Truncate(time.Microsecond)
+	claimEmails := func(max int, events ...storage.NotificationInput) fanout.NotificationsCreated {
+		t.Helper()
+		created, err := f.store.CreateNotificationsClaiming(f.ctx, events, fanout.Claim{Max: max, LeasedUntil: lease, Email: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return created
+	}
+	// An older open email of s2 (not claimed: no sender for it then).
+	f.create(t, stateChanged("e0", "s2", 0, outboxT0.Add(-time.Second)))
+
+	got := claimEmails(10, stateChanged("e1", "s1", 1, outboxT0), stateChanged("e2", "s2", 1, outboxT0))
+	claimed := map[string]storage.Delivery{}
+	for _, d := range got.Claimed {
+		claimed[d.EventID+"/"+string(d.Channel)] = d
+	}
+	email, ok := claimed["e1/email"]
+	if len(got.Claimed) != 2 || !ok || claimed["e1/webhook"].ID == "" {
+		t.Fatalf("claimed %+v, want e1's webhook and email (e2's wait behind e0's)", got.Claimed)
+	}
+	if email.State != storage.DeliveryInFlight || email.Attempts != 1 || email.ClientID != a.ID || !email.LeasedUntil.Equal(lease) {
+		t.Fatalf("claimed email = %+v", email)
+	}
+	if tg := got.ClaimedTargets[email.ID]; tg.Email != "a@example.com" || !tg.Owned || !tg.ClientExists {
+		t.Fatalf("claimed email's target = %+v", tg)
+	}
+	// The claimed email is a row IN_FLIGHT under the lease, as a claim leaves one.
+	row, err := f.pg.GetDelivery(f.ctx, email.ID)
+	if err != nil || row.State != storage.DeliveryInFlight || row.Attempts != 1 || !row.LeasedUntil.Equal(lease) {
+		t.Fatalf("email row = %+v, %v; want IN_FLIGHT on attempt 1 until %s", row, err, lease)
+	}
+	if rows, inFlight := f.rowsOf(t, email.ID); rows != 1 || inFlight != 0 {
+		t.Fatalf("claimed email: %d delivery rows, %d in flight; want its row alone", rows, inFlight)
+	}
+	if d := f.byEvent(t, a.ID, storage.ChannelEmail)["e2"]; d.State != storage.DeliveryPending || d.Attempts != 0 {
+		t.Fatalf("e2 email = %+v, want PENDING behind e0's", d)
+	}
+	done := f.finish(t, storage.DeliveryFinish{ID: email.ID, Attempt: 1, State: storage.DeliverySent, At: outboxT0})
+	if d := done[email.ID]; d.State != storage.DeliverySent {
+		t.Fatalf("email finished %+v, want SENT", d)
+	}
+	if row, err := f.pg.GetDelivery(f.ctx, email.ID); err != nil || row.State != storage.DeliverySent {
+		t.Fatalf("email row after its outcome = %+v, %v; want SENT", row, err)
+	}
+	if as := f.attempts(t, email.ID); len(as) != 1 || as[0].Status != storage.DeliverySent {
+		t.Fatalf("email's attempts = %+v, want its SENT one", as)
+	}
+}

@@ -97,6 +97,9 @@ type Handoff interface {
 	// reserved place each, with their targets as the transaction read them.
 	// It does not block on the attempts.
 	Deliver(claimed []storage.Delivery, targets map[string]storage.DeliveryTarget)
+	// SendsEmail reports whether the places Reserve takes also send emails,
+	// so the fan-out may hand emails over too.
+	SendsEmail() bool
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.
@@ -145,7 +148,7 @@ func (c Config) Validate() error {
 // NotificationStore creates the outbox rows for events (PostgresStore).
 type NotificationStore interface {
 	// CreateNotificationsClaiming creates the rows of events, up to
-	// claim.Max webhook deliveries of them claimed (see Claim).
+	// claim.Max webhook or email deliveries of them claimed (see Claim).
 	CreateNotificationsClaiming(ctx context.Context, events []storage.NotificationInput, claim Claim) (NotificationsCreated, error)
 	// AnalyzeOutboxMonth refreshes the planner statistics of a month's outbox
 	// partitions, which CreateNotifications says are due after a burst.
@@ -454,6 +457,7 @@ func (f *Fanout) createClaiming(ctx context.Context, inputs []storage.Notificati
 	var claim Claim
 	if f.cfg.Handoff != nil {
 		claim.Max, claim.LeasedUntil = f.cfg.Handoff.Reserve(len(inputs))
+		claim.Email = f.cfg.Handoff.SendsEmail()
 	}
 	if claim.Max == 0 {
 		return f.store.CreateNotificationsClaiming(ctx, inputs, claim)

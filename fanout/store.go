@@ -68,18 +68,24 @@ type NotificationsCreated struct {
 }
 
 // Claim asks CreateNotificationsClaiming to create up to Max of the batch's
-// webhook deliveries claimed already, as a retrier's claim would leave them
-// (IN_FLIGHT, Attempts 1, leased until LeasedUntil), for a sender in the same
-// process to start once the transaction commits: no claim statement, no
-// NOTIFY round trip, no poll. Only a delivery a claim could take at once
-// qualifies: a webhook to an endpoint not disabled, the only one of its
-// (client, sensor, channel, target) in the batch, with no open older one. If
-// the process dies before the attempts are recorded, the leases run out and
-// any retrier's sweep puts the deliveries back to PENDING, as for a claim.
-// The zero Claim claims nothing.
+// webhook (and, with Email, email) deliveries claimed already, as a
+// retrier's claim would leave them (IN_FLIGHT, Attempts 1, leased until
+// LeasedUntil), for a sender in the same process to start once the
+// transaction commits: no claim statement, no NOTIFY round trip, no poll. A
+// claimed webhook gets no delivery row, only a row in flight; a claimed email
+// is a delivery row IN_FLIGHT. Only a delivery a claim could take at once
+// qualifies: a webhook to an endpoint not disabled or an email, the only one
+// of its (client, sensor, channel, target) in the batch, with no open older
+// one. If the process dies before the attempts are recorded, the leases run
+// out and any retrier's sweep puts the deliveries back to PENDING, as for a
+// claim. The zero Claim claims nothing.
 type Claim struct {
-	Max         int
+	// Max is the most deliveries to create claimed.
+	Max int
+	// LeasedUntil is the end of their lease.
 	LeasedUntil time.Time
+	// Email lets emails be claimed too: their sender is the same process's.
+	Email bool
 	// Committed, when not nil, is called with the claimed deliveries and
 	// their targets as soon as the transaction has committed, before
 	// anything CreateNotificationsClaiming does after it (the members'
@@ -190,7 +196,7 @@ func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, claim C
 	first := &pgx.Batch{}
 	first.BeginTx(pgx.TxOptions{})
 	first.Queue(createNotificationsSQL, fb.ids, fb.types, fb.sensors, fb.data, fb.previous, fb.times,
-		fb.audience, fb.sites, fb.lostSince, max(claim.Max, 0), leasedUntil).Query(func(rows pgx.Rows) error {
+		fb.audience, fb.sites, fb.lostSince, max(claim.Max, 0), leasedUntil, claim.Email).Query(func(rows pgx.Rows) error {
 		var scanErr error
 		r, scanErr = fb.scanCreated(rows, created, months)
 		return scanErr
@@ -285,7 +291,7 @@ func (fb fanoutBatch) scanCreated(rows pgx.Rows, created *NotificationsCreated, 
 		// partitions all the same, and the plans that probe them need to know.
 		months[at.UTC().Format("200601")]++
 		switch storage.DeliveryState(state) {
-		case storage.DeliveryInFlight: // in webhooks_in_flight, not in the outbox's partitions
+		case storage.DeliveryInFlight: // claimed: a webhook in webhooks_in_flight, an email a row
 			r.claimed = append(r.claimed, fb.claimedDelivery(deliveryID, notificationID, eventID, k, at, seq))
 		case storage.DeliveryPending:
 			r.pending[storage.Channel(k.channel)]++

@@ -14,8 +14,8 @@ const supersedeSQL = `
 
 // createNotificationsSQL is the fan-out's outbox insert: $1-$9 the events
 // (id, type, sensor, data, previous, time, audience, site, lost_since), $10
-// the most webhook deliveries to create claimed and $11 their lease's end
-// (see Claim). It returns a row
+// the most deliveries to create claimed, $11 their lease's end and $12
+// whether emails may be among them (see Claim). It returns a row
 // per new delivery, each with the counts of new notifications and of those
 // not made for want of a subscription, or one row of counts alone.
 const createNotificationsSQL = `
@@ -73,20 +73,21 @@ const createNotificationsSQL = `
 				       n.event_at, ev.ord,
 				       -- A disabled endpoint's deliveries are kept, not attempted.
 				       ch.channel = 'webhook' AND c.endpoint_disabled_at IS NOT NULL AS paused,
-				       -- A webhook the sender in this process may take at once (Claim):
-				       -- the only one of its key in the batch, with no open older one
-				       -- (the claim's order check, lockstream_due_deliveries).
-				       ch.channel = 'webhook' AND c.endpoint_disabled_at IS NULL AND $10::int > 0
+				       -- A webhook, or an email, the sender in this process may take at
+				       -- once (Claim): the only one of its key in the batch, with no
+				       -- open older one (the claim's order check, lockstream_due_deliveries).
+				       (ch.channel = 'webhook' AND c.endpoint_disabled_at IS NULL OR ch.channel = 'email' AND coalesce($12::bool, false))
+				       AND $10::int > 0
 				       AND count(*) OVER (PARTITION BY n.client_id, n.sensor_id, ch.channel, ch.target) = 1
 				       AND NOT EXISTS (
 				           SELECT 1 FROM deliveries o
 				           WHERE o.client_id = n.client_id AND o.sensor_id = n.sensor_id
 				             AND o.channel = ch.channel AND o.target = ch.target
 				             AND o.state IN ('PENDING', 'RETRY', 'IN_FLIGHT') AND o.event_at <= n.event_at)
-				       -- nor one of its key handed over and still in flight.
-				       AND NOT EXISTS (
+				       -- nor, for a webhook, one of its key handed over and still in flight.
+				       AND (ch.channel <> 'webhook' OR NOT EXISTS (
 				           SELECT 1 FROM webhooks_in_flight h
-				           WHERE h.client_id = n.client_id AND h.sensor_id = n.sensor_id) AS claimable
+				           WHERE h.client_id = n.client_id AND h.sensor_id = n.sensor_id)) AS claimable
 				FROM n JOIN ev ON ev.event_id = n.event_id JOIN clients c ON c.id = n.client_id
 				CROSS JOIN LATERAL (
 					SELECT 'webhook'::text, ''::text
@@ -99,11 +100,15 @@ const createNotificationsSQL = `
 				           OVER (ORDER BY ord ROWS UNBOUNDED PRECEDING) <= $10 AS claimed
 				FROM dd
 			), d AS (
+				-- A claimed email is a row IN_FLIGHT on its first attempt, as a claim
+				-- leaves one; a claimed webhook has no row (h).
 				INSERT INTO deliveries (id, notification_id, client_id, sensor_id, event_type, channel, target,
-				                        state, next_attempt_at, event_at)
+				                        state, next_attempt_at, event_at, attempts, leased_until)
 				SELECT lockstream_uuid_v7(), dc.notification_id, dc.client_id, dc.sensor_id, dc.type, dc.channel,
-				       dc.target, CASE WHEN dc.paused THEN 'PAUSED' ELSE 'PENDING' END, now(), dc.event_at
-				FROM dc WHERE NOT dc.claimed
+				       dc.target, CASE WHEN dc.claimed THEN 'IN_FLIGHT' WHEN dc.paused THEN 'PAUSED' ELSE 'PENDING' END,
+				       now(), dc.event_at, CASE WHEN dc.claimed THEN 1 ELSE 0 END,
+				       CASE WHEN dc.claimed THEN $11::timestamptz END
+				FROM dc WHERE NOT (dc.claimed AND dc.channel = 'webhook')
 				-- Inserted in the events' order, so seq (the column default) follows it.
 				-- No conflict is possible: n holds only the notifications just
 				-- inserted (migration 00141).
@@ -116,7 +121,7 @@ const createNotificationsSQL = `
 				                                event_at, leased_until)
 				SELECT lockstream_uuid_v7(), dc.notification_id, dc.client_id, dc.sensor_id, dc.event_id, dc.type,
 				       dc.event_at, $11::timestamptz
-				FROM dc WHERE dc.claimed
+				FROM dc WHERE dc.claimed AND dc.channel = 'webhook'
 				RETURNING id, notification_id, client_id, sensor_id, event_id, event_type, event_at
 			)
 			SELECT (SELECT count(*) FROM n), (SELECT count(*) FROM linked WHERE NOT subscribed),

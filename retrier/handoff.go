@@ -130,6 +130,13 @@ func (r *Retrier) giveBack(claimed []storage.Delivery) {
 	}
 }
 
+// SendsEmail reports whether the lane the hand-over reserves places in also
+// sends emails (fanout.Handoff): the fan-out then hands emails over too.
+func (r *Retrier) SendsEmail() bool {
+	l := r.webhookLane()
+	return l != nil && slices.Contains(l.channels, storage.ChannelEmail)
+}
+
 // webhookLane is the lane that sends webhooks, or nil.
 func (r *Retrier) webhookLane() *lane {
 	for _, l := range r.lanes {

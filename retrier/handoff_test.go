@@ -2,11 +2,14 @@ package retrier_test
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/notifier/webhook"
@@ -213,5 +216,68 @@ func TestHandoffTooLateForItsLeaseIsGivenBack(t *testing.T) {
 	}
 	if as, err := b.pg.DeliveryAttempts(b.ctx, d.ID); err != nil || len(as) != 0 {
 		t.Fatalf("attempts = %+v, %v; want none logged for an attempt not made", as, err)
+	}
+}
+
+// TestHandoffSendsEmailsToo: a retrier whose lane sends emails says so
+// (SendsEmail), and an email the fan-out created claimed for it is sent and
+// recorded on its row with no claim, beside its webhook; one without an email
+// sender does not take emails.
+func TestHandoffSendsEmailsToo(t *testing.T) {
+	t.Parallel()
+	s := newSink(t, http.StatusNoContent)
+	b := setup(t, setupOpts{sinkURL: s.srv.URL, noRetrier: true})
+	if r := b.newRetrier(retrier.Config{}, prometheus.NewRegistry()); r.SendsEmail() {
+		t.Fatal("a retrier with no email sender says it sends emails")
+	}
+	address := "ops@example.com"
+	if _, err := b.registry.UpdateClient(b.ctx, b.client.ID, registry.ClientUpdate{Email: &address}); err != nil {
+		t.Fatal(err)
+	}
+	sender, err := webhook.New(webhook.Config{AllowPrivate: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sender.Close)
+	emails := &emailSender{}
+	r, err := retrier.New(b.testConfig(retrier.Config{FallbackPollInterval: time.Hour}),
+		retrier.Deps{Store: b.pg, Attempts: b.stores.ClickHouse, Webhook: sender, Email: emails},
+		prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.SendsEmail() {
+		t.Fatal("a retrier with an email sender in its webhook lane says it sends no emails")
+	}
+	b.run(r)
+	var n int
+	var until time.Time
+	waitFor(t, "the retrier to reserve two places", func() bool {
+		if n, until = r.Reserve(2); n == 2 {
+			return true
+		}
+		r.Release(n)
+		return false
+	})
+	data, prev := 1, 0
+	created, err := fanout.NewPostgresStore(b.pg).CreateNotificationsClaiming(b.ctx, []storage.NotificationInput{{
+		EventID: "handed-email-1", Type: "state_changed", SensorID: sensorID, Data: &data, Previous: &prev, At: time.Now(),
+	}}, fanout.Claim{Max: n, LeasedUntil: until, Email: r.SendsEmail()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Release(n - len(created.Claimed))
+	if len(created.Claimed) != 2 {
+		t.Fatalf("created %+v claimed, want the event's webhook and email", created.Claimed)
+	}
+	r.Deliver(created.Claimed, created.ClaimedTargets)
+	for _, d := range created.Claimed {
+		b.waitState(d.ID, storage.DeliverySent, 1)
+	}
+	if got := emails.sent(); len(got) != 1 || got[0] != address+" handed-email-1 1" {
+		t.Fatalf("emails sent %q, want one to %s on attempt 1", got, address)
+	}
+	if s.count() != 1 {
+		t.Fatalf("sink got %d webhooks, want 1", s.count())
 	}
 }
