@@ -17,8 +17,11 @@ const (
 	DefaultClaimBatch       = 1000
 	DefaultPublishTimeout   = 30 * time.Second
 	DefaultRebuildTimeout   = 5 * time.Minute
-	DefaultRestoreMemory    = 24 * time.Hour
-	DefaultEmittedCapacity  = 100_000
+	// DefaultRebuildHistoryWait is the default RebuildHistoryWait: the history
+	// writer stores within a second and commits every 5 s.
+	DefaultRebuildHistoryWait = 30 * time.Second
+	DefaultRestoreMemory      = 24 * time.Hour
+	DefaultEmittedCapacity    = 100_000
 )
 
 // Config configures the Tracker and the Daemon. Both must use the same Timeout and
@@ -63,6 +66,17 @@ type Config struct {
 	// other daemons wait for it that long at most. Defaults to DefaultRebuildTimeout
 	// (5m).
 	RebuildTimeout time.Duration
+
+	// RebuildHistoryWait bounds how long a rebuild waits, before it reads
+	// ClickHouse, for the history writer to store every event published before
+	// the rebuild began (Deps.HistoryProgress), so that a loss published just
+	// before Redis lost its data is put back. Past it the rebuild reads what
+	// ClickHouse has, logs a warning and counts
+	// lockstream_heartbeat_rebuild_history_behind_total. It is measured on the
+	// real clock, like RebuildTimeout, and must be shorter than it
+	// (LOCKSTREAM_HEARTBEAT_REBUILD_HISTORY_WAIT). Defaults to
+	// DefaultRebuildHistoryWait (30s).
+	RebuildHistoryWait time.Duration
 
 	// RestoreMemory is how long Redis remembers a connection_restored, so that a
 	// consumer that crashed after recording a sighting but before producing its
@@ -109,6 +123,7 @@ func (c Config) WithDefaults() Config {
 	c.ClaimBatch = cmp.Or(c.ClaimBatch, DefaultClaimBatch)
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, DefaultPublishTimeout)
 	c.RebuildTimeout = cmp.Or(c.RebuildTimeout, DefaultRebuildTimeout)
+	c.RebuildHistoryWait = cmp.Or(c.RebuildHistoryWait, DefaultRebuildHistoryWait)
 	c.RestoreMemory = cmp.Or(c.RestoreMemory, DefaultRestoreMemory)
 	c.EmittedCapacity = cmp.Or(c.EmittedCapacity, DefaultEmittedCapacity)
 	c.SiteOutageMin = cmp.Or(c.SiteOutageMin, DefaultSiteOutageMin)
@@ -154,6 +169,10 @@ func (c Config) Validate() error {
 	}
 	if c.RebuildTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("heartbeat: RebuildTimeout %s must be positive", c.RebuildTimeout))
+	}
+	if c.RebuildHistoryWait <= 0 || c.RebuildHistoryWait >= c.RebuildTimeout {
+		errs = append(errs, fmt.Errorf("heartbeat: RebuildHistoryWait %s must be positive and shorter than RebuildTimeout %s",
+			c.RebuildHistoryWait, c.RebuildTimeout))
 	}
 	if c.RestoreMemory <= 0 {
 		errs = append(errs, fmt.Errorf("heartbeat: RestoreMemory %s must be positive", c.RestoreMemory))

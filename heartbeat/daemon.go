@@ -41,6 +41,18 @@ type History interface {
 	EachOpenLoss(ctx context.Context, fn func(sensorID string, lostAt time.Time) error) error
 }
 
+// HistoryProgress tells how far the history writer has stored the events topic
+// in ClickHouse, by partition offsets (stream.Backlog on the history writer's
+// group, which commits a batch only after ClickHouse stored it).
+type HistoryProgress interface {
+	// Ends returns the end offset of each partition of the events topic now.
+	Ends(ctx context.Context) (map[int32]int64, error)
+	// Behind returns, for each partition of ends where the history writer has
+	// not yet stored every event before the end offset, how many it has still to
+	// store; empty when it has stored them all.
+	Behind(ctx context.Context, ends map[int32]int64) (map[int32]int64, error)
+}
+
 // Publisher delivers events to lockstream.events. Publish returns once every event is
 // durably accepted; an error means any of them may be missing.
 type Publisher interface {
@@ -65,6 +77,12 @@ type Deps struct {
 	// History gives last readings and open losses for a rebuild
 	// (ClickHouseStore).
 	History History
+	// HistoryProgress is how far the history writer has stored the events; a
+	// rebuild waits (RebuildHistoryWait at most) for it to store every event
+	// published before the rebuild, so that History does not lag behind the
+	// losses published just before Redis lost its data. Nil reads History at
+	// once, for tests and for a history written by nobody.
+	HistoryProgress HistoryProgress
 	// Publisher delivers connection_lost (and rebuild-found connection_restored)
 	// events to lockstream.events.
 	Publisher Publisher
@@ -126,6 +144,7 @@ type Daemon struct {
 	lostTotal     prometheus.Counter
 	restored      prometheus.Counter
 	rebuilds      prometheus.Counter
+	historyBehind prometheus.Counter
 	sweepErrors   prometheus.Counter
 	panics        *prometheus.CounterVec
 	sweepDuration prometheus.Histogram
@@ -184,6 +203,10 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) 
 	}
 	if d.rebuilds, err = newCounter(reg, "rebuilds_total",
 		"Rebuilds of the heartbeat sets from Postgres and ClickHouse after Redis lost them."); err != nil {
+		return nil, err
+	}
+	if d.historyBehind, err = newCounter(reg, "rebuild_history_behind_total",
+		"Rebuilds that read ClickHouse before the history writer had stored every event published before them (it lagged past the rebuild's history wait, or its progress could not be read): a loss among the missing events is not put back."); err != nil {
 		return nil, err
 	}
 	if d.sweepErrors, err = newCounter(reg, "sweep_errors_total",
@@ -410,10 +433,17 @@ func (d *Daemon) publish(ctx context.Context, losses []Deadline) error {
 // Each registered sensor's last sighting is the later of its registration and its
 // last reading in ClickHouse. A sensor whose latest connection event in the history is
 // a loss not followed by a reading is lost again, under the same deadline, so its
-// next reading yields the restore with the same id. A sensor whose rebuilt deadline
-// has already passed is NOT declared lost: the history may lag behind the stream, so
-// it gets a fresh full timeout from now, as if seen at the rebuild; a healthy sensor
-// reports within it, a silent one is declared lost at its end. A rebuild therefore
+// next reading yields the restore with the same id. The history lags behind the
+// events topic (the history writer stores and commits in batches), so before
+// reading it the rebuild waits, RebuildHistoryWait at most, until the history
+// writer has stored every event published before the rebuild began
+// (Deps.HistoryProgress): a loss published just before Redis lost its data is then
+// put back too. Past the wait it reads what ClickHouse has, logs a warning and
+// counts it (lockstream_heartbeat_rebuild_history_behind_total). A sensor whose
+// rebuilt deadline has already passed is NOT declared lost: the readings' history
+// may lag behind the stream too, so it gets a fresh full timeout from now, as if
+// seen at the rebuild; a healthy sensor reports within it, a silent one is
+// declared lost at its end. A rebuild therefore
 // never makes the fleet look lost, at the cost of one extra timeout for sensors that
 // fell silent around the time Redis lost its data. Unregistered sensors are tracked
 // again from their next reading. Sightings recorded while the rebuild runs are kept:
@@ -447,6 +477,9 @@ func (d *Daemon) Rebuild(ctx context.Context) error {
 func (d *Daemon) rebuild(ctx context.Context) error {
 	start := time.Now()
 	d.logger.WarnContext(ctx, "heartbeat sets missing in Redis; rebuilding them from Postgres and ClickHouse")
+	if err := d.waitForHistory(ctx); err != nil {
+		return err
+	}
 	known, err := d.rebuildSources(ctx)
 	if err != nil {
 		return err
@@ -468,6 +501,73 @@ func (d *Daemon) rebuild(ctx context.Context) error {
 		"sensors", len(known.lastSeen), "deadlines", loaded, "overdue_given_full_timeout", overdue,
 		"lost", len(known.missed)-restored, "restored", restored, "took", time.Since(start))
 	return nil
+}
+
+// Bounds of the back-off between polls of the history writer's progress.
+const (
+	historyPollMin = 50 * time.Millisecond
+	historyPollMax = time.Second
+)
+
+// waitForHistory waits until the history writer has stored every event published
+// before it was called, so that the open losses read from ClickHouse include those
+// published just before Redis lost its data. It polls with a back-off, for
+// RebuildHistoryWait at most; when the history writer has not caught up by then
+// (it may not run), or its progress could not be read, it logs a warning naming
+// the gap, counts it, and returns nil all the same: the rebuild goes on with what
+// ClickHouse has. It returns an error only when ctx ends.
+func (d *Daemon) waitForHistory(ctx context.Context) error {
+	hp := d.deps.HistoryProgress
+	if hp == nil {
+		return nil
+	}
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, d.cfg.RebuildHistoryWait)
+	defer cancel()
+	var ends, behind map[int32]int64
+	var err error
+	for backoff := historyPollMin; ; backoff = min(2*backoff, historyPollMax) {
+		if ends == nil {
+			ends, err = hp.Ends(wctx)
+		}
+		if ends != nil {
+			var b map[int32]int64
+			if b, err = hp.Behind(wctx, ends); err == nil {
+				behind = b // the last known gap, for the warning
+			}
+			if err == nil && len(behind) == 0 {
+				d.logger.InfoContext(ctx, "history writer has stored every event published before the rebuild",
+					"waited", time.Since(start))
+				return nil
+			}
+		}
+		timer := time.NewTimer(backoff)
+		select {
+		case <-wctx.Done():
+			timer.Stop()
+			if cerr := ctx.Err(); cerr != nil {
+				return fmt.Errorf("waiting for the history writer: %w", cerr)
+			}
+			d.historyBehind.Inc()
+			attrs := []any{"waited", time.Since(start)}
+			if ends == nil {
+				attrs = append(attrs, "events_not_stored", "unknown")
+			} else if behind != nil {
+				var n int64
+				for _, b := range behind {
+					n += b
+				}
+				attrs = append(attrs, "events_not_stored", n, "by_partition", behind)
+			}
+			if err != nil {
+				attrs = append(attrs, "err", err)
+			}
+			d.logger.WarnContext(ctx, "heartbeat rebuild reads ClickHouse before the history writer stored every event "+
+				"published before it: a loss among those events is not put back (its sensor gets a fresh deadline)", attrs...)
+			return nil
+		case <-timer.C:
+		}
+	}
 }
 
 // rebuildState is what a rebuild knows of the registered sensors.

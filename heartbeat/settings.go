@@ -9,6 +9,8 @@ func (c *Config) RegisterSettings(s *settings.Set) {
 		Doc: "silence after which a sensor's connection is lost"})
 	s.Duration(&c.SweepInterval, DefaultSweepInterval, settings.Decl{Name: "heartbeat-sweep-interval",
 		Doc: "how often the heartbeat looks for silent sensors"})
+	s.Duration(&c.RebuildHistoryWait, DefaultRebuildHistoryWait, settings.Decl{Name: "heartbeat-rebuild-history-wait",
+		Doc: "how long a rebuild of the heartbeat's Redis sets waits for the history writer to store the events published before it; past it the rebuild reads what ClickHouse has"})
 	s.Int(&c.SiteOutageMin, DefaultSiteOutageMin, settings.Decl{Name: "site-outage-min",
 		Doc: "sensors of a site (and at least half of it) lost within one heartbeat timeout that make one site_outage"})
 	s.Duration(&c.SiteHold, 0, settings.Decl{Name: "site-hold",

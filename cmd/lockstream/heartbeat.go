@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockstream/lockstream/consumer"
 	"github.com/lockstream/lockstream/heartbeat"
+	"github.com/lockstream/lockstream/history"
 	"github.com/lockstream/lockstream/internal/settings"
 	"github.com/lockstream/lockstream/stream"
 )
@@ -66,7 +67,17 @@ func (b *heartbeatBox) daemon(_ context.Context, n *node) (daemon, error) {
 		client.Close()
 		return daemon{}, err
 	}
-	d, err := heartbeat.New(cfg, n.heartbeatStores().Deps(stream.NewEventPublisher(n.stream, client), progress), n.reg, logger)
+	deps := n.heartbeatStores().Deps(stream.NewEventPublisher(n.stream, client), progress)
+	// A rebuild reads open losses from the history only once the history writer
+	// (the history daemon's group, history.Config's default) has stored the
+	// events published before it.
+	backlog, err := stream.NewBacklog(client, history.DefaultGroup, n.stream.EventsTopic())
+	if err != nil {
+		client.Close()
+		return daemon{}, err
+	}
+	deps.HistoryProgress = backlog
+	d, err := heartbeat.New(cfg, deps, n.reg, logger)
 	if err != nil {
 		client.Close()
 		return daemon{}, err
