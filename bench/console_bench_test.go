@@ -288,7 +288,7 @@ func seedConsoleOutbox(b *testing.B, pg *storage.Postgres, pgURL string, now tim
 func seedConsoleInbox(b *testing.B, pg *storage.Postgres, clientID string, now time.Time) {
 	b.Helper()
 	ctx := context.Background()
-	// What the inbox-partitions daemon keeps ready in production.
+	// What the fan-out keeps ready in production (fanout.InboxPartitionsAhead).
 	if _, err := inbox.NewPostgresStore(pg).CreateInboxPartitions(ctx, now, 3); err != nil {
 		b.Fatal(err)
 	}

@@ -80,6 +80,10 @@ type Config struct {
 	// NOTIFY or a poll. Not a setting. Defaults to nil: every delivery is
 	// created PENDING for the retriers to claim.
 	Handoff Handoff
+
+	// Now returns the current time, which decides the months whose inbox
+	// partitions are made ahead; tests inject a clock. Defaults to time.Now.
+	Now func() time.Time
 }
 
 // Handoff is a sender in the fan-out's process that takes deliveries the
@@ -112,6 +116,9 @@ func (c Config) WithDefaults() Config {
 	c.CommitTimeout = cmp.Or(c.CommitTimeout, DefaultCommitTimeout)
 	c.QueueBatches = cmp.Or(c.QueueBatches, DefaultQueueBatches)
 	c.Writers = cmp.Or(c.Writers, DefaultWriters)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	return c
 }
 
@@ -142,11 +149,16 @@ func (c Config) Validate() error {
 	if c.Writers < 1 {
 		errs = append(errs, fmt.Errorf("fanout: Writers %d must be at least 1", c.Writers))
 	}
+	if c.Now == nil {
+		errs = append(errs, errors.New("fanout: Now is nil"))
+	}
 	return errors.Join(errs...)
 }
 
-// NotificationStore creates the outbox rows for events (PostgresStore).
+// NotificationStore creates the outbox rows for events, and makes the
+// inbox_messages partitions their messages go to (PostgresStore).
 type NotificationStore interface {
+	InboxPartitions
 	// CreateNotificationsClaiming creates the rows of events, up to
 	// claim.Max webhook or email deliveries of them claimed (see Claim).
 	CreateNotificationsClaiming(ctx context.Context, events []storage.NotificationInput, claim Claim) (NotificationsCreated, error)
@@ -167,7 +179,10 @@ type NotificationStore interface {
 // locks (a client's seq counter is locked to commit) nor pay a commit each. Replays create
 // nothing (event ids are deterministic), so at-least-once consumption yields
 // exactly one delivery per (event, client, channel, target). Records that do not
-// decode are logged, counted and skipped.
+// decode are logged, counted and skipped. The fan-out, the only writer of event
+// messages into inbox_messages, also keeps that table's month partitions made
+// InboxPartitionsAhead months ahead (see Run): the table has no DEFAULT
+// partition, and the fan-out must not depend on `lockstream maintain` running.
 type Fanout struct {
 	cfg    Config
 	store  NotificationStore
@@ -301,19 +316,28 @@ func (f *Fanout) registerMetrics(reg prometheus.Registerer) error {
 // handed to the writer when ctx is cancelled are written and committed first,
 // on a context that is not cancelled (bounded by WriteTimeout and
 // CommitTimeout). It returns an error when Kafka cannot be reached at start.
+// Before it consumes, it makes the inbox partitions of this month and the
+// InboxPartitionsAhead after it (by Now), and again every
+// InboxPartitionsInterval while it runs; a failure is logged and tried again
+// a minute later, and does not stop the fan-out (the partitions made before
+// are likely there still).
 func (f *Fanout) Run(ctx context.Context) error {
+	nextPartitions := f.createInboxPartitions(ctx)
 	// The writers outlive the group: the group's shutdown waits for the
 	// batches it handed over.
 	writerCtx, stopWriters := context.WithCancel(context.WithoutCancel(ctx))
-	var writers, analyzer sync.WaitGroup
+	partitionsCtx, stopPartitions := context.WithCancel(ctx)
+	var writers, helpers sync.WaitGroup
 	for _, queue := range f.queues {
 		writers.Go(func() { f.writeLoop(writerCtx, queue) })
 	}
-	analyzer.Go(func() { f.analyzeLoop(writerCtx) })
+	helpers.Go(func() { f.analyzeLoop(writerCtx) })
+	helpers.Go(func() { f.inboxPartitionsLoop(partitionsCtx, nextPartitions) })
 	err := f.group.Run(ctx)
+	stopPartitions()
 	stopWriters()
 	writers.Wait()
-	analyzer.Wait()
+	helpers.Wait()
 	return err
 }
 

@@ -92,3 +92,38 @@ func TestFanoutFillsMembersInboxesOncePerEvent(t *testing.T) {
 		t.Fatalf("after the replay: %d messages", len(got))
 	}
 }
+
+// The fan-out makes the inbox_messages partitions of its clock's month and the
+// three after it before it consumes: by the time its first batch is counted,
+// they exist, though neither the migrations nor a maintain made them.
+func TestFanoutMakesInboxPartitionsBeforeConsuming(t *testing.T) {
+	t.Parallel()
+	scfg := streamtest.Config(t, 1)
+	pg, ctx := storagetest.New(t).Postgres, context.Background()
+	want := []string{"inbox_messages_209011", "inbox_messages_209012", "inbox_messages_209101", "inbox_messages_209102"}
+	partitions := func() []string {
+		var names []string
+		if err := pg.Pool().QueryRow(ctx, `
+			SELECT coalesce(array_agg(c.relname::text ORDER BY c.relname), '{}')
+			FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+			WHERE i.inhparent = 'inbox_messages'::regclass AND c.relname = ANY($1)`, want).Scan(&names); err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	if got := partitions(); len(got) != 0 {
+		t.Fatalf("partitions %v exist before the fan-out ran", got)
+	}
+
+	at := time.Date(2090, 11, 30, 23, 30, 0, 0, time.UTC)
+	lost := event.Event{ID: event.ConnectionLostID("nobody", at), Type: event.ConnectionLost, SensorID: "nobody", At: at}
+	produce(t, streamtest.Client(t, scfg), scfg.EventsTopic(), eventRecord(t, lost))
+	reg, _ := runFanout(t, fanout.Config{Stream: scfg, RetryBackoff: 10 * time.Millisecond, Now: func() time.Time { return at }},
+		fanout.NewPostgresStore(pg))
+	waitFor(t, "the event consumed", func() bool {
+		return counterValue(t, reg, "lockstream_fanout_events_total", nil) >= 1
+	})
+	if got := partitions(); !slices.Equal(got, want) {
+		t.Fatalf("inbox partitions %v after the first batch, want %v", got, want)
+	}
+}

@@ -39,6 +39,13 @@ func (s *PostgresStore) AnalyzeOutboxMonth(ctx context.Context, month string) er
 	return s.pg.AnalyzeOutboxMonth(ctx, month)
 }
 
+// CreateInboxPartitions makes sure inbox_messages has its month partitions
+// from the month of from to months later, and returns their names
+// (inbox.PostgresStore.CreateInboxPartitions).
+func (s *PostgresStore) CreateInboxPartitions(ctx context.Context, from time.Time, months int) ([]string, error) {
+	return inbox.NewPostgresStore(s.pg).CreateInboxPartitions(ctx, from, months)
+}
+
 // NotificationsCreated counts what PostgresStore.CreateNotifications did.
 type NotificationsCreated struct {
 	// Notifications is the number of new notification rows (replays add none).

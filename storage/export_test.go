@@ -10,6 +10,12 @@ import (
 // ClaimDeliveriesSQL is ClaimDeliveries' statement, for EXPLAIN.
 const ClaimDeliveriesSQL = claimDeliveriesSQL
 
+// FinishDeliveriesSQL is FinishDeliveries' statement, for EXPLAIN.
+const FinishDeliveriesSQL = finishDeliveriesSQL
+
+// RequeueExpiredLeasesSQL is RequeueExpiredLeases' statement, for EXPLAIN.
+const RequeueExpiredLeasesSQL = requeueExpiredLeasesSQL
+
 // EventSeverity grades an event of type typ with data as the inbox's SQL does.
 func EventSeverity(ctx context.Context, p *Postgres, typ string, data *int) (string, error) {
 	var s string

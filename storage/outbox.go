@@ -355,6 +355,9 @@ func (p *Postgres) FinishDeliveries(ctx context.Context, finishes []DeliveryFini
 // An outcome of a webhook handed over in flight (migration 00240) deletes its
 // row in flight (h) and makes a delivery row only when the attempt did not
 // succeed (hd); the others update their delivery (locked, u).
+// Whether a newer state waits behind one is the SQL function
+// lockstream_newer_open_states (migration 00242), which the lease sweep
+// (requeueExpiredLeasesSQL) asks too; the planner inlines it.
 const finishDeliveriesSQL = `
 		WITH f AS (
 			SELECT * FROM unnest($1::uuid[], $2::int4[], $3::text[], $4::timestamptz[], $5::text[], $6::int4[],
@@ -373,11 +376,7 @@ const finishDeliveriesSQL = `
 			                        attempts, next_attempt_at, last_error, last_http_status, event_at, created_at)
 			SELECT h.id, h.notification_id, h.client_id, h.sensor_id, h.event_type, 'webhook', '',
 			       CASE WHEN h.state IN ('RETRY', 'GIVEN_UP') AND h.event_type = 'state_changed' AND EXISTS (
-			                SELECT 1 FROM deliveries o
-			                WHERE o.client_id = h.client_id AND o.sensor_id = h.sensor_id
-			                  AND o.channel = 'webhook' AND o.target = ''
-			                  AND o.state IN ('SCHEDULED', 'PENDING', 'RETRY', 'IN_FLIGHT')
-			                  AND o.event_type = 'state_changed' AND o.event_at > h.event_at)
+			                SELECT FROM lockstream_newer_open_states(h.client_id, h.sensor_id, 'webhook', '', h.event_at))
 			            THEN 'SUPERSEDED' ELSE h.state END,
 			       CASE WHEN h.not_sent THEN greatest(h.attempt - 1, 0) ELSE h.attempt END,
 			       coalesce(h.next_attempt_at, h.at), h.error, nullif(h.http_status, 0), h.event_at, h.created_at
@@ -409,11 +408,7 @@ const finishDeliveriesSQL = `
 			UPDATE deliveries d
 			SET state = CASE
 			        WHEN l.state IN ('RETRY', 'GIVEN_UP') AND d.event_type = 'state_changed' AND EXISTS (
-			            SELECT 1 FROM deliveries o
-			            WHERE o.client_id = d.client_id AND o.sensor_id = d.sensor_id
-			              AND o.channel = d.channel AND o.target = d.target
-			              AND o.state IN ('SCHEDULED', 'PENDING', 'RETRY', 'IN_FLIGHT')
-			              AND o.event_type = 'state_changed' AND o.event_at > d.event_at)
+			            SELECT FROM lockstream_newer_open_states(d.client_id, d.sensor_id, d.channel, d.target, d.event_at))
 			        THEN 'SUPERSEDED' ELSE l.state END,
 			    attempts = CASE WHEN l.not_sent THEN greatest(d.attempts - 1, 0) ELSE d.attempts END,
 			    next_attempt_at = coalesce(l.next_attempt_at, d.next_attempt_at),
@@ -483,7 +478,20 @@ func collectFinished(rows pgx.Rows) ([]FinishedDelivery, error) {
 // in): it was claimed, so it may have been sent, and the log must not leave
 // out what a receiver may have had.
 func (p *Postgres) RequeueExpiredLeases(ctx context.Context, now time.Time) ([]FinishedDelivery, error) {
-	rows, err := p.pool.Query(ctx, `
+	rows, err := p.pool.Query(ctx, requeueExpiredLeasesSQL, now, leaseExpiredError, ErrorTypeLeaseExpired)
+	if err != nil {
+		return nil, fmt.Errorf("requeueing expired leases: %w", err)
+	}
+	requeued, err := collectFinished(rows)
+	if err != nil {
+		return nil, fmt.Errorf("requeueing expired leases: %w", err)
+	}
+	return requeued, nil
+}
+
+// requeueExpiredLeasesSQL is RequeueExpiredLeases' statement: $1 now, $2 the
+// last error and $3 the error type of the attempt each lease covered.
+const requeueExpiredLeasesSQL = `
 		WITH expired AS (
 			SELECT id, event_at FROM deliveries
 			WHERE state = 'IN_FLIGHT' AND leased_until < $1
@@ -492,11 +500,7 @@ func (p *Postgres) RequeueExpiredLeases(ctx context.Context, now time.Time) ([]F
 			UPDATE deliveries d
 			SET state = CASE
 			        WHEN d.event_type = 'state_changed' AND EXISTS (
-			            SELECT 1 FROM deliveries o
-			            WHERE o.client_id = d.client_id AND o.sensor_id = d.sensor_id
-			              AND o.channel = d.channel AND o.target = d.target
-			              AND o.state IN ('SCHEDULED', 'PENDING', 'RETRY', 'IN_FLIGHT')
-			              AND o.event_type = 'state_changed' AND o.event_at > d.event_at)
+			            SELECT FROM lockstream_newer_open_states(d.client_id, d.sensor_id, d.channel, d.target, d.event_at))
 			        THEN 'SUPERSEDED' ELSE 'PENDING' END,
 			    next_attempt_at = $1, leased_until = NULL,
 			    last_error = $2, updated_at = now()
@@ -514,11 +518,7 @@ func (p *Postgres) RequeueExpiredLeases(ctx context.Context, now time.Time) ([]F
 			                        attempts, next_attempt_at, last_error, event_at, created_at)
 			SELECT g.id, g.notification_id, g.client_id, g.sensor_id, g.event_type, 'webhook', '',
 			       CASE WHEN g.event_type = 'state_changed' AND EXISTS (
-			                SELECT 1 FROM deliveries o
-			                WHERE o.client_id = g.client_id AND o.sensor_id = g.sensor_id
-			                  AND o.channel = 'webhook' AND o.target = ''
-			                  AND o.state IN ('SCHEDULED', 'PENDING', 'RETRY', 'IN_FLIGHT')
-			                  AND o.event_type = 'state_changed' AND o.event_at > g.event_at)
+			                SELECT FROM lockstream_newer_open_states(g.client_id, g.sensor_id, 'webhook', '', g.event_at))
 			            THEN 'SUPERSEDED' ELSE 'PENDING' END,
 			       1, $1, $2, g.event_at, g.created_at
 			FROM gone g
@@ -539,16 +539,7 @@ func (p *Postgres) RequeueExpiredLeases(ctx context.Context, now time.Time) ([]F
 		)
 		SELECT id::text, channel, state, false FROM u
 		UNION ALL
-		SELECT id::text, channel, state, false FROM gd`, now, leaseExpiredError, ErrorTypeLeaseExpired)
-	if err != nil {
-		return nil, fmt.Errorf("requeueing expired leases: %w", err)
-	}
-	requeued, err := collectFinished(rows)
-	if err != nil {
-		return nil, fmt.Errorf("requeueing expired leases: %w", err)
-	}
-	return requeued, nil
-}
+		SELECT id::text, channel, state, false FROM gd`
 
 // RetryDelivery makes a FAILED or GIVEN_UP delivery PENDING again, due now, with a
 // fresh budget of attempts (POST /v1/deliveries/{id}/retry), and returns it. It

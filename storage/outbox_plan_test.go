@@ -2,6 +2,8 @@ package storage_test
 
 import (
 	"context"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -135,5 +137,180 @@ func TestClaimPlanOnFreshOutbox(t *testing.T) {
 	t.Logf("the whole claim:\n%s", whole)
 	if strings.Contains(whole, "Seq Scan") || strings.Contains(whole, "Sort (actual") {
 		t.Errorf("the claim's update reads a partition or sorts instead of joining the claimed rows by key")
+	}
+}
+
+// runRolledBack runs sql with args twice, each time in a transaction rolled
+// back: once under EXPLAIN (ANALYZE, VERBOSE), whose plan it returns, and once
+// for its rows (id, channel, state, frees), whose states it returns by id.
+func runRolledBack(t *testing.T, conn *pgx.Conn, sql string, args ...any) (string, map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	query := func(sql string, scan func(pgx.Rows) error) {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		rows, err := tx.Query(ctx, sql, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := scan(rows); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var lines []string
+	query(`EXPLAIN (ANALYZE, VERBOSE, COSTS OFF, TIMING OFF, SUMMARY OFF) `+sql, func(rows pgx.Rows) error {
+		var line string
+		err := rows.Scan(&line)
+		lines = append(lines, line)
+		return err
+	})
+	states := map[string]string{}
+	query(sql, func(rows pgx.Rows) error {
+		var id, channel, state string
+		var frees bool
+		err := rows.Scan(&id, &channel, &state, &frees)
+		states[id] = state
+		return err
+	})
+	return strings.Join(lines, "\n"), states
+}
+
+// newerProbe matches a probe of the open deliveries' index for a newer state
+// than the row of the outer alias it captures.
+var newerProbe = regexp.MustCompile(`Index Cond: \(.*\(o_\d+\.event_at > ([a-z])\w*\.event_at\)\)`)
+
+// TestSupersededCheckPlanIsInlined runs the outcome write and the lease sweep
+// over deliveries and webhooks handed over in flight, some with a newer state
+// waiting: the question "does a newer open state wait behind this one"
+// (lockstream_newer_open_states, migration 00242) is inlined by the planner
+// into a probe of the open deliveries' index, in each of the four places that
+// ask it, not called as a function per row; and it answers it.
+func TestSupersededCheckPlanIsInlined(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	stores := storagetest.New(t)
+	conn, err := pgx.Connect(ctx, stores.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	fillOutbox(t, conn, 2_000)
+	// newer says, by id, whether a newer state waits: s1..s100's deliveries
+	// are in flight, s1..s50 with a newer state waiting; webhooks handed over
+	// for s101..s150, older than the deliveries waiting there, and for
+	// s2001..s2025, which have none.
+	newer := map[string]bool{}
+	collect := func(sql string) {
+		t.Helper()
+		rows, err := conn.Query(ctx, sql)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			var waits bool
+			if err := rows.Scan(&id, &waits); err != nil {
+				t.Fatal(err)
+			}
+			newer[id] = waits
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	collect(`
+		UPDATE deliveries SET state = 'IN_FLIGHT', attempts = 1, leased_until = now() + interval '1 minute'
+		WHERE sensor_id IN (SELECT 's' || i FROM generate_series(1, 100) AS i)
+		RETURNING id::text, substr(sensor_id, 2)::int <= 50`)
+	if _, err := conn.Exec(ctx, `
+		WITH n AS (
+			INSERT INTO notifications (id, event_id, client_id, sensor_id, type, data, previous, event_at)
+			SELECT lockstream_uuid_v7(), 'newer' || i, '018f0000-0000-7000-8000-000000000001', 's' || i,
+			       'state_changed', 0, 1, now()
+			FROM generate_series(1, 50) AS i
+			RETURNING *
+		)
+		INSERT INTO deliveries (id, notification_id, client_id, sensor_id, event_type, channel, target, state,
+		                        next_attempt_at, event_at)
+		SELECT lockstream_uuid_v7(), n.id, n.client_id, n.sensor_id, n.type, 'webhook', '', 'PENDING', now(), n.event_at
+		FROM n`); err != nil {
+		t.Fatal(err)
+	}
+	collect(`
+		INSERT INTO webhooks_in_flight (id, notification_id, client_id, sensor_id, event_id, event_type, event_at,
+		                                leased_until)
+		SELECT lockstream_uuid_v7(), lockstream_uuid_v7(), '018f0000-0000-7000-8000-000000000001', 's' || i,
+		       'handed' || i, 'state_changed', now() - interval '2 seconds', now() + interval '1 minute'
+		FROM generate_series(101, 150) AS i
+		RETURNING id::text, true`)
+	collect(`
+		INSERT INTO webhooks_in_flight (id, notification_id, client_id, sensor_id, event_id, event_type, event_at,
+		                                leased_until)
+		SELECT lockstream_uuid_v7(), lockstream_uuid_v7(), '018f0000-0000-7000-8000-000000000001', 's' || i,
+		       'handed' || i, 'state_changed', now() - interval '2 seconds', now() + interval '1 minute'
+		FROM generate_series(2001, 2025) AS i
+		RETURNING id::text, false`)
+
+	// Every one in flight fails, to be retried.
+	var outcomes []string
+	for id := range newer {
+		outcomes = append(outcomes, id)
+	}
+	n := len(outcomes)
+	attempts, states, next, errs := make([]int32, n), make([]string, n), make([]*time.Time, n), make([]string, n)
+	statuses, errorTypes, codes, messages := make([]int32, n), make([]string, n), make([]int32, n), make([]string, n)
+	durations, ats, notSent := make([]int32, n), make([]time.Time, n), make([]bool, n)
+	retryAt := time.Now().Add(time.Minute)
+	for i := range n {
+		attempts[i], states[i], next[i], errs[i], statuses[i], ats[i] = 1, "RETRY", &retryAt, "503", 503, time.Now()
+	}
+	finishPlan, finished := runRolledBack(t, conn, storage.FinishDeliveriesSQL, outcomes, attempts, states, next,
+		errs, statuses, errorTypes, codes, messages, durations, ats, notSent)
+	sweepPlan, swept := runRolledBack(t, conn, storage.RequeueExpiredLeasesSQL, time.Now().Add(time.Hour),
+		"lease expired", "LEASE_EXPIRED")
+	for _, step := range []struct {
+		name   string
+		plan   string
+		states map[string]string
+		outer  string // the aliases of the rows asked about, in order
+		retry  string // the state of one with no newer state waiting
+	}{
+		{"the outcome write", finishPlan, finished, "dh", "RETRY"},
+		{"the lease sweep", sweepPlan, swept, "dg", "PENDING"},
+	} {
+		t.Logf("%s:\n%s", step.name, step.plan)
+		if strings.Contains(step.plan, "lockstream_newer_open_states") {
+			t.Errorf("%s calls lockstream_newer_open_states per row instead of inlining it", step.name)
+		}
+		var outer []string
+		for _, m := range newerProbe.FindAllStringSubmatch(step.plan, -1) {
+			outer = append(outer, m[1])
+		}
+		slices.Sort(outer)
+		if got := strings.Join(slices.Compact(outer), ""); got != step.outer {
+			t.Errorf("%s probes the open deliveries' index for a newer state of %q, want %q", step.name, got, step.outer)
+		}
+		if len(step.states) != len(newer) {
+			t.Errorf("%s returned %d rows, want %d", step.name, len(step.states), len(newer))
+		}
+		for id, waits := range newer {
+			want := step.retry
+			if waits {
+				want = "SUPERSEDED"
+			}
+			if got := step.states[id]; got != want {
+				t.Errorf("%s left %s %s, want %s", step.name, id, got, want)
+			}
+		}
 	}
 }

@@ -94,7 +94,7 @@ func commands() []command {
 		{
 			name:    "fanout",
 			summary: "the fan-out: events → one notification and delivery per linked client and channel (the outbox)",
-			setup:   daemonsCommand(usesPostgres|usesKafka, &metricsBox{}, inboxPartitionsBox{}, &fanoutBox{}),
+			setup:   daemonsCommand(usesPostgres|usesKafka, &metricsBox{}, &fanoutBox{}),
 		},
 		{
 			name:    "retrier",
@@ -604,7 +604,7 @@ func (c *allSettings) RegisterSettings(s *settings.Set) {
 // intake first, then each stage drains what it holds while the stages after it
 // still run.
 func (c *allSettings) boxes(stdout io.Writer) []box {
-	boxes := []box{&statsBox{c.Stats, stdout}, &c.Maintain, inboxPartitionsBox{}, &c.Escalation, &c.Retrier,
+	boxes := []box{&statsBox{c.Stats, stdout}, &c.Maintain, &c.Escalation, &c.Retrier,
 		&c.Fanout, historyBox{}, &c.Heartbeat, &c.Consumer}
 	if c.Bridge.configured() {
 		boxes = append(boxes, &c.Bridge)

@@ -29,6 +29,7 @@ func (b *fanoutBox) daemon(_ context.Context, n *node) (daemon, error) {
 	// With the retrier in this process (`all`), deliveries go to it as they
 	// commit, claimed already.
 	cfg.Handoff = n.handoff
+	cfg.Now = n.now
 	f, err := fanout.New(cfg, fanout.NewPostgresStore(n.pg), n.reg, n.logger.With("daemon", "fanout"))
 	if err != nil {
 		return daemon{}, err
