@@ -25,7 +25,7 @@ import (
 type PostgresStore struct {
 	pg       *storage.Postgres
 	pool     *pgxpool.Pool
-	analyzer outboxAnalyzer
+	analyzer storage.OutboxGrowth
 }
 
 // NewPostgresStore returns the fan-out's store over pg's pool.
@@ -138,7 +138,7 @@ func (s *PostgresStore) CreateNotificationsClaiming(ctx context.Context, events 
 	if err := s.writeFanout(ctx, fb, claim, &created, months); err != nil {
 		return NotificationsCreated{}, fmt.Errorf("creating notifications for %d events: %w", len(fb.unique), err)
 	}
-	created.AnalyzeDue = s.analyzer.note(months)
+	created.AnalyzeDue = s.analyzer.Note(months)
 	return created, nil
 }
 

@@ -36,13 +36,14 @@ type handoffRun struct {
 // handoffBacklog is how many times its Workers the webhook lane takes handed
 // over beyond its free workers: they wait in memory for a sender
 // (lane.sending) instead of becoming PENDING rows that a claim must find,
-// lock and update again. Sixteen lets the fan-out run a few batches ahead of
-// a sender that keeps up (at 4 a third of a burst's webhooks still went
-// through claims: 25–35 % fewer webhooks a second, 20 % more WAL; bench/RESULTS.md,
-// 2026-11-27). When attempts are slow the wait can outlast the lease: one that
+// lock and update again. A deeper backlog hands over more of a burst (at 16:
+// 30–55 % more webhooks a second in the pipeline benchmark), but with one
+// client of ten failing the healthy nine then got 0.69–0.77 of their
+// all-healthy rate instead of 0.86–0.99 (bench/RESULTS.md, 2026-11-27), so 4
+// it stays. When attempts are slow the wait can outlast the lease: one that
 // gets its sender too late to finish within it is given back instead of sent
 // (tooLateToSend).
-const handoffBacklog = 16
+const handoffBacklog = 4
 
 // Reserve takes up to n places in the webhook lane for deliveries the fan-out
 // is about to create claimed, and returns how many it took and when their

@@ -41,6 +41,9 @@ type Store interface {
 	ClaimDeliveries(ctx context.Context, now time.Time, limit int, lease time.Duration, channels ...storage.Channel) ([]storage.Delivery, error)
 	DeliveryTargets(ctx context.Context, claimed []storage.Delivery) (map[string]storage.DeliveryTarget, error)
 	FinishDeliveries(ctx context.Context, finishes []storage.DeliveryFinish) ([]storage.FinishedDelivery, error)
+	// AnalyzeOutboxMonth refreshes the planner statistics of a month's outbox
+	// partitions, after the outcome write filled them (OutboxGrowth).
+	AnalyzeOutboxMonth(ctx context.Context, month string) error
 	RequeueExpiredLeases(ctx context.Context, now time.Time) ([]storage.FinishedDelivery, error)
 	OutboxStats(ctx context.Context, now time.Time) (storage.OutboxStats, error)
 	// PushRequests reads what the standalone pushes among the deliveries ask
@@ -171,6 +174,11 @@ type Retrier struct {
 	notices atomic.Uint64
 	// handoff takes the deliveries a fan-out in this process created claimed.
 	handoff handoff
+	// growth counts the delivery rows the outcome write made (handed-over
+	// webhooks that failed) per month; analyze takes the months due an
+	// ANALYZE to analyzeLoop, off the outcome write's path.
+	growth  storage.OutboxGrowth
+	analyze chan string
 }
 
 // lane is a set of channels with its own bound on attempts in flight and its
@@ -335,6 +343,7 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) 
 		lanes:    lanes,
 		m:        m,
 		logger:   logger,
+		analyze:  make(chan string, 16),
 	}, nil
 }
 
@@ -365,6 +374,7 @@ func (r *Retrier) Run(ctx context.Context) error {
 	}()
 	var background sync.WaitGroup
 	background.Go(func() { r.every(ctx, r.cfg.LeaseSweepInterval, r.requeueExpired) })
+	background.Go(func() { r.analyzeLoop(ctx) })
 	background.Go(func() { r.every(ctx, r.cfg.AttemptFlushInterval, r.copyAttempts) })
 	background.Go(func() { r.every(ctx, r.cfg.StatsInterval, r.refreshStats) })
 	if r.deps.Endpoints != nil {
@@ -841,6 +851,7 @@ func (r *Retrier) record(ctx context.Context, batch []outcome) (frees bool) {
 	}
 	r.recordHealth(ctx, batch, states)
 	r.wakeWhenDue(batch, states)
+	r.noteGrowth(batch, states)
 	for _, o := range batch {
 		status, recorded := states[o.d.ID]
 		switch {
@@ -1000,3 +1011,46 @@ func ackURL(m inbox.Message) string {
 
 // incidentReminderType is the inbox message type of an incident reminder.
 const incidentReminderType = domain.IncidentReminder
+
+// noteGrowth counts the delivery rows the recorded outcomes may have made —
+// a webhook handed over with no row gets one when its attempt did not
+// succeed — and queues the months that grew enough for an ANALYZE: with a
+// burst handed over whole, the fan-out's own count sees few delivery rows,
+// and an endpoint that starts failing fills the partitions after the
+// fan-out's last ANALYZE of them, while the cached plans still probe them as
+// empty (by sequential scan, once per outcome).
+func (r *Retrier) noteGrowth(batch []outcome, states map[string]storage.DeliveryState) {
+	var months map[string]int
+	for _, o := range batch {
+		if st, ok := states[o.d.ID]; ok && st != storage.DeliverySent && o.d.Channel == storage.ChannelWebhook {
+			if months == nil {
+				months = map[string]int{}
+			}
+			months[o.d.EventAt.UTC().Format("200601")]++
+		}
+	}
+	for _, month := range r.growth.Note(months) {
+		select {
+		case r.analyze <- month:
+		default: // analyses are queued already; a later doubling asks again
+		}
+	}
+}
+
+// analyzeLoop analyzes the months noteGrowth found due, one at a time, until
+// ctx is cancelled.
+func (r *Retrier) analyzeLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case month := <-r.analyze:
+			actx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+			if err := r.deps.Store.AnalyzeOutboxMonth(actx, month); err != nil && ctx.Err() == nil {
+				r.logger.WarnContext(ctx, "refreshing the outbox statistics after failed deliveries failed; autovacuum will",
+					"month", month, "err", err)
+			}
+			cancel()
+		}
+	}
+}
