@@ -514,12 +514,7 @@ func (f *Fanout) count(ctx context.Context, created NotificationsCreated, events
 	for ch, n := range created.Superseded {
 		f.deliveries.WithLabelValues(string(ch), "superseded").Add(float64(n))
 	}
-	for _, month := range created.AnalyzeDue {
-		select {
-		case f.analyze <- month:
-		default: // analyses are queued already; a later doubling asks again
-		}
-	}
+	storage.QueueAnalyses(f.analyze, created.AnalyzeDue)
 	// Last, so that whoever sees the events counted sees what they made.
 	f.events.Add(float64(events))
 }
@@ -527,17 +522,5 @@ func (f *Fanout) count(ctx context.Context, created NotificationsCreated, events
 // analyzeLoop analyzes the outbox months the writers found due, one at a time,
 // until ctx is cancelled.
 func (f *Fanout) analyzeLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case month := <-f.analyze:
-			actx, cancel := context.WithTimeout(ctx, f.cfg.WriteTimeout)
-			if err := f.store.AnalyzeOutboxMonth(actx, month); err != nil && ctx.Err() == nil {
-				f.logger.WarnContext(ctx, "refreshing the outbox statistics after a burst failed; autovacuum will",
-					"month", month, "err", err)
-			}
-			cancel()
-		}
-	}
+	storage.AnalyzeMonths(ctx, f.analyze, f.store.AnalyzeOutboxMonth, f.cfg.WriteTimeout, f.logger)
 }

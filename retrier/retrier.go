@@ -1029,28 +1029,11 @@ func (r *Retrier) noteGrowth(batch []outcome, states map[string]storage.Delivery
 			months[o.d.EventAt.UTC().Format("200601")]++
 		}
 	}
-	for _, month := range r.growth.Note(months) {
-		select {
-		case r.analyze <- month:
-		default: // analyses are queued already; a later doubling asks again
-		}
-	}
+	storage.QueueAnalyses(r.analyze, r.growth.Note(months))
 }
 
 // analyzeLoop analyzes the months noteGrowth found due, one at a time, until
 // ctx is cancelled.
 func (r *Retrier) analyzeLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case month := <-r.analyze:
-			actx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
-			if err := r.deps.Store.AnalyzeOutboxMonth(actx, month); err != nil && ctx.Err() == nil {
-				r.logger.WarnContext(ctx, "refreshing the outbox statistics after failed deliveries failed; autovacuum will",
-					"month", month, "err", err)
-			}
-			cancel()
-		}
-	}
+	storage.AnalyzeMonths(ctx, r.analyze, r.deps.Store.AnalyzeOutboxMonth, r.cfg.WriteTimeout, r.logger)
 }

@@ -1,6 +1,11 @@
 package storage
 
-import "sync"
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
 
 // OutboxAnalyzeRows is how many outbox rows one process puts in a month
 // partition before it first has the month analyzed (Postgres.AnalyzeOutboxMonth);
@@ -58,4 +63,36 @@ func (g *OutboxGrowth) Note(rows map[string]int) []string {
 		}
 	}
 	return due
+}
+
+// QueueAnalyses puts months on due for AnalyzeMonths without waiting: when due
+// is full, analyses are queued already, and a later doubling asks again.
+func QueueAnalyses(due chan<- string, months []string) {
+	for _, month := range months {
+		select {
+		case due <- month:
+		default:
+		}
+	}
+}
+
+// AnalyzeMonths analyzes the months that come on due (Postgres.AnalyzeOutboxMonth
+// as analyze), one at a time and each within timeout, until ctx ends: off the
+// path of the writer that found them due, since an ANALYZE takes tens of
+// milliseconds. A failure is logged; autovacuum analyzes later.
+func AnalyzeMonths(ctx context.Context, due <-chan string, analyze func(context.Context, string) error,
+	timeout time.Duration, logger *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case month := <-due:
+			actx, cancel := context.WithTimeout(ctx, timeout)
+			if err := analyze(actx, month); err != nil && ctx.Err() == nil {
+				logger.WarnContext(ctx, "refreshing the outbox statistics after a burst failed; autovacuum will",
+					"month", month, "err", err)
+			}
+			cancel()
+		}
+	}
 }
