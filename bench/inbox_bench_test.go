@@ -34,6 +34,7 @@ import (
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/webapi"
+	"github.com/lockstream/lockstream/webapi/live"
 )
 
 // Inbox sizes of BenchmarkInboxList: 10 million messages over 100,000 members.
@@ -158,7 +159,7 @@ func measureInbox(ctx context.Context, b *testing.B, pg *storage.Postgres, perMe
 	b.Helper()
 	reg := prometheus.NewRegistry()
 	server, err := webapi.New(webapi.Config{AdminToken: "bench-admin-token"}, registry.New(pg), nil, reg, reg,
-		slog.New(slog.DiscardHandler), webapi.WithInbox(registry.New(pg), inbox.NewPostgresStore(pg), nil, webapi.InboxConfig{}))
+		slog.New(slog.DiscardHandler), webapi.WithInbox(registry.New(pg), live.NewPostgresStore(pg), nil, webapi.InboxConfig{}))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -722,7 +723,7 @@ func startInboxServer(b *testing.B, stores *storagetest.Stores) string {
 	b.Helper()
 	reg := prometheus.NewRegistry()
 	server, err := webapi.New(webapi.Config{AdminToken: "bench-admin-token"}, stores.Registry, nil, reg, reg,
-		slog.New(slog.DiscardHandler), webapi.WithInbox(stores.Registry, inbox.NewPostgresStore(stores.Postgres), stores.Redis, webapi.InboxConfig{}))
+		slog.New(slog.DiscardHandler), webapi.WithInbox(stores.Registry, live.NewPostgresStore(stores.Postgres), stores.Redis, webapi.InboxConfig{}))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/lockstream/lockstream/registry"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
+	"github.com/lockstream/lockstream/webapi/live"
 )
 
 // fixture is a private database with the registry, the fan-out's writes
@@ -129,7 +130,7 @@ func TestInboxConcurrentWritersNoGapNoDuplicate(t *testing.T) {
 	ctx, cancel := context.WithCancel(f.ctx)
 	defer cancel()
 	go func() {
-		_ = f.in.ListenInbox(ctx, func() { close(listening) }, func(news inbox.News) {
+		_ = live.NewPostgresStore(f.pg).ListenInbox(ctx, func() { close(listening) }, func(news inbox.News) {
 			ns := news.Pointers
 			for _, m := range news.Messages {
 				if m.ID == "" || m.ClientID == "" || m.Type == "" {

@@ -314,17 +314,6 @@ func (p *PostgresStore) InboxAfter(ctx context.Context, cursors []Cursor) ([][]M
 	return out, nil
 }
 
-// ListenInbox listens on Channel on a connection of its own (taken out of
-// the pool) and calls notice with every payload, parsed, in order, until ctx
-// ends (it then returns nil) or the connection fails (it returns the error;
-// call it again). ready is called once the LISTEN is in place: a caller that
-// missed notifications while not listening must catch up after it.
-func (p *PostgresStore) ListenInbox(ctx context.Context, ready func(), notice func(News)) error {
-	return pgutil.Listen(ctx, p.pool, Channel, "inbox messages", ready, func(payload string) {
-		notice(ParseNews(payload))
-	})
-}
-
 // CreateInboxPartitions makes sure inbox_messages has its month partitions from
 // the month of from to months later, and returns their names.
 func (p *PostgresStore) CreateInboxPartitions(ctx context.Context, from time.Time, months int) ([]string, error) {

@@ -16,10 +16,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/webapi"
+	"github.com/lockstream/lockstream/webapi/live"
 )
 
 // The tests of the CyVerse notification API v1: each answers the examples of the
@@ -49,7 +49,7 @@ func newV1Fixture(t *testing.T) *v1Fixture {
 	reg := prometheus.NewRegistry()
 	server, err := webapi.New(webapi.Config{AdminToken: testToken, V1Token: v1Token}, stores.Registry, nil, reg, reg,
 		slog.New(slog.NewTextHandler(io.Discard, nil)),
-		webapi.WithInbox(stores.Registry, inbox.NewPostgresStore(stores.Postgres), stores.Redis, webapi.InboxConfig{}))
+		webapi.WithInbox(stores.Registry, live.NewPostgresStore(stores.Postgres), stores.Redis, webapi.InboxConfig{}))
 	if err != nil {
 		t.Fatalf("webapi.New: %v", err)
 	}

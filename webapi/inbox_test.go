@@ -25,6 +25,7 @@ import (
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/webapi"
+	"github.com/lockstream/lockstream/webapi/live"
 )
 
 // inboxWait bounds the waits of the inbox and stream tests: generous, for a loaded
@@ -39,7 +40,7 @@ func newInboxAPI(t *testing.T, cfg webapi.InboxConfig) *testAPI {
 	reg := prometheus.NewRegistry()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	server, err := webapi.New(webapi.Config{AdminToken: testToken}, stores.Registry, nil, reg, reg, logger,
-		webapi.WithInbox(stores.Registry, inbox.NewPostgresStore(stores.Postgres), stores.Redis, cfg))
+		webapi.WithInbox(stores.Registry, live.NewPostgresStore(stores.Postgres), stores.Redis, cfg))
 	if err != nil {
 		t.Fatalf("webapi.New: %v", err)
 	}
@@ -737,7 +738,7 @@ func TestStreamOverHTTP2(t *testing.T) {
 	stores := storagetest.New(t)
 	reg := prometheus.NewRegistry()
 	server, err := webapi.New(webapi.Config{AdminToken: testToken}, stores.Registry, nil, reg, reg,
-		slog.New(slog.DiscardHandler), webapi.WithInbox(stores.Registry, inbox.NewPostgresStore(stores.Postgres), stores.Redis,
+		slog.New(slog.DiscardHandler), webapi.WithInbox(stores.Registry, live.NewPostgresStore(stores.Postgres), stores.Redis,
 			webapi.InboxConfig{StreamPing: 50 * time.Millisecond}))
 	if err != nil {
 		t.Fatal(err)

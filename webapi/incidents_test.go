@@ -13,11 +13,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/incident"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/webapi"
+	"github.com/lockstream/lockstream/webapi/live"
 )
 
 type incidentJSON struct {
@@ -43,7 +43,7 @@ func newIncidentAPI(t *testing.T) (*testAPI, *incident.PostgresStore) {
 	store := incident.NewPostgresStore(stores.Postgres)
 	server, err := webapi.New(webapi.Config{AdminToken: testToken}, stores.Registry, nil, reg, reg,
 		slog.New(slog.NewTextHandler(io.Discard, nil)),
-		webapi.WithInbox(stores.Registry, inbox.NewPostgresStore(stores.Postgres), stores.Redis, webapi.InboxConfig{}),
+		webapi.WithInbox(stores.Registry, live.NewPostgresStore(stores.Postgres), stores.Redis, webapi.InboxConfig{}),
 		webapi.WithIncidents(incident.NewAPIStore(store)))
 	if err != nil {
 		t.Fatalf("webapi.New: %v", err)

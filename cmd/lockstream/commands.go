@@ -23,7 +23,6 @@ import (
 	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/history"
-	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/incident"
 	"github.com/lockstream/lockstream/internal/settings"
 	"github.com/lockstream/lockstream/maintain"
@@ -32,6 +31,7 @@ import (
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
 	"github.com/lockstream/lockstream/webapi"
+	"github.com/lockstream/lockstream/webapi/live"
 )
 
 // command is one subcommand: the settings it reads and how it runs.
@@ -452,7 +452,7 @@ func (b *apiBox) daemon(ctx context.Context, n *node) (daemon, error) {
 	opts := []webapi.Option{webapi.WithHealth(n.health), webapi.WithHistory(a), webapi.WithAnalytics(a), webapi.WithDeliveries(n.pg, n.pg), webapi.WithClientEvents(n.pg), webapi.WithMaintenance(n.heartbeatStores().Postgres), webapi.WithPushes(n.pg, n.pg),
 		webapi.WithSensorStatus(tracker),
 		webapi.WithSensorObserver(tracker), webapi.WithLostSensors(tracker), webapi.WithConsole(con.Handler()),
-		webapi.WithInbox(reg, inbox.NewPostgresStore(n.pg), n.redis, b.Inbox), webapi.WithUnregistered(consumer.NewPostgresStore(n.pg))}
+		webapi.WithInbox(reg, live.NewPostgresStore(n.pg), n.redis, b.Inbox), webapi.WithUnregistered(consumer.NewPostgresStore(n.pg))}
 	opts = append(opts, webapi.WithDeliveryControls(n.pg, b.Retention))
 	opts = append(opts, webapi.WithIncidents(incident.NewAPIStore(incident.NewPostgresStore(n.pg))))
 	d := daemon{name: "api"}
