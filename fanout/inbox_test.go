@@ -11,6 +11,7 @@ import (
 	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/inbox"
 	"github.com/lockstream/lockstream/registry"
+	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/storage/storagetest"
 	"github.com/lockstream/lockstream/stream/streamtest"
 )
@@ -22,26 +23,7 @@ func TestFanoutFillsMembersInboxesOncePerEvent(t *testing.T) {
 	t.Parallel()
 	scfg := streamtest.Config(t, 3)
 	pg, ctx := storagetest.New(t).Postgres, context.Background()
-	if _, err := registry.New(pg).CreateSensor(ctx, registry.Sensor{ID: "door", Address: "1 Main St"}); err != nil {
-		t.Fatal(err)
-	}
-	client, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "c", WebhookURL: "https://example.com/h", Secret: "whsec_c2VjcmV0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := registry.New(pg).LinkSensor(ctx, client.ID, "door"); err != nil {
-		t.Fatal(err)
-	}
-	var members []string
-	for _, name := range []string{"ann", "bob"} {
-		hash := sha256.Sum256([]byte("lsm_" + name))
-		m, _, err := registry.New(pg).CreateMember(ctx, registry.Member{ClientID: client.ID, Name: name, Timezone: "UTC",
-			Preferences: registry.DefaultMemberPreferences()}, hash[:], registry.Backfill{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		members = append(members, m.ID)
-	}
+	members := doorWatchedBy(t, pg, "ann", "bob")
 	inbox := func(member string) []inbox.Message {
 		_, ms, err := inbox.NewPostgresStore(pg).ListInbox(ctx, inbox.Query{MemberID: member, IncludeSeen: true, Sort: inbox.SortTimestamp, Limit: 100})
 		if err != nil {
@@ -90,6 +72,97 @@ func TestFanoutFillsMembersInboxesOncePerEvent(t *testing.T) {
 	}
 	if got := inbox(members[0]); len(got) != 4 {
 		t.Fatalf("after the replay: %d messages", len(got))
+	}
+}
+
+// doorWatchedBy makes sensor "door", linked to a client with the named
+// members, and returns the members' ids.
+func doorWatchedBy(t *testing.T, pg *storage.Postgres, names ...string) []string {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := registry.New(pg).CreateSensor(ctx, registry.Sensor{ID: "door", Address: "1 Main St"}); err != nil {
+		t.Fatal(err)
+	}
+	client, err := registry.New(pg).CreateClient(ctx, registry.Client{Name: "c", WebhookURL: "https://example.com/h", Secret: "whsec_c2VjcmV0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := registry.New(pg).LinkSensor(ctx, client.ID, "door"); err != nil {
+		t.Fatal(err)
+	}
+	var members []string
+	for _, name := range names {
+		hash := sha256.Sum256([]byte("lsm_" + name))
+		m, _, err := registry.New(pg).CreateMember(ctx, registry.Member{ClientID: client.ID, Name: name, Timezone: "UTC",
+			Preferences: registry.DefaultMemberPreferences()}, hash[:], registry.Backfill{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		members = append(members, m.ID)
+	}
+	return members
+}
+
+// The fan-out writes the members' own copies of a shared inbox message
+// InboxCopyDelay after its commit, off the writers' path, and not before: with
+// a delay of an hour the message is announced and readable (a read writes the
+// reader's copy first) while no copy is written; with 10 ms the copy loop
+// writes them all.
+func TestFanoutCopiesSharedMessagesAfterTheDelay(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		delay      time.Duration
+		wantCopies bool
+	}{{"an hour", time.Hour, false}, {"10ms", 10 * time.Millisecond, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			scfg := streamtest.Config(t, 3)
+			pg, ctx := storagetest.New(t).Postgres, context.Background()
+			members := doorWatchedBy(t, pg, "ann", "bob", "cat")
+			d := 1
+			produce(t, streamtest.Client(t, scfg), scfg.EventsTopic(), eventRecord(t, event.Event{
+				ID: event.StateChangedID("door", [16]byte{}, 0, 1), Type: event.StateChanged, SensorID: "door", Data: &d,
+				At: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}))
+			reg, _ := runFanout(t, fanout.Config{Stream: scfg, RetryBackoff: 10 * time.Millisecond, InboxCopyDelay: tc.delay},
+				fanout.NewPostgresStore(pg))
+			waitFor(t, "the event written", func() bool {
+				return counterValue(t, reg, "lockstream_fanout_events_total", nil) >= 1
+			})
+			copies := func() (n int) {
+				if err := pg.Pool().QueryRow(ctx, `SELECT count(*) FROM inbox_messages`).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			if !tc.wantCopies {
+				if n := copies(); n != 0 {
+					t.Fatalf("%d copies written before the delay", n)
+				}
+				if got := counterValue(t, reg, "lockstream_fanout_inbox_copies_total", nil); got != 0 {
+					t.Fatalf("lockstream_fanout_inbox_copies_total = %v before the delay", got)
+				}
+				_, msgs, err := inbox.NewPostgresStore(pg).ListInbox(ctx, inbox.Query{MemberID: members[0], IncludeSeen: true,
+					Sort: inbox.SortTimestamp, Limit: 10})
+				if err != nil || len(msgs) != 1 || msgs[0].Seq != 1 {
+					t.Fatalf("ann's inbox before the copies: %+v, %v", msgs, err)
+				}
+				if n := copies(); n != 1 {
+					t.Fatalf("after ann's read: %d copies, want hers alone", n)
+				}
+				return
+			}
+			waitFor(t, "the members' copies written", func() bool {
+				return counterValue(t, reg, "lockstream_fanout_inbox_copies_total", nil) >= 3
+			})
+			var shared int
+			if err := pg.Pool().QueryRow(ctx, `SELECT count(*) FROM inbox_shared`).Scan(&shared); err != nil {
+				t.Fatal(err)
+			}
+			if n := copies(); n != 3 || shared != 0 {
+				t.Fatalf("%d copies and %d shared rows left, want 3 and 0", n, shared)
+			}
+		})
 	}
 }
 

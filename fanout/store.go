@@ -72,6 +72,11 @@ type NotificationsCreated struct {
 	// ClaimedTargets are the Claimed deliveries' targets by delivery id, read
 	// in the transaction as storage.Postgres.DeliveryTargets reads them.
 	ClaimedTargets map[string]storage.DeliveryTarget
+	// SharedPending says that shared inbox messages (this batch's, or ones a
+	// crash left) wait for their members' own copies after the commit: the
+	// caller has them written (CopySharedInboxMessages), off the streams'
+	// path.
+	SharedPending bool
 }
 
 // Claim asks CreateNotificationsClaiming to create up to Max of the batch's
@@ -120,14 +125,28 @@ type Claim struct {
 // OutboxAnalyzeRows deliveries into, and again each time they doubled
 // (NotificationsCreated.AnalyzeDue), for the caller to analyze, so the
 // statements that read a burst do not wait for autovacuum to learn of it.
+// Then, for callers with no copy loop of their own (tools, tests), it writes
+// the members' copies of the shared inbox messages at once
+// (CopySharedInboxMessages); the fan-out itself calls
+// CreateNotificationsClaiming and writes them InboxCopyDelay later.
 func (s *PostgresStore) CreateNotifications(ctx context.Context, events []storage.NotificationInput) (NotificationsCreated, error) {
-	return s.CreateNotificationsClaiming(ctx, events, Claim{})
+	created, err := s.CreateNotificationsClaiming(ctx, events, Claim{})
+	if err != nil || !created.SharedPending {
+		return created, err
+	}
+	if _, err := s.CopySharedInboxMessages(ctx); err != nil {
+		return created, fmt.Errorf("creating notifications for %d events: %w", len(events), err)
+	}
+	created.SharedPending = false
+	return created, nil
 }
 
 // CreateNotificationsClaiming is CreateNotifications that also creates up to
 // claim.Max webhook deliveries claimed (see Claim), returned in
-// NotificationsCreated.Claimed. Claimed deliveries are not counted in the
-// NOTIFY to the retriers: nobody else is to claim them.
+// NotificationsCreated.Claimed, and leaves the members' copies of shared inbox
+// messages to the caller (NotificationsCreated.SharedPending). Claimed
+// deliveries are not counted in the NOTIFY to the retriers: nobody else is to
+// claim them.
 func (s *PostgresStore) CreateNotificationsClaiming(ctx context.Context, events []storage.NotificationInput, claim Claim) (NotificationsCreated, error) {
 	created := NotificationsCreated{Deliveries: map[storage.Channel]int{}, Superseded: map[storage.Channel]int{}}
 	if len(events) == 0 {
@@ -192,8 +211,8 @@ type fanoutRows struct {
 // retriers' wake-up, the superseding and the handed-over webhooks' targets;
 // then COMMIT. When members got
 // messages, their NOTIFY (built from the rows read) takes one more round trip
-// before the COMMIT. After it, the members' copies of the shared messages are
-// written in a transaction of their own (inbox.MaterializeShared).
+// before the COMMIT. The members' copies of the shared messages are left to
+// the caller (created.SharedPending, CopySharedInboxMessages).
 func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, claim Claim, created *NotificationsCreated, months map[string]int) (err error) {
 	var r fanoutRows
 	var leasedUntil *time.Time
@@ -254,17 +273,16 @@ func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, claim C
 	if claim.Committed != nil {
 		claim.Committed(created.Claimed, created.ClaimedTargets)
 	}
-	if !pending {
-		return nil
-	}
-	// The members' own copies of the shared messages, after the commit that
-	// announced them: off the streams' path. Should this fail (or the process
-	// die first), the next batch writes them, the replayed one included;
-	// readers of an inbox write a member's first (inbox.QueueMaterialize).
-	if _, err := inbox.MaterializeShared(ctx, s.pool); err != nil {
-		return err
-	}
+	created.SharedPending = pending
 	return nil
+}
+
+// CopySharedInboxMessages writes every member's own copy of the shared inbox
+// messages not yet copied (inbox.MaterializeShared), in one transaction, and
+// says how many it wrote. Readers of an inbox write a member's first
+// (inbox.QueueMaterialize), so nothing waits for it.
+func (s *PostgresStore) CopySharedInboxMessages(ctx context.Context) (int, error) {
+	return inbox.MaterializeShared(ctx, s.pool)
 }
 
 // scanCreated reads createNotificationsSQL's rows into created (counts) and
