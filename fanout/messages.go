@@ -85,7 +85,8 @@ func eventMessagesNN() string {
 // inbox message (inbox.WriteShared) instead of one per member, and the read of
 // each member's copy with its seq, stored in added (the caller announces them:
 // inbox.Notify). A notification is shared when its client has members, every
-// one of them is routed to it (lockstream_routes), and it does not make a
+// one of them is routed to it (lockstream_routes; only the members whose
+// routing filters anything are read: storage.MemberRoutingRestricts), and it does not make a
 // digest member's critical email at once (eventWriteRows writes those); a
 // client's notifications of the batch are shared all or none, so that each
 // member's seqs follow the events' order.
@@ -97,6 +98,7 @@ func queueSharedMessages(b *pgx.Batch, events []storage.NotificationInput, creat
 		WITH `+eventMessagesNN()+`, ok AS (
 			SELECT nn.*, EXISTS (SELECT 1 FROM members m WHERE m.client_id = nn.client_id)
 			       AND NOT EXISTS (SELECT 1 FROM members m WHERE m.client_id = nn.client_id
+			                       AND `+storage.MemberRoutingRestricts("m")+`
 			                       AND NOT coalesce(`+storage.MemberRoutes("m", "nn.sensor_id", "nn.msg_site", "nn.severity")+`, false))
 			       AND NOT (nn.severity = 'critical' AND EXISTS (
 			           SELECT 1 FROM members m WHERE m.client_id = nn.client_id

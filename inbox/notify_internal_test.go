@@ -68,3 +68,39 @@ func TestInboxPayloadsRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// A shared message's copies are announced without their ids, which whoever
+// reads the payload derives from the shared id and the member's, as SQL
+// derives them (lockstream_member_message_id): fewer payloads for as many
+// members, each under Postgres's limit.
+func TestSharedPayloadsCarryTheSharedIDAlone(t *testing.T) {
+	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	shared := "01a21d8f-19e0-76d3-abf7-2032d65b3384"
+	var added []Added
+	for i := range 10_000 {
+		added = append(added, Added{notification: "n", sharedID: shared, Message: Message{ID: shared,
+			MemberID: uuid.NewString(), Seq: int64(1_000_000 + i), ClientID: "client", Type: "state_changed",
+			SensorID: "door", At: at, Severity: "info", Cause: CauseEvent, CreatedAt: at}})
+	}
+	payloads := inboxPayloads(added)
+	if len(payloads) > 80 {
+		t.Fatalf("%d payloads for 10,000 members", len(payloads))
+	}
+	var heard int
+	for _, p := range payloads {
+		if len(p) >= 8000 || strings.Contains(p, `"i":`) {
+			t.Fatalf("payload of %d bytes, ids %v", len(p), strings.Contains(p, `"i":`))
+		}
+		for _, m := range ParseNews(p).Messages {
+			a := added[heard]
+			if m.MemberID != a.MemberID || m.Seq != a.Seq || m.ID != MemberMessageID(shared, a.MemberID) || m.ID == shared {
+				t.Fatalf("message %d read back as %s %s %d, want %s %s %d", heard, m.ID, m.MemberID, m.Seq,
+					MemberMessageID(shared, a.MemberID), a.MemberID, a.Seq)
+			}
+			heard++
+		}
+	}
+	if heard != len(added) {
+		t.Fatalf("%d of %d messages heard", heard, len(added))
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"crypto/md5"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
 
@@ -95,10 +96,13 @@ func QueueSharedAudience(b *pgx.Batch, notifications []string, added *[]Added) {
 			if message != nil {
 				m.Message = json.RawMessage(message)
 			}
+			// The copies' ids are derived by whoever reads the NOTIFY payload
+			// (sharedID): none is made here.
 			shared := m.ID
+			*added = slices.Grow(*added, len(members))
 			for i, member := range members {
-				m.MemberID, m.Seq, m.ID = member, seqs[i], MemberMessageID(shared, member)
-				*added = append(*added, Added{Message: m, notification: notification})
+				m.MemberID, m.Seq = member, seqs[i]
+				*added = append(*added, Added{Message: m, notification: notification, sharedID: shared})
 			}
 		}
 		if err := rows.Err(); err != nil {
@@ -117,7 +121,14 @@ func MemberMessageID(shared, member string) string {
 	if err != nil {
 		return ""
 	}
-	sum := md5.Sum([]byte(shared + member))
+	return memberMessageID(s, shared, member)
+}
+
+// memberMessageID is MemberMessageID with the shared id parsed already (s)
+// and in its canonical text (shared).
+func memberMessageID(s uuid.UUID, shared, member string) string {
+	var buf [72]byte
+	sum := md5.Sum(append(append(buf[:0], shared...), member...))
 	copy(s[8:], sum[8:])
 	s[8] = s[8]&0x3f | 0x80
 	return s.String()

@@ -109,6 +109,9 @@ const EventSeverity = `CASE WHEN %[1]s.type = 'sensor_open_too_long' THEN 'criti
 type Added struct {
 	Message
 	notification string
+	// sharedID is the shared message whose member's copy this is (ID is then
+	// derived from it: MemberMessageID); empty for a message of its own.
+	sharedID string
 }
 
 func CollectAdded(rows pgx.Rows) ([]Added, error) {

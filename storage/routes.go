@@ -12,3 +12,12 @@ import "fmt"
 func MemberRoutes(member, sensor, site, severity string) string {
 	return fmt.Sprintf("lockstream_routes(%s, %s, %s, %s)", member, sensor, site, severity)
 }
+
+// MemberRoutingRestricts returns the SQL condition that the member row member
+// (a members alias) filters what it hears at all: a member for which it is
+// false hears every message. It is the predicate of the partial index
+// members_routing_restricted_idx (migration 00243), so a statement that looks
+// for the members a message does not reach reads only these.
+func MemberRoutingRestricts(member string) string {
+	return fmt.Sprintf("(%[1]s.routing_min_severity <> 'info' OR %[1]s.routing_sites IS NOT NULL OR %[1]s.routing_sensors IS NOT NULL)", member)
+}
