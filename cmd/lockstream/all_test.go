@@ -305,15 +305,26 @@ func (s *mailSession) Data(r io.Reader) error {
 	return nil
 }
 
-// freeAddr returns a loopback address nothing listens on right now.
+// freeAddr returns a loopback address nothing listens on right now, and none
+// it returned before in this test binary: a port closed right away may be
+// handed out again, and two processes of one test given the same one fail.
 func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		_ = ln.Close()
+		if _, taken := handedOut.LoadOrStore(addr, true); !taken {
+			return addr
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
+
+// handedOut holds the addresses freeAddr returned (test plumbing shared by
+// the package's parallel tests).
+var handedOut sync.Map
 
 // waitUntil polls cond until it holds, failing the test after waitLimit.
 func waitUntil(t *testing.T, what string, cond func() bool) {

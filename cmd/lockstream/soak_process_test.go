@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -107,6 +108,10 @@ type soakNode struct {
 	// services are the private servers the driver restarts, in its order.
 	services []soakService
 	names    bridgeNames
+	// held keeps each address slot picked listened on until every process's
+	// is picked, so no two processes get the same port (a port closed right
+	// away may be handed out again).
+	held []net.Listener
 }
 
 // soakService is a private server and its restart.
@@ -186,6 +191,10 @@ func startSoakNode(t *testing.T, cfg soakConfig, sinks *soakSinks) *soakNode {
 			n.procs = append(n.procs, n.slot(slot.sub, i))
 		}
 	}
+	for _, ln := range n.held {
+		_ = ln.Close()
+	}
+	n.held = nil
 	for _, sp := range n.procs {
 		sp.p = n.h.start(sp.name, sp.args...)
 	}
@@ -197,7 +206,13 @@ func startSoakNode(t *testing.T, cfg soakConfig, sinks *soakSinks) *soakNode {
 // a bridge its own MQTT session.
 func (n *soakNode) slot(sub string, i int) *soakProc {
 	sp := &soakProc{name: fmt.Sprintf("%s-%d", sub, i+1), args: []string{sub}}
-	addr := freeAddr(n.t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.held = append(n.held, ln)
+	addr := ln.Addr().String()
+	handedOut.Store(addr, true) // nor to another test's freeAddr
 	if sub == "api" {
 		sp.args = append(sp.args, "--http-addr="+addr)
 		n.apis = append(n.apis, "http://"+addr)
