@@ -308,7 +308,8 @@ func (s *mailSession) Data(r io.Reader) error {
 // freeAddr returns a loopback address nothing listens on right now, and none
 // it returned before in this test binary: a port closed right away may be
 // handed out again, and two processes of one test given the same one fail.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
+	t.Helper()
 	for {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {

@@ -232,15 +232,15 @@ const chUsers = `<?xml version="1.0"?>
 </yandex>
 `
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago and
+// that freeAddr never returned.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := net.ResolveTCPAddr("tcp", freeAddr(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return addr.Port
 }
 
 // stablePort returns a TCP port on 127.0.0.1, other than avoid, that was free a
