@@ -578,7 +578,10 @@ func (f *Fanout) analyzeLoop(ctx context.Context) {
 // is logged and tried again after RetryBackoff: the copies wait, and any read
 // of a member's inbox writes that member's first.
 func (f *Fanout) copyLoop(ctx context.Context) {
-	f.copies <- struct{}{}
+	select {
+	case f.copies <- struct{}{}:
+	default: // a writer's commit woke it already
+	}
 	for {
 		select {
 		case <-ctx.Done():
