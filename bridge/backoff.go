@@ -4,6 +4,8 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
+
+	"github.com/lockstream/lockstream/internal/contain"
 )
 
 // Backoff is the wait between reconnection attempts: it doubles from Min up to
@@ -28,20 +30,8 @@ func (b *Backoff) Wait(ctx context.Context) bool {
 	}
 	d := time.Duration(float64(b.next) * (0.8 + 0.4*rand.Float64()))
 	b.next = min(2*b.next, hi)
-	return Sleep(ctx, d)
+	return contain.Sleep(ctx, d)
 }
 
 // Reset starts the delays from Min again, after a connection that worked.
 func (b *Backoff) Reset() { b.next = 0 }
-
-// Sleep waits for d or until ctx ends; it reports false then.
-func Sleep(ctx context.Context, d time.Duration) bool {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-timer.C:
-		return true
-	}
-}

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lockstream/lockstream/event"
+	"github.com/lockstream/lockstream/internal/contain"
 	"github.com/lockstream/lockstream/internal/metrics"
 	"github.com/lockstream/lockstream/storage"
 	"github.com/lockstream/lockstream/stream"
@@ -589,7 +590,7 @@ func (f *Fanout) copyLoop(ctx context.Context) {
 		case <-f.copies:
 		}
 		for wait := f.cfg.InboxCopyDelay; ; wait = f.cfg.RetryBackoff {
-			if !sleep(ctx, wait) {
+			if !contain.Sleep(ctx, wait) {
 				return
 			}
 			cctx, cancel := context.WithTimeout(ctx, f.cfg.WriteTimeout)
@@ -603,17 +604,5 @@ func (f *Fanout) copyLoop(ctx context.Context) {
 			f.logger.ErrorContext(ctx, "copying shared inbox messages to their members failed; retrying", "err", err,
 				"in", f.cfg.RetryBackoff)
 		}
-	}
-}
-
-// sleep waits d, or until ctx ends; it reports whether it waited d.
-func sleep(ctx context.Context, d time.Duration) bool {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-timer.C:
-		return true
 	}
 }

@@ -40,3 +40,15 @@ func Loop(ctx context.Context, interval time.Duration, where string, panics *pro
 		}
 	}
 }
+
+// Sleep waits for d or until ctx ends; it reports false then.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
+}
