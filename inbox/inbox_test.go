@@ -347,6 +347,17 @@ func TestInboxBackfillOfNewMember(t *testing.T) {
 	if got := f.inbox(t, m.ID); len(got) != 4 || got[3].Seq != 4 || got[3].Cause != inbox.CauseEvent {
 		t.Fatalf("after the backfill: %+v", got)
 	}
+	// Of the newest max, only those written within the window: e0-e3 written
+	// two hours ago, so a window of an hour leaves e4 and e9.
+	if _, err := f.pg.Pool().Exec(f.ctx, `UPDATE notifications SET created_at = now() - interval '2 hours'
+		WHERE client_id = $1 AND event_id IN ('e0', 'e1', 'e2', 'e3')`, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	recent := f.Member(t, c.ID, "recent", registry.Backfill{Window: time.Hour, Max: 3})
+	got = f.inbox(t, recent.ID)
+	if len(got) != 2 || !got[0].At.Equal(at.Add(4*time.Second)) || !got[1].At.Equal(at.Add(time.Minute)) {
+		t.Fatalf("backfill of the last hour: %+v", got)
+	}
 }
 
 func TestInboxAckStateAndCursors(t *testing.T) {

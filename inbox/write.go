@@ -126,7 +126,9 @@ func CollectAdded(rows pgx.Rows) ([]Added, error) {
 // Backfill copies into the new member's inbox the client's notifications of
 // the last window, the newest max of them (none when either is not
 // positive), oldest first, unseen, with cause
-// new_member. It runs in the member's creating transaction, so a notification
+// new_member: of the client's last max seqs, those written within the window
+// (notifications from before seqs, migration 00131, have none and are not
+// copied). It runs in the member's creating transaction, so a notification
 // is either copied here or written by the fan-out, never both: the fan-out sees
 // the member only once this transaction committed, and this one sees only
 // notifications committed before it.
@@ -137,16 +139,18 @@ func Backfill(ctx context.Context, tx pgx.Tx, memberID, clientID string, window 
 	var added, notified int
 	err := tx.QueryRow(ctx, `
 		WITH src AS (
-			SELECT n.id, n.client_id, n.type, n.sensor_id, n.data, n.previous, n.event_at, n.created_at
+			-- The client's last max seqs, through the feed's index (migration
+			-- 00245): seqs follow the order notifications are written in.
+			SELECT n.id, n.client_id, n.type, n.sensor_id, n.data, n.previous, n.event_at, n.client_seq
 			FROM notifications n
-			WHERE n.client_id = $2 AND n.created_at > now() - $3::interval
-			ORDER BY n.created_at DESC, n.event_at DESC, n.id DESC
-			LIMIT $4
+			WHERE n.client_id = $2
+			  AND n.client_seq > (SELECT coalesce(max(q.last_seq), 0) FROM client_event_seq q WHERE q.client_id = $2) - $4
+			  AND n.created_at > now() - $3::interval
 		), t AS (
 			SELECT $1::uuid AS member_id, src.client_id, src.id AS notification_id, src.type, src.sensor_id,
 			       src.data, src.previous, src.event_at, `+fmt.Sprintf(EventSeverity, "src")+` AS severity,
 			       'new_member' AS cause, NULL::text AS subject, NULL::jsonb AS message,
-			       row_number() OVER (ORDER BY src.created_at, src.event_at, src.id) AS ord
+			       row_number() OVER (ORDER BY src.client_seq) AS ord
 			FROM src
 		`+writeCount,
 		memberID, clientID, window, max).Scan(&added, &notified)
