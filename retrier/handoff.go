@@ -131,6 +131,16 @@ func (r *Retrier) giveBack(claimed []storage.Delivery) {
 	}
 }
 
+// Capacity is how many places Reserve has in all, free or not: the webhook
+// lane's Workers and its backlog (fanout.Handoff); 0 without a webhook lane.
+func (r *Retrier) Capacity() int {
+	l := r.webhookLane()
+	if l == nil {
+		return 0
+	}
+	return (1 + handoffBacklog) * l.workers
+}
+
 // SendsEmail reports whether the lane the hand-over reserves places in also
 // sends emails (fanout.Handoff): the fan-out then hands emails over too.
 func (r *Retrier) SendsEmail() bool {
