@@ -95,7 +95,9 @@ type Config struct {
 	// HandoffWait is how long, at most, a batch's transactions wait for the
 	// Handoff's sender to free places when a burst outruns it (see reserve):
 	// the burst's webhooks wait in the stream rather than as PENDING rows.
-	// Defaults to DefaultHandoffWait (200ms) when zero.
+	// Zero: no wait, what has no place is written PENDING at once (for
+	// retrier processes beside this one: the wait gives a burst to the
+	// sender in this process). The setting's default is DefaultHandoffWait.
 	HandoffWait time.Duration
 
 	// InboxCopyDelay is how long the fan-out waits, after a commit that wrote
@@ -145,7 +147,6 @@ func (c Config) WithDefaults() Config {
 	c.QueueBatches = cmp.Or(c.QueueBatches, DefaultQueueBatches)
 	c.Writers = cmp.Or(c.Writers, DefaultWriters)
 	c.InboxCopyDelay = cmp.Or(c.InboxCopyDelay, DefaultInboxCopyDelay)
-	c.HandoffWait = cmp.Or(c.HandoffWait, DefaultHandoffWait)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -558,6 +559,10 @@ func (f *Fanout) reserve(ctx context.Context, n int, deadline time.Time) reserva
 	}
 	var r reservation
 	r.places, r.until = f.cfg.Handoff.Reserve(n)
+	if f.cfg.HandoffWait == 0 {
+		r.last = true
+		return r
+	}
 	want := min(n, max(1, int(float64(f.cfg.Handoff.Capacity())*handoffShare)))
 	start := f.cfg.Now()
 	defer func() { f.handoffWait.Add(f.cfg.Now().Sub(start).Seconds()) }()

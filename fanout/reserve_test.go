@@ -66,7 +66,7 @@ func TestReserveWaitsForAShareOfThePlaces(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h := &placesHandoff{free: tc.free, capacity: 1000}
-			f := &Fanout{cfg: Config{Handoff: h, Now: time.Now}, handoffWait: prometheus.NewCounter(prometheus.CounterOpts{Name: "w"})}
+			f := &Fanout{cfg: Config{Handoff: h, HandoffWait: time.Hour, Now: time.Now}, handoffWait: prometheus.NewCounter(prometheus.CounterOpts{Name: "w"})}
 			deadline := time.Now().Add(time.Hour)
 			if tc.past {
 				deadline = time.Now().Add(-time.Second)
@@ -78,6 +78,14 @@ func TestReserveWaitsForAShareOfThePlaces(t *testing.T) {
 			}
 		})
 	}
+	t.Run("no wait", func(t *testing.T) {
+		t.Parallel()
+		h := &placesHandoff{free: []int{10, 500}, capacity: 1000}
+		f := &Fanout{cfg: Config{Handoff: h, Now: time.Now}}
+		if r := f.reserve(context.Background(), 1000, time.Now().Add(time.Hour)); r.places != 10 || !r.last || h.calls != 1 {
+			t.Fatalf("with HandoffWait 0 reserve = %+v after %d calls, want the 10 free places at once, last", r, h.calls)
+		}
+	})
 	t.Run("no sender", func(t *testing.T) {
 		t.Parallel()
 		f := &Fanout{cfg: Config{Now: time.Now}}
