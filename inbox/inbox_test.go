@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/inbox"
@@ -218,6 +219,91 @@ func TestInboxConcurrentWritersNoGapNoDuplicate(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+	}
+}
+
+// A read of an inbox that waits for the copier's lock on the member, while a
+// shared message newer than the copier saw commits, still sees that message:
+// the read decides what it writes from the member's row as the copier left it
+// and every shared message the read's snapshot holds, not from the one shared
+// row it matched before it waited (Postgres rechecks only that row after a
+// wait, and the copier's cseq had passed it). Seen in CI as a stream showing
+// message 5 and the inbox read right after it listing 1–4.
+func TestInboxReadWaitingForTheCopierSeesNewerSharedMessages(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "door1")
+	c := f.Client(t, registry.Client{Name: "acme"}, "door1")
+	alice := f.Member(t, c.ID, "alice", registry.Backfill{})
+	f.Member(t, c.ID, "bob", registry.Backfill{})
+	fan := fanout.NewPostgresStore(f.pg)
+	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	write := func(id string, data int, after time.Duration) {
+		t.Helper()
+		// Claiming leaves the members' copies to the caller, as the fan-out does.
+		if _, err := fan.CreateNotificationsClaiming(f.ctx, []storage.NotificationInput{
+			stateChanged(id, "door1", data, at.Add(after))}, fanout.Claim{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("e1", 1, 0)
+	write("e2", 0, time.Second)
+
+	// The copier writes the copies of 1 and 2 and holds the members' rows.
+	ctx, cancel := context.WithTimeout(f.ctx, time.Minute)
+	defer cancel()
+	copier, err := f.pg.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = copier.Rollback(context.WithoutCancel(ctx)) }()
+	var copierPID int
+	if err := copier.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&copierPID); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := inbox.MaterializeShared(ctx, copier); err != nil || n != 4 {
+		t.Fatalf("the copier wrote %d copies (%v), want 4", n, err)
+	}
+	// Meanwhile a third shared message commits, and alice's inbox is read.
+	write("e3", 1, 2*time.Second)
+	type listed struct {
+		ms  []inbox.Message
+		err error
+	}
+	read := make(chan listed, 1)
+	go func() {
+		_, ms, err := f.in.ListInbox(ctx, inbox.Query{MemberID: alice.ID, IncludeSeen: true,
+			Sort: inbox.SortTimestamp, Limit: 100})
+		read <- listed{ms, err}
+	}()
+	// The read waits for the copier's lock (Postgres says so, asked on a
+	// connection of the test's: the pool's are the read's), then the copier
+	// commits.
+	watcher, err := pgx.ConnectConfig(ctx, f.pg.Pool().Config().ConnConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = watcher.Close(context.WithoutCancel(ctx)) }()
+	for waiting := false; !waiting; {
+		select {
+		case got := <-read:
+			t.Fatalf("the read returned while the copier held the members' rows: %d messages, %v", len(got.ms), got.err)
+		default:
+		}
+		if err := watcher.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE $1::int = ANY (pg_blocking_pids(pid)))`, copierPID).Scan(&waiting); err != nil {
+			t.Fatalf("waiting for the read to wait for the copier: %v", err)
+		}
+	}
+	if err := copier.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := <-read
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	slices.SortFunc(got.ms, func(a, b inbox.Message) int { return int(a.Seq - b.Seq) })
+	if !slices.Equal(seqs(got.ms), []int64{1, 2, 3}) {
+		t.Fatalf("alice's inbox read after the copier: seqs %v, want [1 2 3]", seqs(got.ms))
 	}
 }
 

@@ -146,16 +146,20 @@ const materialize = `
 	-- The clients first, as every inbox writer and a client's deletion lock
 	-- them (so none waits for another in a cycle), and only those with shared
 	-- messages pending: a read of an inbox with nothing pending locks nothing.
-	SELECT c.id FROM clients c
+	SELECT c.id, (SELECT max(e.cseq) FROM inbox_shared e WHERE e.client_id = c.id) AS top_cseq FROM clients c
 	WHERE c.id IN (SELECT mb.client_id FROM members mb WHERE mb.id IN (SELECT member_id FROM mm))
 	  AND EXISTS (SELECT 1 FROM inbox_shared e WHERE e.client_id = c.id)
 	ORDER BY c.id
 	FOR KEY SHARE
 ), locked AS MATERIALIZED (
+	-- Pending is judged against the client's newest shared message, a value
+	-- fixed by this statement's snapshot, and not by an EXISTS over
+	-- inbox_shared: when the lock waits for another materializer, Postgres
+	-- rechecks the member's new row against the one shared row the join had
+	-- matched, which that materializer may have passed while newer ones wait.
 	SELECT mi.member_id, mb.client_id, mi.mat_cseq, mi.mat_seq, mi.gaps FROM member_inbox mi
 	JOIN members mb ON mb.id = mi.member_id JOIN cl ON cl.id = mb.client_id
-	WHERE mi.member_id IN (SELECT member_id FROM mm)
-	  AND EXISTS (SELECT 1 FROM inbox_shared e WHERE e.client_id = mb.client_id AND e.cseq > mi.mat_cseq)
+	WHERE mi.member_id IN (SELECT member_id FROM mm) AND mi.mat_cseq < cl.top_cseq
 	ORDER BY mi.member_id
 	FOR UPDATE OF mi FOR KEY SHARE OF mb
 ), t AS (
