@@ -65,7 +65,11 @@ func (p *PostgresStore) SetMaintenance(ctx context.Context, w MaintenanceWindow)
 // CoverByMaintenance returns, for each loss (sensor, its site, the deadline
 // it missed) that falls in a window of its sensor or its site not ended yet,
 // the window's id, and adds those sensors to the windows' silent lists — one
-// statement whatever the number of losses.
+// statement whatever the number of losses. A window ended (or moved) by
+// another statement while this one waited for its row covers nothing: the
+// update rechecks the end and the bounds on the row as committed, and only
+// the windows it updated are answered, so a loss is never silenced by a
+// maintenance_ended already published without it; it is reported uncovered.
 func (p *PostgresStore) CoverByMaintenance(ctx context.Context, sensors, sites []string, deadlines []time.Time) (map[string]string, error) {
 	out := map[string]string{}
 	if len(sensors) == 0 {
@@ -73,7 +77,7 @@ func (p *PostgresStore) CoverByMaintenance(ctx context.Context, sensors, sites [
 	}
 	rows, err := p.pool.Query(ctx, `
 		WITH c AS (
-			SELECT DISTINCT ON (x.sensor_id) x.sensor_id, w.id
+			SELECT DISTINCT ON (x.sensor_id) x.sensor_id, w.id, x.at
 			FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS x (sensor_id, site, at)
 			JOIN maintenance_windows w ON w.ended_at IS NULL AND w.starts_at <= x.at AND x.at < w.ends_at
 			 AND (w.sensor_id = x.sensor_id OR w.site = nullif(x.site, ''))
@@ -81,10 +85,11 @@ func (p *PostgresStore) CoverByMaintenance(ctx context.Context, sensors, sites [
 		), u AS (
 			UPDATE maintenance_windows w
 			SET silent = (SELECT array_agg(DISTINCT s ORDER BY s) FROM unnest(w.silent || g.ids) AS s)
-			FROM (SELECT id, array_agg(sensor_id) AS ids FROM c GROUP BY id) g
-			WHERE w.id = g.id
+			FROM (SELECT id, array_agg(sensor_id) AS ids, min(at) AS first_at, max(at) AS last_at FROM c GROUP BY id) g
+			WHERE w.id = g.id AND w.ended_at IS NULL AND w.starts_at <= g.first_at AND g.last_at < w.ends_at
+			RETURNING w.id
 		)
-		SELECT sensor_id, id::text FROM c`, sensors, sites, deadlines)
+		SELECT sensor_id, id::text FROM c WHERE id IN (SELECT id FROM u)`, sensors, sites, deadlines)
 	if err != nil {
 		return nil, fmt.Errorf("looking up the maintenance of %d losses: %w", len(sensors), err)
 	}

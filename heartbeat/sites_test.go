@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/heartbeat"
@@ -191,5 +194,82 @@ func TestMaintenanceCoversLossesAndEndsOnce(t *testing.T) {
 		default:
 			t.Errorf("unexpected %+v", e)
 		}
+	}
+}
+
+// A window that another heartbeat ends while a loss inside it is being covered
+// does not take the loss: the covering statement waits for the ending one's
+// row lock, then sees the window ended, so the loss is reported uncovered (and
+// notified) rather than silenced by a maintenance_ended already published
+// without it.
+func TestMaintenanceEndedMeanwhileCoversNoLoss(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b := setup(t)
+	b.register(t, registry.Sensor{ID: "m1"})
+	win, err := b.hb.Postgres.SetMaintenance(ctx, heartbeat.MaintenanceWindow{SensorID: "m1", From: b.t0, To: b.at(6)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := b.stores.Postgres.Pool()
+	// The heartbeat ending the window holds its row, not committed yet (the
+	// update EndMaintenance makes).
+	ending, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ending.Rollback(context.WithoutCancel(ctx)) }()
+	var endingPID int
+	if err := ending.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&endingPID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ending.Exec(ctx, `UPDATE maintenance_windows SET ended_at = now() WHERE id = $1`, win.ID); err != nil {
+		t.Fatal(err)
+	}
+	type covered struct {
+		windows map[string]string
+		err     error
+	}
+	done := make(chan covered, 1)
+	go func() {
+		windows, err := b.hb.Postgres.CoverByMaintenance(ctx, []string{"m1"}, []string{""}, []time.Time{b.at(1)})
+		done <- covered{windows, err}
+	}()
+	// The covering statement waits for the ending one (Postgres says so, asked
+	// on a connection of the test's own), which then commits.
+	watcher, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = watcher.Close(context.WithoutCancel(ctx)) }()
+	for waiting := false; !waiting; {
+		select {
+		case got := <-done:
+			t.Fatalf("the loss was covered while the window's end held its row: %v, %v", got.windows, got.err)
+		default:
+		}
+		if err := watcher.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE $1::int = ANY (pg_blocking_pids(pid)))`, endingPID).Scan(&waiting); err != nil {
+			t.Fatalf("waiting for the cover to wait for the window's end: %v", err)
+		}
+	}
+	if err := ending.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := <-done
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	if len(got.windows) != 0 {
+		t.Fatalf("m1's loss covered by %v, a window ended meanwhile; want it uncovered", got.windows)
+	}
+	var silent []string
+	if err := pool.QueryRow(ctx, `SELECT coalesce(silent, '{}') FROM maintenance_windows WHERE id = $1`, win.ID).
+		Scan(&silent); err != nil {
+		t.Fatal(err)
+	}
+	if len(silent) != 0 {
+		t.Fatalf("the ended window's silent list took %v", silent)
 	}
 }
