@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -263,31 +262,10 @@ func (n *deliveryNode) pullFeed(clientID string, after int64, limit int) []fleet
 	}
 }
 
-// keepReporting posts a reading of sensor every interval until the test ends,
-// so that it stays online.
+// keepReporting posts a reading of sensor (data 1) every interval until the
+// test ends, so that it stays online.
 func (n *deliveryNode) keepReporting(sensor string, interval time.Duration) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	n.t.Cleanup(func() { cancel(); <-done })
-	go func() {
-		defer close(done)
-		ticker := time.NewTicker(interval)
-		defer ticker.Stop()
-		for {
-			body := strings.NewReader(fmt.Sprintf(`{"sensor_id":%q,"data":1}`, sensor))
-			if req, err := http.NewRequestWithContext(ctx, "POST", n.api+"/v1/readings", body); err == nil {
-				req.Header.Set("Authorization", "Bearer "+deliveryIngestToken)
-				if resp, err := http.DefaultClient.Do(req); err == nil {
-					resp.Body.Close()
-				}
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-ticker.C:
-			}
-		}
-	}()
+	keepReporting(n.t, n.api+"/v1/readings", deliveryIngestToken, sensor, 1, interval)
 }
 
 // countTypes counts the distinct events received by type.
@@ -345,6 +323,9 @@ func TestProcessSiteOutageOnceUnderTwoHeartbeats(t *testing.T) {
 
 	n.flip("hq1", 1)
 	n.flip("hq2", 1)
+	// Back for good: silent again, they would be lost again before the counts.
+	n.keepReporting("hq1", 300*time.Millisecond)
+	n.keepReporting("hq2", 300*time.Millisecond)
 	n.h.waitFor("one site_restored webhook", func() (bool, string) {
 		got, _, _ = sink.snapshot()
 		return countTypes(got)["site_restored"] >= 1, fmt.Sprintf("received %v", countTypes(got))
