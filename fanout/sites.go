@@ -29,22 +29,23 @@ func eventAudience(e storage.NotificationInput) string {
 }
 
 // queueSiteAnnotations queues, in the fan-out's transaction, the storing of
-// the site and sensors of the batch's site events on their notifications;
-// nothing when the batch has none.
-func queueSiteAnnotations(b *pgx.Batch, events []storage.NotificationInput) {
+// the site and sensors of the batch's site events on their new notifications
+// (created, by primary key); nothing when the batch has none.
+func queueSiteAnnotations(b *pgx.Batch, events []storage.NotificationInput, created []storage.NewNotification) {
 	var ids, sites, sensors []string
 	var times []time.Time
-	for _, e := range events {
+	for _, n := range created {
+		e := events[n.Event]
 		if e.Site == "" && len(e.Sensors) == 0 {
 			continue
 		}
-		ids, sites, sensors, times = append(ids, e.EventID), append(sites, e.Site), append(sensors, joinIDs(e.Sensors)), append(times, e.At)
+		ids, sites, sensors, times = append(ids, n.ID), append(sites, e.Site), append(sensors, joinIDs(e.Sensors)), append(times, e.At)
 	}
 	if len(ids) == 0 {
 		return
 	}
-	storage.QueueExec(b, fmt.Sprintf("recording the sites of %d site events", len(ids)), `
+	storage.QueueExec(b, fmt.Sprintf("recording the sites of %d site notifications", len(ids)), `
 		UPDATE notifications n SET site = nullif(x.site, ''), sensors = string_to_array(x.sensors, ',')
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) AS x (event_id, site, sensors, at)
-		WHERE n.event_id = x.event_id AND n.event_at = x.at AND n.sensors IS NULL`, ids, sites, sensors, times)
+		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[]) AS x (id, site, sensors, at)
+		WHERE n.id = x.id AND n.event_at = x.at AND n.sensors IS NULL`, ids, sites, sensors, times)
 }

@@ -242,7 +242,7 @@ func (s *PostgresStore) writeFanout(ctx context.Context, fb fanoutBatch, claim C
 		pending       bool
 	)
 	then := &pgx.Batch{}
-	queueSiteAnnotations(then, fb.unique)
+	queueSiteAnnotations(then, fb.unique, r.newNotifs)
 	queueSharedMessages(then, fb.unique, r.newNotifs, &shared)
 	queueEventMessages(then, fb.unique, r.newNotifs, &added)
 	inbox.QueueSharedPending(then, &pending)

@@ -38,13 +38,17 @@ const createNotificationsSQL = `
 				JOIN clients c ON c.id = cs.client_id
 			), fresh AS (
 				-- The (event, client) pairs not notified before: a replay adds
-				-- nothing. A replay committed by another writer after this
-				-- statement began fails the insert on the unique key instead, and the
-				-- batch is written again (Fanout.write), so no seq is taken for it.
-				SELECT l.* FROM linked l
+				-- nothing. A notification's id is made from that pair and the
+				-- event's time (lockstream_notification_id, migration 00246), so
+				-- the check probes the primary key, and a replay committed by
+				-- another writer after this statement began fails the insert on
+				-- it instead, and the batch is written again (Fanout.write), so no
+				-- seq is taken for it.
+				SELECT l.*, lockstream_notification_id(l.event_id, l.client_id, l.at) AS notification_id
+				FROM linked l
 				WHERE l.subscribed AND NOT EXISTS (
 					SELECT 1 FROM notifications x
-					WHERE x.event_id = l.event_id AND x.client_id = l.client_id AND x.event_at = l.at)
+					WHERE x.id = lockstream_notification_id(l.event_id, l.client_id, l.at) AND x.event_at = l.at)
 			), locked AS (
 				-- The clients before their seq counters, in id order, as DeleteClient
 				-- takes them (storage.QueueClientLocks).
@@ -63,7 +67,7 @@ const createNotificationsSQL = `
 			), n AS (
 				INSERT INTO notifications (id, event_id, client_id, sensor_id, type, data, previous, event_at, lost_since,
 				                           client_seq)
-				SELECT lockstream_uuid_v7(), f.event_id, f.client_id, f.sensor_id, f.type, f.data, f.previous, f.at,
+				SELECT f.notification_id, f.event_id, f.client_id, f.sensor_id, f.type, f.data, f.previous, f.at,
 				       f.lost_since,
 				       b.last_seq - k.n + row_number() OVER (PARTITION BY f.client_id ORDER BY f.ord)
 				FROM fresh f JOIN bumped b ON b.client_id = f.client_id JOIN counted k ON k.client_id = f.client_id

@@ -76,7 +76,7 @@ WITH e AS MATERIALIZED (
 	RETURNING q.client_id, q.last_seq
 ), n AS (
 	INSERT INTO notifications (id, event_id, client_id, sensor_id, type, data, event_at, site, client_seq)
-	SELECT lockstream_uuid_v7(), s.event_id, s.client_id, s.sensor_id, s.type, CASE WHEN s.type = $2 AND s.severity = 'critical' THEN 0 END, s.at, s.site,
+	SELECT lockstream_notification_id(s.event_id, s.client_id, s.at), s.event_id, s.client_id, s.sensor_id, s.type, CASE WHEN s.type = $2 AND s.severity = 'critical' THEN 0 END, s.at, s.site,
 	       b.last_seq - cl.n + s.ord
 	FROM sub s JOIN bumped b ON b.client_id = s.client_id JOIN cl ON cl.client_id = s.client_id
 	RETURNING id, event_id, client_id, sensor_id, type, event_at

@@ -200,10 +200,12 @@ const publishNoticesSQL = `
 			UPDATE endpoint_events x SET published_at = now() FROM e WHERE x.id = e.id
 		), n AS (
 			INSERT INTO notifications (id, event_id, client_id, sensor_id, type, event_at)
-			SELECT lockstream_uuid_v7(), $2 || e.id, e.client_id, '', e.type, e.at
+			SELECT lockstream_notification_id($2 || e.id, e.client_id, e.at), $2 || e.id, e.client_id, '', e.type, e.at
 			FROM e JOIN clients c ON c.id = e.client_id
 			ORDER BY e.id
-			ON CONFLICT (event_id, client_id, event_at) DO NOTHING
+			-- The id is made from (event id, client, time): the primary key
+			-- holds the notification's uniqueness (migration 00246).
+			ON CONFLICT (id, event_at) DO NOTHING
 			RETURNING id, event_id
 		)
 		SELECT $2 || e.id, e.type, e.at, e.client_id::text, e.detail, n.id::text

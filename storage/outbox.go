@@ -448,12 +448,12 @@ const finishDeliveriesSQL = `
 			FROM f JOIN deliveries d ON d.id = f.id
 			WHERE NOT f.not_sent AND f.id NOT IN (SELECT id FROM u) AND f.id NOT IN (SELECT id FROM h)
 		), logged AS (
-			INSERT INTO delivery_attempts (delivery_id, client_id, sensor_id, event_id, channel, attempt, status,
-			                               recorded, http_status, error_type, error, answer_code, answer_message,
-			                               duration_ms, at)
-			SELECT t.id, t.client_id, t.sensor_id, coalesce(t.event_id, n.event_id), t.channel, t.attempt, t.state,
-			       t.recorded, t.http_status, t.error_type, t.error, t.answer_code, t.answer_message,
-			       t.duration_ms, t.at
+			INSERT INTO delivery_attempts (delivery_id, client_id, sensor_id, event_id, notification_id, channel,
+			                               attempt, status, recorded, http_status, error_type, error, answer_code,
+			                               answer_message, duration_ms, at)
+			SELECT t.id, t.client_id, t.sensor_id, coalesce(t.event_id, n.event_id), t.notification_id, t.channel,
+			       t.attempt, t.state, t.recorded, t.http_status, t.error_type, t.error, t.answer_code,
+			       t.answer_message, t.duration_ms, t.at
 			FROM tried t LEFT JOIN notifications n
 			     ON t.event_id IS NULL AND n.id = t.notification_id AND n.event_at = t.event_at
 			ORDER BY t.at, t.id
@@ -527,14 +527,15 @@ const requeueExpiredLeasesSQL = `
 			-- The attempt the lease covered: its outcome never came, and whether
 			-- it reached the receiver is unknown, but it happened (a claim is an
 			-- attempt), so the log shows it.
-			INSERT INTO delivery_attempts (delivery_id, client_id, sensor_id, event_id, channel, attempt, status,
-			                               recorded, error_type, error, at)
-			SELECT u.id, u.client_id, u.sensor_id, n.event_id, u.channel, u.attempts, u.state,
+			INSERT INTO delivery_attempts (delivery_id, client_id, sensor_id, event_id, notification_id, channel,
+			                               attempt, status, recorded, error_type, error, at)
+			SELECT u.id, u.client_id, u.sensor_id, n.event_id, u.notification_id, u.channel, u.attempts, u.state,
 			       true, $3, $2, $1
 			FROM u LEFT JOIN notifications n ON n.id = u.notification_id AND n.event_at = u.event_at
 			WHERE u.attempts > 0
 			UNION ALL
-			SELECT g.id, g.client_id, g.sensor_id, g.event_id, 'webhook', 1, gd.state, true, $3, $2, $1
+			SELECT g.id, g.client_id, g.sensor_id, g.event_id, g.notification_id, 'webhook', 1, gd.state, true,
+			       $3, $2, $1
 			FROM gone g JOIN gd ON gd.id = g.id
 		)
 		SELECT id::text, channel, state, false FROM u
@@ -617,7 +618,7 @@ const anyDeliverySQL = `
 			SELECT ` + inFlightDeliveryColumns + `, 2 FROM webhooks_in_flight WHERE id = $1
 			UNION ALL
 			SELECT ` + sentAttemptDeliveryColumns + `, 3
-			FROM delivery_attempts a JOIN notifications n ON n.event_id = a.event_id AND n.client_id = a.client_id
+			FROM delivery_attempts a JOIN notifications n ON n.id = a.notification_id
 			WHERE a.delivery_id = $1 AND a.channel = 'webhook' AND a.status = 'SENT' AND a.recorded
 		) x ORDER BY source LIMIT 1`
 

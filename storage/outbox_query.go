@@ -76,7 +76,7 @@ func (p *Postgres) clientDeliveries(ctx context.Context, clientID string, f Deli
 			UNION ALL
 			(SELECT `+sentAttemptDeliveryColumns+`
 			 FROM delivery_attempts a
-			 JOIN notifications n ON n.event_id = a.event_id AND n.client_id = a.client_id
+			 JOIN notifications n ON n.id = a.notification_id
 			 WHERE a.client_id = $1 AND a.channel = 'webhook' AND a.attempt = 1 AND a.status = 'SENT'
 			   AND a.recorded AND a.delivery_id `+past+` AND $5 IN ('', 'SENT')
 			   AND ($3::timestamptz IS NULL OR n.event_at >= $3) AND ($4::timestamptz IS NULL OR n.event_at < $4)
