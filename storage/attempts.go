@@ -161,12 +161,16 @@ func (p *Postgres) DeliveryAttempts(ctx context.Context, deliveryID string) ([]D
 func (p *Postgres) CopyDeliveryAttempts(ctx context.Context, limit int, copy func(context.Context, []DeliveryAttempt) error) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		var lastID int64
+		// The window's bounds as bigints, for the log's BRIN index on
+		// xid::text::bigint (migration 00247): passed as parameters, so the
+		// plan scans the block ranges that can hold them.
+		var lastID, from, to int64
 		err := tx.QueryRow(ctx, `
 			UPDATE attempt_copy_cursors c SET target = coalesce(c.target, pg_current_snapshot())
 			FROM (SELECT name FROM attempt_copy_cursors WHERE name = 'clickhouse' FOR UPDATE SKIP LOCKED) AS l
 			WHERE c.name = l.name
-			RETURNING c.last_id`).Scan(&lastID)
+			RETURNING c.last_id, pg_snapshot_xmin(c.previous)::text::bigint, pg_snapshot_xmax(c.target)::text::bigint`).
+			Scan(&lastID, &from, &to)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // another copier holds the cursor
 		}
@@ -176,10 +180,10 @@ func (p *Postgres) CopyDeliveryAttempts(ctx context.Context, limit int, copy fun
 		rows, err := tx.Query(ctx, `SELECT `+attemptColumns+`
 			FROM delivery_attempts a, attempt_copy_cursors c
 			WHERE c.name = 'clickhouse'
-			  AND a.xid >= pg_snapshot_xmin(c.previous) AND a.xid < pg_snapshot_xmax(c.target)
+			  AND a.xid::text::bigint >= $3 AND a.xid::text::bigint < $4
 			  AND pg_visible_in_snapshot(a.xid, c.target) AND NOT pg_visible_in_snapshot(a.xid, c.previous)
 			  AND a.id > $2
-			ORDER BY a.id LIMIT $1`, limit, lastID)
+			ORDER BY a.id LIMIT $1`, limit, lastID, from, to)
 		if err != nil {
 			return err
 		}
