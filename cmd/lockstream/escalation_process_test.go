@@ -153,7 +153,12 @@ func TestEscalationThroughAll(t *testing.T) {
 	t.Cleanup(fake.Close)
 	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 	t.Cleanup(receiver.Close)
-	n := startDeliveryNode(t, []string{"all"}, escalationSettings(t, mail.addr, fake.URL)...)
+	// Longer waits than the other escalation tests: before the first push is
+	// due, bob, hana and erin must have seen their messages and frank's sensor
+	// be unlinked (four waits and about fifteen calls), which a loaded machine
+	// can stretch past 6 s.
+	n := startDeliveryNode(t, []string{"all"}, escalationSettings(t, mail.addr, fake.URL,
+		"LOCKSTREAM_ESCALATE_PUSH_AFTER=12s", "LOCKSTREAM_ESCALATE_EMAIL_AFTER=18s")...)
 
 	home, _ := n.watcher("home", receiver.URL, "escDoorA")
 	away, _ := n.watcher("away", receiver.URL, "escDoorB")
