@@ -7,11 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/lockstream/lockstream/event"
 	"github.com/lockstream/lockstream/heartbeat"
 	"github.com/lockstream/lockstream/registry"
+	"github.com/lockstream/lockstream/storage/storagetest"
 )
 
 // A site of four with three falling silent gets one site_outage, from two
@@ -236,24 +235,10 @@ func TestMaintenanceEndedMeanwhileCoversNoLoss(t *testing.T) {
 		windows, err := b.hb.Postgres.CoverByMaintenance(ctx, []string{"m1"}, []string{""}, []time.Time{b.at(1)})
 		done <- covered{windows, err}
 	}()
-	// The covering statement waits for the ending one (Postgres says so, asked
-	// on a connection of the test's own), which then commits.
-	watcher, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = watcher.Close(context.WithoutCancel(ctx)) }()
-	for waiting := false; !waiting; {
-		select {
-		case got := <-done:
-			t.Fatalf("the loss was covered while the window's end held its row: %v, %v", got.windows, got.err)
-		default:
-		}
-		if err := watcher.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE $1::int = ANY (pg_blocking_pids(pid)))`, endingPID).Scan(&waiting); err != nil {
-			t.Fatalf("waiting for the cover to wait for the window's end: %v", err)
-		}
-	}
+	// The covering statement waits for the ending one (Postgres says so),
+	// which then commits.
+	storagetest.WaitBlockedBy(ctx, t, pool.Config().ConnConfig, endingPID,
+		"the cover waits for the window's end", func() bool { return len(done) > 0 })
 	if err := ending.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}

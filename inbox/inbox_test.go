@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/lockstream/lockstream/fanout"
 	"github.com/lockstream/lockstream/inbox"
@@ -275,25 +274,10 @@ func TestInboxReadWaitingForTheCopierSeesNewerSharedMessages(t *testing.T) {
 			Sort: inbox.SortTimestamp, Limit: 100})
 		read <- listed{ms, err}
 	}()
-	// The read waits for the copier's lock (Postgres says so, asked on a
-	// connection of the test's: the pool's are the read's), then the copier
+	// The read waits for the copier's lock (Postgres says so), then the copier
 	// commits.
-	watcher, err := pgx.ConnectConfig(ctx, f.pg.Pool().Config().ConnConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = watcher.Close(context.WithoutCancel(ctx)) }()
-	for waiting := false; !waiting; {
-		select {
-		case got := <-read:
-			t.Fatalf("the read returned while the copier held the members' rows: %d messages, %v", len(got.ms), got.err)
-		default:
-		}
-		if err := watcher.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE $1::int = ANY (pg_blocking_pids(pid)))`, copierPID).Scan(&waiting); err != nil {
-			t.Fatalf("waiting for the read to wait for the copier: %v", err)
-		}
-	}
+	storagetest.WaitBlockedBy(ctx, t, f.pg.Pool().Config().ConnConfig, copierPID,
+		"the read waits for the copier", func() bool { return len(read) > 0 })
 	if err := copier.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
