@@ -27,7 +27,8 @@ const createNotificationsSQL = `
 				-- Subscriptions: a client is told only of the types it chose (NULL: all).
 				-- The clients of the event's sensor; of a site event's sensors and of
 				-- every sensor of its site, once each.
-				SELECT ev.*, cs.client_id, c.event_types IS NULL OR ev.type = ANY (c.event_types) AS subscribed
+				SELECT ev.*, cs.client_id, c.event_types IS NULL OR ev.type = ANY (c.event_types) AS subscribed,
+				       lockstream_notification_id(ev.event_id, cs.client_id, ev.at) AS notification_id
 				FROM ev JOIN LATERAL (
 					SELECT l.client_id FROM client_sensors l
 					WHERE l.sensor_id = ANY (string_to_array(ev.audience, ','))
@@ -44,11 +45,9 @@ const createNotificationsSQL = `
 				-- another writer after this statement began fails the insert on
 				-- it instead, and the batch is written again (Fanout.write), so no
 				-- seq is taken for it.
-				SELECT l.*, lockstream_notification_id(l.event_id, l.client_id, l.at) AS notification_id
-				FROM linked l
+				SELECT l.* FROM linked l
 				WHERE l.subscribed AND NOT EXISTS (
-					SELECT 1 FROM notifications x
-					WHERE x.id = lockstream_notification_id(l.event_id, l.client_id, l.at) AND x.event_at = l.at)
+					SELECT 1 FROM notifications x WHERE x.id = l.notification_id AND x.event_at = l.at)
 			), locked AS (
 				-- The clients before their seq counters, in id order, as DeleteClient
 				-- takes them (storage.QueueClientLocks).
