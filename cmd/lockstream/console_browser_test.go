@@ -376,12 +376,14 @@ func (env *consoleNode) ingest(body string) {
 
 // seedChanges writes a week of earlier state changes of sensor into the history,
 // busier in the day than at night, so the chart has something to show; it returns
-// how many.
+// how many. The oldest hour the chart shows is 167 hours before the current one;
+// the seed stops an hour short of it, so the hour may turn between seeding and
+// rendering without the chart losing a seeded change.
 func (env *consoleNode) seedChanges(t *testing.T, sensor string) int {
 	t.Helper()
 	now := time.Now().UTC()
 	var events []storage.HistoryEvent
-	for h := 1; h < 7*24; h++ {
+	for h := 1; h < 7*24-1; h++ {
 		hour := now.Truncate(time.Hour).Add(-time.Duration(h) * time.Hour)
 		n := 0
 		if hh := hour.Hour(); hh >= 7 && hh < 20 {
