@@ -10,6 +10,16 @@
 // a crash, a lost connection) stays unacknowledged in the session and the broker
 // sends it again when the bridge comes back. The broker holds the messages of an
 // absent bridge only up to its own queue limit (Mosquitto's max_queued_messages).
+//
+// The bridge subscribes again on every connection, which Mosquitto before
+// 2.0.12 (Debian 12's is 2.0.11) needs: it drops a session's $share
+// subscriptions when the client reconnects to that session. Until one bridge of
+// the group has subscribed again the group has no member there, and a message
+// published meanwhile reaches no one: the broker discards it and says so in the
+// PUBACK, reason code 0x10 (No matching subscribers). Right after a broker
+// restart every bridge reconnects at once, so that window, a round trip long,
+// exists at each restart; a sensor that must not lose a reading publishes it
+// again on 0x10, or the broker is 2.0.12 or later.
 package mqtt
 
 import (

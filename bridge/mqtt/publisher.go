@@ -72,9 +72,15 @@ func NewPublisher(ctx context.Context, rawURL, topicPrefix string, connections i
 
 func (p *Publisher) work(cm *autopaho.ConnectionManager) {
 	for m := range p.queue {
-		_, err := cm.Publish(m.ctx, &paho.Publish{Topic: p.prefix + string(m.rec.Key), QoS: 1, Payload: m.rec.Value})
-		if err != nil {
+		resp, err := cm.Publish(m.ctx, &paho.Publish{Topic: p.prefix + string(m.rec.Key), QoS: 1, Payload: m.rec.Value})
+		switch {
+		case err != nil:
 			err = fmt.Errorf("mqtt publish to %s%s: %w", p.prefix, m.rec.Key, err)
+		case resp != nil && resp.ReasonCode == noMatchingSubscribers:
+			// Not an error to paho (below 0x80), but the reading reached no
+			// one: no bridge is subscribed (see the package documentation).
+			err = fmt.Errorf("mqtt publish to %s%s: the broker had no matching subscriber (PUBACK reason code 0x10)",
+				p.prefix, m.rec.Key)
 		}
 		m.promise(m.rec, err)
 		p.flight.Done()
@@ -121,3 +127,7 @@ func (p *Publisher) Close() {
 		cancel()
 	}
 }
+
+// noMatchingSubscribers is the PUBACK reason code of a message the broker
+// delivered to no one (MQTT 5, 3.4.2.1).
+const noMatchingSubscribers = 0x10

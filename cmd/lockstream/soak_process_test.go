@@ -138,7 +138,7 @@ func TestChaosSoak(t *testing.T) {
 
 	final := n.quiesce(fleet)
 	t.Logf("quiescent %v after the chaos ended", time.Since(started.Add(n.cfg.duration)).Round(time.Second))
-	r := n.check(fleet, sinks, final)
+	r := n.check(fleet, sinks, final, faults.outages)
 	r.add("faults: %s", faults)
 	t.Logf("chaos soak figures (%v of chaos, seed %d):\n%s", cfg.duration, cfg.seed, r)
 }
@@ -268,8 +268,9 @@ func (n *soakNode) allReady() (bool, string) {
 // faultCounts is what the driver did.
 type faultCounts struct {
 	kills, stops int
-	startExits   int      // processes that exited at start, a store being unreachable
-	restarts     []string // the services restarted: when, and how long until they answered again
+	startExits   int                      // processes that exited at start, a store being unreachable
+	restarts     []string                 // the services restarted: when, and how long until they answered again
+	outages      map[string]time.Duration // by service: how long until it answered again
 	byProcess    map[string]int
 }
 
@@ -286,7 +287,7 @@ func (f faultCounts) String() string {
 // Between faults it fails the test if a process exited unasked.
 func (n *soakNode) chaos() faultCounts {
 	rng := rand.New(rand.NewPCG(n.cfg.seed, 1))
-	f := faultCounts{byProcess: map[string]int{}}
+	f := faultCounts{byProcess: map[string]int{}, outages: map[string]time.Duration{}}
 	// The chaos ends when end fires; the services are restarted at the 2nd,
 	// 4th, 6th and 8th eleventh of it (18 %, 36 %, 55 %, 73 % of the way),
 	// each timed from the start, since a restart takes seconds.
@@ -314,8 +315,9 @@ func (n *soakNode) chaos() faultCounts {
 			svc := n.services[restarted]
 			at := time.Now()
 			svc.restart()
+			f.outages[svc.name] = time.Since(at)
 			f.restarts = append(f.restarts, fmt.Sprintf("%s at %v (back after %v)", svc.name,
-				at.Sub(started).Round(time.Second), time.Since(at).Round(100*time.Millisecond)))
+				at.Sub(started).Round(time.Second), f.outages[svc.name].Round(100*time.Millisecond)))
 			if restarted++; restarted < len(n.services) {
 				restart.Reset(max(0, time.Until(started.Add(restartAt(restarted)))))
 			}

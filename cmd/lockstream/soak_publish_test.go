@@ -20,6 +20,18 @@ import (
 // published only once confirmed; one that went out unconfirmed may arrive
 // twice, which the soak's checks allow (a reading repeated, a DLQ copy, a
 // notification's message-id).
+//
+// An MQTT PUBACK with reason code 0x10 (No matching subscribers) is not a
+// confirmation either: the broker accepted the message and delivered it to no
+// one. Mosquitto before 2.0.12 (Debian 12 ships 2.0.11) drops a session's
+// $share subscriptions when its client reconnects to it, until the client
+// subscribes again (fixed upstream by "Fix $share subscriptions not being
+// recovered for durable clients that reconnect"); the bridges subscribe again
+// on every connection, but right after a broker restart every bridge
+// reconnects at once and for a moment the group has no member. A message
+// published then is discarded with that reason code. The fleet publishes it
+// again, as a sensor that must not lose it would; bridge/mqtt's package
+// documentation states the limit.
 
 // soakPublishTimeout bounds one publish and its confirm: a broker that went
 // away mid-publish is noticed at the latest then.
@@ -28,10 +40,17 @@ const soakPublishTimeout = 10 * time.Second
 // publishCounts is what a publisher did.
 type publishCounts struct {
 	confirmed, unconfirmed, dials int
+	// noSubscribers counts the MQTT PUBACKs with reason code 0x10 (No
+	// matching subscribers), published again; unconfirmed counts them too.
+	noSubscribers int
 }
 
 func (c publishCounts) String() string {
-	return fmt.Sprintf("%d confirmed, %d failed or unconfirmed (published again), %d connections", c.confirmed, c.unconfirmed, c.dials)
+	s := fmt.Sprintf("%d confirmed, %d failed or unconfirmed (published again), %d connections", c.confirmed, c.unconfirmed, c.dials)
+	if c.noSubscribers > 0 {
+		s += fmt.Sprintf(", %d of them acknowledged with no matching subscribers", c.noSubscribers)
+	}
+	return s
 }
 
 // soakAMQP publishes to one exchange with publisher confirms.
@@ -120,7 +139,7 @@ type soakMQTT struct {
 }
 
 // publish publishes payload to topic and reports whether the broker
-// acknowledged it (PUBACK).
+// acknowledged it (PUBACK) with a subscriber to deliver it to.
 func (p *soakMQTT) publish(ctx context.Context, topic string, payload []byte) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -137,14 +156,24 @@ func (p *soakMQTT) publish(ctx context.Context, topic string, payload []byte) bo
 	}
 	pctx, cancel := context.WithTimeout(ctx, soakPublishTimeout)
 	defer cancel()
-	if _, err := p.client.Publish(pctx, &paho.Publish{Topic: topic, QoS: 1, Payload: payload}); err != nil {
+	pr, err := p.client.Publish(pctx, &paho.Publish{Topic: topic, QoS: 1, Payload: payload})
+	if err != nil {
 		p.counts.unconfirmed++
 		p.drop()
+		return false
+	}
+	if pr.ReasonCode == mqttNoMatchingSubscribers { // see the top of this file; the connection is fine
+		p.counts.unconfirmed++
+		p.counts.noSubscribers++
 		return false
 	}
 	p.counts.confirmed++
 	return true
 }
+
+// mqttNoMatchingSubscribers is the PUBACK reason code of a message the broker
+// delivered to no one (MQTT 5, 3.4.2.1).
+const mqttNoMatchingSubscribers = 0x10
 
 // dial connects with a clean start.
 func (p *soakMQTT) dial(ctx context.Context) bool {
