@@ -234,48 +234,11 @@ func (p *PostgresStore) ApplyStateChanges(ctx context.Context, changes []StateCh
 		}
 		unstable = append(unstable, since)
 	}
-	_, err := p.pool.Exec(ctx, applyStateChangesSQL, ids, data, changedAt, topics, partitions, offsets, unstable)
-	if err != nil {
-		return fmt.Errorf("storing %d sensor states: %w", len(ids), err)
-	}
-	return nil
-}
-
-// applyStateChangesSQL is ApplyStateChanges' statement: $1-$7 the changes,
-// one per sensor, sorted by sensor id. A stored state is changed by a plain
-// UPDATE: an INSERT … ON CONFLICT DO UPDATE locks each row before it updates
-// it, and the lock is a WAL record of its own (about 55 B of the 190 B a
-// change wrote). The UPDATE finds the rows by an index scan over the ids,
-// which come through a sub-select as in LookupSensors: a join to the unnest
-// alone was planned as a hash join over the whole table.
-// Only the changes it did not apply reach the insert: new sensors, and the
-// rare change older than its stored state, which the insert's DO UPDATE then
-// leaves alone by the same rule; it also settles a race with another writer
-// of a new sensor.
-const applyStateChangesSQL = `
-		WITH updated AS (
-			UPDATE sensor_state st SET
-				data = excluded.data,
-				changed_at = excluded.changed_at,
-				source_topic_id = excluded.source_topic_id,
-				source_partition = excluded.source_partition,
-				source_offset = excluded.source_offset,
-				unstable_since = excluded.unstable_since,
-				updated_at = now()
-			FROM unnest($1::text[], $2::smallint[], $3::timestamptz[], $4::uuid[], $5::integer[], $6::bigint[],
-			            $7::timestamptz[])
-				AS excluded (sensor_id, data, changed_at, source_topic_id, source_partition, source_offset,
-				             unstable_since)
-			WHERE st.sensor_id = ANY ((SELECT $1::text[])::text[]) AND st.sensor_id = excluded.sensor_id
-			  AND ` + newerState + `
-			RETURNING st.sensor_id
-		)
+	_, err := p.pool.Exec(ctx, `
 		INSERT INTO sensor_state AS st (sensor_id, data, changed_at, source_topic_id, source_partition, source_offset,
 		                                unstable_since)
 		SELECT * FROM unnest($1::text[], $2::smallint[], $3::timestamptz[], $4::uuid[], $5::integer[], $6::bigint[],
 		                     $7::timestamptz[])
-			AS x (sensor_id, data, changed_at, source_topic_id, source_partition, source_offset, unstable_since)
-		WHERE x.sensor_id NOT IN (SELECT sensor_id FROM updated)
 		ON CONFLICT (sensor_id) DO UPDATE SET
 			data = excluded.data,
 			changed_at = excluded.changed_at,
@@ -284,12 +247,13 @@ const applyStateChangesSQL = `
 			source_offset = excluded.source_offset,
 			unstable_since = excluded.unstable_since,
 			updated_at = now()
-		WHERE ` + newerState
-
-// newerState is the condition under which the change (excluded) is newer
-// than the stored state (st), see ApplyStateChanges. The UPDATE names its
-// changes as the insert's DO UPDATE does, so the one condition serves both.
-const newerState = `CASE WHEN st.source_topic_id IS NOT DISTINCT FROM excluded.source_topic_id
+		WHERE CASE WHEN st.source_topic_id IS NOT DISTINCT FROM excluded.source_topic_id
 		            AND st.source_partition = excluded.source_partition
 		      THEN st.source_offset < excluded.source_offset
-		      ELSE st.changed_at <= excluded.changed_at END`
+		      ELSE st.changed_at <= excluded.changed_at END`,
+		ids, data, changedAt, topics, partitions, offsets, unstable)
+	if err != nil {
+		return fmt.Errorf("storing %d sensor states: %w", len(ids), err)
+	}
+	return nil
+}
