@@ -284,6 +284,14 @@ func (s *Sender) post(ctx context.Context, u *url.URL, keys [][]byte, id string,
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "lockstream-webhook/1")
 	req.Header.Set(HeaderID, id)
+	// The same id as an Idempotency-Key makes the POST replayable to net/http:
+	// when a kept-alive connection turns out closed by the receiver (EOF on a
+	// reused connection, the keep-alive race), the transport sends it again on
+	// a new one at once. Without it that attempt failed and the webhook waited
+	// for the retry back-off: one such EOF held a bench phase for 8 minutes
+	// (bench/RESULTS.md, 2026-11-28). A receiver that saw the first copy
+	// dedupes the second by webhook-id, as after any retry.
+	req.Header.Set("Idempotency-Key", id)
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
 	sigs := make([]string, len(keys))
 	for i, key := range keys {

@@ -381,6 +381,46 @@ func TestSendTimesOutOnSlowServer(t *testing.T) {
 	})
 }
 
+// TestSendAgainOnAKeptAliveConnectionClosedByTheReceiver: the receiver reads
+// the second webhook on a kept-alive connection and closes it without an
+// answer (the keep-alive race, seen as EOF). The sender posts it again on a
+// new connection, under the same webhook-id, and the attempt succeeds.
+func TestSendAgainOnAKeptAliveConnectionClosedByTheReceiver(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	srv, got := recordingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 2 {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Errorf("hijack: %v", err)
+				return
+			}
+			_ = conn.Close()
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	s := newSender(t, webhook.Config{AllowPrivate: true})
+	target := webhook.Target{URL: srv.URL + "/hook", Secret: webhook.NewSecret()}
+	for i, n := range []notifier.Notification{testNotification(), testNotification()} {
+		n.ID, n.EventID = fmt.Sprintf("notif-%d", i+1), fmt.Sprintf("%032x", i+1)
+		if res := s.Send(t.Context(), target, n); res.Outcome != notifier.Sent {
+			t.Fatalf("webhook %d: result = %+v, want Sent", i+1, res)
+		}
+	}
+	var ids []string
+	for range 3 {
+		r := <-got
+		ids = append(ids, r.header.Get(webhook.HeaderID))
+		if key := r.header.Get("Idempotency-Key"); key != r.header.Get(webhook.HeaderID) {
+			t.Errorf("Idempotency-Key %q, want the webhook-id %q", key, r.header.Get(webhook.HeaderID))
+		}
+	}
+	if ids[0] == ids[1] || ids[1] != ids[2] || calls.Load() != 3 {
+		t.Errorf("the receiver saw webhook-ids %v in %d requests, want the second sent twice", ids, calls.Load())
+	}
+}
+
 func TestSendConnectionRefused(t *testing.T) {
 	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
